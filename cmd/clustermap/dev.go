@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clustermap/clustermap/internal/devenv"
+)
+
+const defaultDevDir = ".clustermap/dev"
+
+func newDev() *cobra.Command {
+	dev := &cobra.Command{
+		Use:   "dev",
+		Short: "Local clusters (kwok) for development, the demo and tests",
+	}
+	var (
+		opts    devenv.Options
+		stateIn string
+	)
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Start local clusters and write one kubeconfig with a context per cluster",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts.StateDir = stateIn
+			opts.Log = cmd.ErrOrStderr()
+			env, err := devenv.Up(ctx, opts)
+			if err != nil {
+				return err
+			}
+			printUsage(cmd, env)
+			return nil
+		},
+	}
+	up.Flags().IntVar(&opts.Clusters, "clusters", 2, "number of clusters")
+	up.Flags().StringVar(&opts.Kubeconfig, "kubeconfig", "", "where to write the kubeconfig (default <state-dir>/kubeconfig)")
+	up.Flags().IntVar(&opts.Nodes, "nodes", devenv.DefaultNodes, "simulated nodes per cluster")
+	up.Flags().IntVar(&opts.PortBase, "port-base", 30700, "cluster i's apiserver listens on port-base+i (0: any free port)")
+	up.Flags().StringVar(&opts.ClusterSet, "clusterset", devenv.DefaultClusterSet, "clusterset id set in every cluster's ClusterProperty")
+	up.Flags().StringVar(&opts.BinDir, "bin-dir", devenv.BinDir(), "directory of the pinned tools (make tools)")
+
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Stop the local clusters and remove their files",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return devenv.Down(context.Background(), stateIn, cmd.ErrOrStderr())
+		},
+	}
+	demo := &cobra.Command{
+		Use:   "demo",
+		Short: "Start the demo environment and keep it running until interrupted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts.StateDir = stateIn
+			opts.Log = cmd.ErrOrStderr()
+			return runDemo(ctx, cmd, opts)
+		},
+	}
+	demo.Flags().IntVar(&opts.PortBase, "port-base", 30700, "cluster i's apiserver listens on port-base+i (0: any free port)")
+	demo.Flags().StringVar(&opts.BinDir, "bin-dir", devenv.BinDir(), "directory of the pinned tools (make tools)")
+
+	dev.PersistentFlags().StringVar(&stateIn, "state-dir", defaultDevDir, "directory holding the environment's files")
+	dev.AddCommand(up, down, demo)
+	return dev
+}
+
+func printUsage(cmd *cobra.Command, env *devenv.Env) {
+	w := cmd.OutOrStdout()
+	abs, _ := filepath.Abs(env.Kubeconfig)
+	fmt.Fprintf(w, "KUBECONFIG=%s\n", abs)
+	fmt.Fprintf(w, "\n%d clusters of clusterset %s are ready. Use them with:\n", len(env.Clusters), env.ClusterSet)
+	fmt.Fprintf(w, "  export KUBECONFIG=%s\n", abs)
+	for _, c := range env.Clusters {
+		fmt.Fprintf(w, "  kubectl --context %s get clusterproperties    # pods %s, services %s\n", c.ID, c.PodCIDR, c.ServiceCIDRs[0])
+	}
+	fmt.Fprintln(w, "Stop them with: clustermap dev down")
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the pinned tools of hack/tools into ./bin. A tool is rebuilt only
+# when its binary is missing or was built from another version: the version
+# each binary was built from is kept in bin/.versions/<name>.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin="$root/bin"
+mkdir -p "$bin/.versions"
+
+# build <module dir> <module whose version pins the tools> <name=package>...
+build() {
+	local dir=$1 mod=$2
+	shift 2
+	local ver
+	ver=$(cd "$dir" && go list -m -f '{{.Version}}' "$mod")
+	local todo=()
+	for spec in "$@"; do
+		local name=${spec%%=*}
+		if [[ -x "$bin/$name" && "$(cat "$bin/.versions/$name" 2>/dev/null)" == "$ver" ]]; then
+			echo "tools: $name $ver up to date"
+		else
+			todo+=("$spec")
+		fi
+	done
+	[[ ${#todo[@]} -gt 0 ]] || return 0
+	for spec in "${todo[@]}"; do
+		local name=${spec%%=*} pkg=${spec#*=}
+		echo "tools: building $name $ver"
+		(cd "$dir" && go build -o "$bin/$name" "$pkg")
+		echo "$ver" >"$bin/.versions/$name"
+	done
+}
+
+tools="$root/hack/tools"
+build "$tools" k8s.io/kubernetes \
+	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler
+build "$tools" go.etcd.io/etcd/server/v3 etcd=go.etcd.io/etcd/server/v3
+build "$tools" sigs.k8s.io/controller-tools controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
+build "$tools/kwok" sigs.k8s.io/kwok kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl

@@ -1,0 +1,427 @@
+// Package devenv starts and stops local Kubernetes clusters for the demo,
+// tests and benchmarks: real kube-apiservers and etcd run by kwokctl's binary
+// runtime from ./bin, with simulated nodes and pods from kwok.
+package devenv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Defaults of a development environment.
+const (
+	DefaultPrefix     = "clustermap"
+	DefaultClusterSet = "clusterset-dev"
+	DefaultNodes      = 3
+	stateFile         = "state.json"
+)
+
+// Binaries are the tools kwokctl's binary runtime needs, all from ./bin.
+var Binaries = []string{"kwokctl", "kwok", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"}
+
+// Options say what environment to start.
+type Options struct {
+	Clusters int
+	// BinDir holds the pinned tools (`make tools`).
+	BinDir string
+	// StateDir holds every file of the environment; removed by Down.
+	StateDir string
+	// Kubeconfig is where the merged kubeconfig goes; default StateDir/kubeconfig.
+	Kubeconfig string
+	Prefix     string
+	ClusterSet string
+	// Nodes is the number of simulated nodes per cluster.
+	Nodes int
+	// PortBase, when set, fixes cluster i's apiserver port at PortBase+i; keep
+	// it below kwokctl's own picks, which count down from 32767.
+	PortBase int
+	Log      io.Writer
+}
+
+// Env is a running environment.
+type Env struct {
+	Options
+	Clusters []*Cluster
+}
+
+// Cluster is one running local cluster.
+type Cluster struct {
+	ClusterSpec
+	// Server is the apiserver URL.
+	Server string
+	// Config reaches the apiserver as cluster admin.
+	Config *rest.Config
+}
+
+// state is what Down needs to find everything an Up left behind.
+type state struct {
+	Prefix     string        `json:"prefix"`
+	Kubeconfig string        `json:"kubeconfig"`
+	BinDir     string        `json:"binDir"`
+	Clusters   []ClusterSpec `json:"clusters"`
+}
+
+func (o *Options) defaults() error {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.ClusterSet == "" {
+		o.ClusterSet = DefaultClusterSet
+	}
+	if o.Nodes == 0 {
+		o.Nodes = DefaultNodes
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.StateDir == "" {
+		return errors.New("devenv: no state directory")
+	}
+	var err error
+	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
+		return err
+	}
+	if o.Kubeconfig == "" {
+		o.Kubeconfig = filepath.Join(o.StateDir, "kubeconfig")
+	}
+	if o.Kubeconfig, err = filepath.Abs(o.Kubeconfig); err != nil {
+		return err
+	}
+	o.BinDir, err = filepath.Abs(o.BinDir)
+	return err
+}
+
+// CheckBinaries reports the first missing tool with the command that builds it.
+func CheckBinaries(binDir string) error {
+	for _, b := range Binaries {
+		p := filepath.Join(binDir, b)
+		if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("%s is missing: run `make tools` in the clustermap checkout (or pass the directory holding it)", p)
+		}
+	}
+	return nil
+}
+
+// checkPorts fails on the first fixed apiserver port that something listens on.
+func checkPorts(specs []ClusterSpec) error {
+	for _, s := range specs {
+		if s.APIServerPort == 0 {
+			continue
+		}
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(s.APIServerPort))
+		if err != nil {
+			return fmt.Errorf("port %d for %s is in use: stop whatever listens there, or choose other ports with --port-base", s.APIServerPort, s.ID)
+		}
+		l.Close()
+	}
+	return nil
+}
+
+// Up starts the clusters and returns once every one is ready. On failure it
+// stops whatever it started: no half-started environment stays behind.
+func Up(ctx context.Context, opts Options) (env *Env, err error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	specs, err := Layout(opts.Prefix, opts.Clusters, opts.PortBase)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckBinaries(opts.BinDir); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(opts.StateDir, stateFile)); err == nil {
+		return nil, fmt.Errorf("an environment already runs from %s: run `clustermap dev down` first", opts.StateDir)
+	}
+	if err := checkPorts(specs); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	// The state goes down first, so that Down finds a crashed Up's leftovers.
+	st := state{Prefix: opts.Prefix, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, Clusters: specs}
+	if err := writeJSON(filepath.Join(opts.StateDir, stateFile), st); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			fmt.Fprintf(opts.Log, "devenv: start failed, stopping what started: %v\n", err)
+			if derr := Down(context.Background(), opts.StateDir, opts.Log); derr != nil {
+				err = fmt.Errorf("%w (and cleanup failed: %v)", err, derr)
+			}
+		}
+	}()
+
+	env = &Env{Options: opts, Clusters: make([]*Cluster, len(specs))}
+	for i, s := range specs {
+		if env.Clusters[i], err = startCluster(ctx, opts, s); err != nil {
+			return nil, err
+		}
+	}
+	if err := env.writeKubeconfig(); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+func startCluster(ctx context.Context, opts Options, s ClusterSpec) (*Cluster, error) {
+	cfgPath := filepath.Join(opts.StateDir, s.ID+".kwok.yaml")
+	if err := os.WriteFile(cfgPath, []byte(kwokConfig(s)), 0o644); err != nil {
+		return nil, err
+	}
+	args := []string{"create", "cluster", "--name", s.KwokName, "--runtime", "binary",
+		"--config", cfgPath, "--kubeconfig", "",
+		"--kube-apiserver-binary", filepath.Join(opts.BinDir, "kube-apiserver"),
+		"--kube-controller-manager-binary", filepath.Join(opts.BinDir, "kube-controller-manager"),
+		"--kube-scheduler-binary", filepath.Join(opts.BinDir, "kube-scheduler"),
+		"--kwok-controller-binary", filepath.Join(opts.BinDir, "kwok"),
+		"--etcd-binary", filepath.Join(opts.BinDir, "etcd"),
+	}
+	if s.APIServerPort != 0 {
+		args = append(args, "--kube-apiserver-port", strconv.Itoa(s.APIServerPort))
+	}
+	unlock, err := lockCreates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	fmt.Fprintf(opts.Log, "devenv: starting %s\n", s.ID)
+	if err := createWatched(ctx, opts, s, args); err != nil {
+		return nil, err
+	}
+	cfg, server, err := loadClusterConfig(kwokClusterDir(opts.StateDir, s.KwokName))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.ID, err)
+	}
+	c := &Cluster{ClusterSpec: s, Server: server, Config: cfg}
+	if err := prepare(ctx, c, opts); err != nil {
+		return nil, fmt.Errorf("preparing %s: %w", s.ID, err)
+	}
+	fmt.Fprintf(opts.Log, "devenv: %s ready at %s\n", s.ID, server)
+	return c, nil
+}
+
+// createWatched runs kwokctl create, stopping it as soon as a component it
+// started has exited: kwokctl itself would wait minutes for a dead apiserver.
+func createWatched(ctx context.Context, opts Options, s ClusterSpec, args []string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	died := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			if err := componentsAlive(kwokClusterDir(opts.StateDir, s.KwokName)); err != nil {
+				died <- err
+				cancel()
+				return
+			}
+		}
+	}()
+	out, err := kwokctl(ctx, opts.BinDir, opts.StateDir, args...)
+	select {
+	case derr := <-died:
+		return fmt.Errorf("starting %s: %w", s.ID, derr)
+	default:
+	}
+	if err != nil {
+		return fmt.Errorf("starting %s: %v\n%s", s.ID, err, tail(out, 20))
+	}
+	return nil
+}
+
+// kwokConfig gives the apiserver its service ranges and kwok its pod range.
+func kwokConfig(s ClusterSpec) string {
+	return fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  - key: service-cluster-ip-range
+    value: %[1]s
+- name: kube-controller-manager
+  extraArgs:
+  - key: service-cluster-ip-range
+    value: %[1]s
+---
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  cidr: %[2]s
+`, strings.Join(s.ServiceCIDRs, ","), s.PodCIDR)
+}
+
+func kwokWorkdir(stateDir string) string { return filepath.Join(stateDir, "kwok") }
+
+func kwokClusterDir(stateDir, name string) string {
+	return filepath.Join(kwokWorkdir(stateDir), "clusters", name)
+}
+
+func kwokctl(ctx context.Context, binDir, stateDir string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "kwokctl"), args...)
+	// kwokctl keeps its clusters under KWOK_WORKDIR: one per environment, so
+	// that a demo and tests never see each other's clusters.
+	cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+kwokWorkdir(stateDir))
+	return cmd.CombinedOutput()
+}
+
+func loadClusterConfig(dir string) (*rest.Config, string, error) {
+	kc, err := clientcmd.LoadFromFile(filepath.Join(dir, "kubeconfig.yaml"))
+	if err != nil {
+		return nil, "", fmt.Errorf("reading kwokctl's kubeconfig: %w", err)
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*kc, nil).ClientConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	return cfg, cfg.Host, nil
+}
+
+// writeKubeconfig merges the clusters into one file, a context per cluster id,
+// credentials inlined so that the file stands on its own.
+func (e *Env) writeKubeconfig() error {
+	out := clientcmdapi.NewConfig()
+	for _, c := range e.Clusters {
+		kc, err := clientcmd.LoadFromFile(filepath.Join(kwokClusterDir(e.StateDir, c.KwokName), "kubeconfig.yaml"))
+		if err != nil {
+			return err
+		}
+		if err := clientcmdapi.FlattenConfig(kc); err != nil {
+			return err
+		}
+		kctx := kc.Contexts[kc.CurrentContext]
+		if kctx == nil {
+			return fmt.Errorf("kwokctl's kubeconfig for %s has no current context", c.ID)
+		}
+		out.Clusters[c.ID] = kc.Clusters[kctx.Cluster]
+		out.AuthInfos[c.ID] = kc.AuthInfos[kctx.AuthInfo]
+		out.Contexts[c.ID] = &clientcmdapi.Context{Cluster: c.ID, AuthInfo: c.ID, Namespace: "default"}
+	}
+	out.CurrentContext = e.Clusters[0].ID
+	if err := os.MkdirAll(filepath.Dir(e.Kubeconfig), 0o755); err != nil {
+		return err
+	}
+	return clientcmd.WriteToFile(*out, e.Kubeconfig)
+}
+
+// Down stops every cluster of the environment in stateDir and removes its
+// files. Stopping nothing is not an error.
+func Down(ctx context.Context, stateDir string, log io.Writer) error {
+	if log == nil {
+		log = io.Discard
+	}
+	var st state
+	data, err := os.ReadFile(filepath.Join(stateDir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(log, "devenv: nothing runs from %s\n", stateDir)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(stateDir, stateFile), err)
+	}
+	// Every cluster kwokctl knows in this workdir goes, listed or not: a
+	// crashed Up may have left one the state does not name yet.
+	entries, _ := os.ReadDir(filepath.Join(kwokWorkdir(stateDir), "clusters"))
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		name := e.Name()
+		pids := readPids(filepath.Join(kwokClusterDir(stateDir, name), "pids"))
+		fmt.Fprintf(log, "devenv: stopping %s\n", name)
+		if out, err := kwokctl(ctx, st.BinDir, stateDir, "delete", "cluster", "--name", name); err != nil {
+			fmt.Fprintf(log, "devenv: kwokctl delete %s: %v\n%s\n", name, err, tail(out, 10))
+		}
+		if err := reap(pids); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if st.Kubeconfig != "" && !strings.HasPrefix(st.Kubeconfig, stateDir+string(filepath.Separator)) {
+		if err := os.Remove(st.Kubeconfig); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return os.RemoveAll(stateDir)
+}
+
+// Pids lists the processes of the environment's clusters.
+func (e *Env) Pids() []int {
+	var all []int
+	for _, c := range e.Clusters {
+		all = append(all, readPids(filepath.Join(kwokClusterDir(e.StateDir, c.KwokName), "pids"))...)
+	}
+	return all
+}
+
+// Down stops the environment.
+func (e *Env) Down(ctx context.Context) error { return Down(ctx, e.StateDir, e.Log) }
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+func tail(out []byte, lines int) string {
+	l := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// permanent marks an error that no amount of waiting will cure.
+type permanent struct{ error }
+
+// waitFor polls cond every interval until it holds, fails permanently, or ctx ends.
+func waitFor(ctx context.Context, what string, interval time.Duration, cond func(context.Context) (bool, error)) error {
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return nil
+		}
+		if p, isPermanent := err.(permanent); isPermanent {
+			return p.error
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
+			}
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}

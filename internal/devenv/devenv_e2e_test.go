@@ -1,0 +1,172 @@
+package devenv_test
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
+	"github.com/clustermap/clustermap/internal/devenv"
+)
+
+// Three clusters, a Deployment and Service in each: pods run with IPs, the
+// EndpointSlice controller publishes them, and no address is shared between
+// clusters. Afterwards no process of the environment is left.
+func TestThreeClustersServeEndpointSlices(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	var pids []int
+	t.Run("clusters", func(t *testing.T) {
+		env := devenv.ForTest(t, 3)
+		pids = env.Pids()
+		if len(pids) < 3*5 {
+			t.Fatalf("expected etcd, apiserver, controller-manager, scheduler and kwok per cluster, found %d processes", len(pids))
+		}
+		checkKubeconfig(t, env)
+
+		podIPs := map[string]string{} // ip -> cluster
+		svcIPs := map[string]string{}
+		for _, c := range env.Clusters {
+			cl, err := client.New(c.Config, client.Options{Scheme: devenv.Scheme})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkIdentity(ctx, t, cl, c, env.ClusterSet)
+			svc := deployWeb(ctx, t, cl)
+			for _, ip := range svc.Spec.ClusterIPs {
+				if !prefixOf(c.ServiceCIDRs).Contains(netip.MustParseAddr(ip)) {
+					t.Errorf("%s: service IP %s outside %v", c.ID, ip, c.ServiceCIDRs)
+				}
+				if other, dup := svcIPs[ip]; dup {
+					t.Errorf("service IP %s in %s and %s", ip, other, c.ID)
+				}
+				svcIPs[ip] = c.ID
+			}
+			for _, ip := range waitEndpoints(ctx, t, cl, 3) {
+				if !netip.MustParsePrefix(c.PodCIDR).Contains(netip.MustParseAddr(ip)) {
+					t.Errorf("%s: pod IP %s outside %s", c.ID, ip, c.PodCIDR)
+				}
+				if other, dup := podIPs[ip]; dup {
+					t.Errorf("pod IP %s in %s and %s", ip, other, c.ID)
+				}
+				podIPs[ip] = c.ID
+			}
+		}
+		if len(podIPs) != 9 {
+			t.Errorf("want 9 distinct pod IPs over 3 clusters, got %d", len(podIPs))
+		}
+	})
+	// The subtest's cleanup has stopped the clusters by now.
+	for _, p := range pids {
+		if devenv.Alive(p) {
+			t.Errorf("process %d still runs after the environment stopped", p)
+		}
+	}
+}
+
+func prefixOf(cidrs []string) netip.Prefix { return netip.MustParsePrefix(cidrs[0]) }
+
+func checkKubeconfig(t *testing.T, env *devenv.Env) {
+	kc, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range env.Clusters {
+		kctx := kc.Contexts[c.ID]
+		if kctx == nil {
+			t.Fatalf("kubeconfig has no context %s", c.ID)
+		}
+		if got := kc.Clusters[kctx.Cluster].Server; got != c.Server {
+			t.Errorf("context %s points at %s, want %s", c.ID, got, c.Server)
+		}
+	}
+}
+
+// checkIdentity: each cluster knows itself and its clusterset, and sees only
+// its own nodes (clusters sharing an etcd would see each other's).
+func checkIdentity(ctx context.Context, t *testing.T, cl client.Client, c *devenv.Cluster, clusterset string) {
+	for name, want := range map[string]string{aboutv1alpha1.ClusterIDProperty: c.ID, aboutv1alpha1.ClusterSetProperty: clusterset} {
+		cp := &aboutv1alpha1.ClusterProperty{}
+		if err := cl.Get(ctx, client.ObjectKey{Name: name}, cp); err != nil {
+			t.Fatalf("%s: ClusterProperty %s: %v", c.ID, name, err)
+		}
+		if cp.Spec.Value != want {
+			t.Errorf("%s: ClusterProperty %s = %q, want %q", c.ID, name, cp.Spec.Value, want)
+		}
+	}
+	nodes := &corev1.NodeList{}
+	if err := cl.List(ctx, nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if !strings.HasPrefix(n.Name, c.ID+"-") {
+			t.Errorf("%s sees node %s of another cluster", c.ID, n.Name)
+		}
+	}
+}
+
+func deployWeb(ctx context.Context, t *testing.T, cl client.Client) *corev1.Service {
+	labels := map[string]string{"app": "web"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](3),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}},
+			},
+		},
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: corev1.ServiceSpec{
+			Selector: labels,
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	for _, o := range []client.Object{dep, svc} {
+		if err := cl.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return svc
+}
+
+// waitEndpoints waits for the Service's EndpointSlices to list n ready pod IPs.
+func waitEndpoints(ctx context.Context, t *testing.T, cl client.Client, n int) []string {
+	for {
+		slices := &discoveryv1.EndpointSliceList{}
+		if err := cl.List(ctx, slices, client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelServiceName: "web"}); err != nil {
+			t.Fatal(err)
+		}
+		var ips []string
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready != nil && *e.Conditions.Ready {
+					ips = append(ips, e.Addresses...)
+				}
+			}
+		}
+		if len(ips) == n {
+			return ips
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("EndpointSlices list %v, want %d ready pod IPs", ips, n)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
