@@ -32,6 +32,7 @@ func newRoot() *cobra.Command {
 			Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version.String()) },
 		},
 		newDev(),
+		newCloudMapLocal(),
 	)
 	return root
 }

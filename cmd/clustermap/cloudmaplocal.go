@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+)
+
+func newCloudMapLocal() *cobra.Command {
+	var (
+		listen, admin string
+		opts          cloudmaplocal.Options
+		outage        bool
+		errorRate     float64
+		latency       time.Duration
+		limits        []string
+		credentials   []string
+	)
+	cmd := &cobra.Command{
+		Use:   "cloudmap-local",
+		Short: "Run a local AWS Cloud Map (the servicediscovery API) for development and tests",
+		Long: `Serves the AWS Cloud Map API (AWS JSON 1.1, all operations of the 2017-03-14
+model) on --listen; point any AWS SDK or the AWS CLI at it with
+--endpoint-url or AWS_ENDPOINT_URL_SERVICEDISCOVERY. Faults and metrics are
+served apart, on --admin-listen: GET/PUT /faults, GET /metrics.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			opts.Faults = cloudmaplocal.Faults{
+				Outage: outage, ErrorRate: errorRate, Latency: cloudmaplocal.Duration{Duration: latency},
+				RateLimits: cloudmaplocal.DefaultRateLimits(),
+			}
+			for _, l := range limits {
+				op, rl, err := parseRateLimit(l)
+				if err != nil {
+					return err
+				}
+				opts.Faults.RateLimits[op] = rl
+			}
+			if len(credentials) > 0 {
+				opts.Credentials = map[string]string{}
+				for _, c := range credentials {
+					id, secret, ok := strings.Cut(c, ":")
+					if !ok {
+						return fmt.Errorf("--credentials %q: want ACCESS_KEY_ID:SECRET", c)
+					}
+					opts.Credentials[id] = secret
+				}
+			}
+			if opts.DataDir != "" {
+				if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+					return err
+				}
+			}
+			srv, err := cloudmaplocal.New(opts)
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			apiL, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("--listen %s: %w (choose another address with --listen)", listen, err)
+			}
+			adminL, err := net.Listen("tcp", admin)
+			if err != nil {
+				apiL.Close()
+				return fmt.Errorf("--admin-listen %s: %w (choose another address with --admin-listen)", admin, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Cloud Map API on http://%s (admin, faults and metrics on http://%s)\n", apiL.Addr(), adminL.Addr())
+			return serve(ctx, map[net.Listener]http.Handler{apiL: srv.Handler(), adminL: srv.AdminHandler()})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:4566", "address of the Cloud Map API")
+	f.StringVar(&admin, "admin-listen", "127.0.0.1:4567", "address of the admin endpoint (faults, metrics)")
+	f.StringVar(&opts.DataDir, "data-dir", "", "keep state here across restarts (default: memory only)")
+	f.StringVar(&opts.Region, "region", "us-east-1", "region in ARNs")
+	f.StringVar(&opts.Account, "account", "123456789012", "account id in ARNs")
+	f.DurationVar(&opts.OperationDelay, "operation-delay", 0, "time asynchronous operations stay SUBMITTED/PENDING")
+	f.IntVar(&opts.MaxNamespaces, "max-namespaces", 50, "namespace quota")
+	f.IntVar(&opts.MaxInstancesPerNamespace, "max-instances-per-namespace", 2000, "instances-per-namespace quota")
+	f.BoolVar(&outage, "outage", false, "start in an outage (every call answers 503)")
+	f.Float64Var(&errorRate, "error-rate", 0, "share of calls answered with 500 InternalFailure")
+	f.DurationVar(&latency, "latency", 0, "latency added to every call")
+	f.StringSliceVar(&limits, "rate-limit", nil, "OPERATION=RATE[/BURST] token bucket (repeatable; * for every operation)")
+	f.StringSliceVar(&credentials, "credentials", nil, "ACCESS_KEY_ID:SECRET; when set, SigV4 signatures are checked")
+	return cmd
+}
+
+// parseRateLimit reads OPERATION=RATE[/BURST].
+func parseRateLimit(s string) (string, cloudmaplocal.RateLimit, error) {
+	op, spec, ok := strings.Cut(s, "=")
+	var rl cloudmaplocal.RateLimit
+	if ok {
+		rate, burst, hasBurst := strings.Cut(spec, "/")
+		_, err := fmt.Sscanf(rate, "%g", &rl.Rate)
+		if err == nil && hasBurst {
+			_, err = fmt.Sscanf(burst, "%d", &rl.Burst)
+		}
+		if err == nil {
+			if !hasBurst {
+				rl.Burst = max(int(rl.Rate), 1)
+			}
+			return op, rl, nil
+		}
+	}
+	return "", rl, fmt.Errorf("--rate-limit %q: want OPERATION=RATE[/BURST], e.g. DiscoverInstances=1000/2000", s)
+}
+
+// serve runs HTTP servers until ctx ends, then shuts them down.
+func serve(ctx context.Context, handlers map[net.Listener]http.Handler) error {
+	errc := make(chan error, len(handlers))
+	var servers []*http.Server
+	for l, h := range handlers {
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, srv)
+		go func() { errc <- srv.Serve(l) }()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		_ = srv.Shutdown(shutdown)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

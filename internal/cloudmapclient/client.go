@@ -1,0 +1,105 @@
+// Package cloudmapclient builds the aws-sdk-go-v2 Cloud Map client every
+// part of clustermap uses: credentials and region the standard SDK way,
+// the SDK's standard retryer, a client-side rate limit, and, for a custom
+// endpoint such as the local emulator, the data- host prefix turned off.
+package cloudmapclient
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"golang.org/x/time/rate"
+)
+
+// Options for New. Zero values mean the SDK's defaults.
+type Options struct {
+	// Endpoint overrides the Cloud Map endpoint (AWS_ENDPOINT_URL_SERVICEDISCOVERY
+	// and AWS_ENDPOINT_URL are honoured too, as the SDK does).
+	Endpoint string
+	Region   string
+	// QPS and Burst bound this client's calls; 0 means unlimited.
+	QPS   float64
+	Burst int
+	// MaxAttempts of the standard retryer (the SDK's default is 3).
+	MaxAttempts int
+}
+
+// New builds a client from the standard credential chain (environment,
+// shared config, IRSA web identity, EKS pod identity, instance roles).
+func New(ctx context.Context, o Options) (*sd.Client, error) {
+	var loadOpts []func(*config.LoadOptions) error
+	if o.Region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(o.Region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("loading AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	return NewFromConfig(cfg, o), nil
+}
+
+// NewFromConfig builds a client from a loaded aws.Config.
+func NewFromConfig(cfg aws.Config, o Options) *sd.Client {
+	return sd.NewFromConfig(cfg, func(so *sd.Options) {
+		if o.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+		so.Retryer = retry.NewStandard(func(ro *retry.StandardOptions) {
+			if o.MaxAttempts > 0 {
+				ro.MaxAttempts = o.MaxAttempts
+			}
+		})
+		if so.BaseEndpoint != nil {
+			// DiscoverInstances* would go to data-<host>, which does not
+			// resolve for a custom endpoint (aws-sdk-go-v2 issue 2556).
+			so.APIOptions = append(so.APIOptions, disableHostPrefix)
+			if !credentialsConfigured() {
+				// A local endpoint needs no real account; the SDK still signs.
+				so.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
+			}
+		}
+		if o.QPS > 0 {
+			lim := rate.NewLimiter(rate.Limit(o.QPS), max(o.Burst, 1))
+			so.APIOptions = append(so.APIOptions, func(st *middleware.Stack) error {
+				return st.Initialize.Add(middleware.InitializeMiddlewareFunc("ClientRateLimit",
+					func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+						if err := lim.Wait(ctx); err != nil {
+							return middleware.InitializeOutput{}, middleware.Metadata{}, err
+						}
+						return next.HandleInitialize(ctx, in)
+					}), middleware.Before)
+			})
+		}
+	})
+}
+
+func disableHostPrefix(st *middleware.Stack) error {
+	return st.Initialize.Add(middleware.InitializeMiddlewareFunc("DisableEndpointHostPrefix",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			return next.HandleInitialize(smithyhttp.DisableEndpointHostPrefix(ctx, true), in)
+		}), middleware.After)
+}
+
+// credentialsConfigured tells whether the environment names any credential
+// source, without asking the instance metadata service (slow off AWS).
+func credentialsConfigured() bool {
+	for _, v := range []string{"AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"} {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	home, _ := os.UserHomeDir()
+	_, err := os.Stat(home + "/.aws/credentials")
+	return err == nil
+}

@@ -1,0 +1,157 @@
+package cloudmaplocal
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
+)
+
+type faultState struct {
+	mu       sync.RWMutex
+	f        Faults
+	limiters map[string]*rate.Limiter
+}
+
+func newFaultState(f Faults) *faultState {
+	fs := &faultState{}
+	fs.set(f)
+	return fs
+}
+
+func (fs *faultState) get() Faults {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return fs.f
+}
+
+func (fs *faultState) set(f Faults) {
+	limiters := map[string]*rate.Limiter{}
+	for op, rl := range f.RateLimits {
+		burst := rl.Burst
+		if burst < 1 {
+			burst = 1
+		}
+		limiters[op] = rate.NewLimiter(rate.Limit(rl.Rate), burst)
+	}
+	fs.mu.Lock()
+	fs.f, fs.limiters = f, limiters
+	fs.mu.Unlock()
+}
+
+// inject applies the faults to one call of op: added latency, the outage
+// switch, the operation's token bucket, then the random error rate.
+func (fs *faultState) inject(ctx context.Context, op string) *apiError {
+	fs.mu.RLock()
+	f := fs.f
+	lim := fs.limiters[op]
+	if lim == nil {
+		lim = fs.limiters["*"]
+	}
+	fs.mu.RUnlock()
+	if f.Latency.Duration > 0 {
+		select {
+		case <-time.After(f.Latency.Duration):
+		case <-ctx.Done():
+		}
+	}
+	if f.Outage {
+		return errorf("ServiceUnavailable", "Service is unavailable (injected outage)")
+	}
+	if lim != nil && !lim.Allow() {
+		return errorf("RequestLimitExceeded", "Rate exceeded for %s", op)
+	}
+	if f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
+		return errorf("InternalFailure", "An internal error occurred (injected)")
+	}
+	return nil
+}
+
+// AdminHandler serves, apart from the API: GET/PUT /faults (JSON Faults; PUT
+// replaces them), GET /metrics (Prometheus) and GET /healthz.
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /faults", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.faults.get())
+	})
+	mux.HandleFunc("PUT /faults", func(w http.ResponseWriter, r *http.Request) {
+		var f Faults
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			http.Error(w, "faults: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.faults.set(f)
+		s.opts.Logger.Info("faults changed", "faults", f)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(f)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return mux
+}
+
+// SetFaults replaces the injected faults.
+func (s *Server) SetFaults(f Faults) { s.faults.set(f) }
+
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cloudmaplocal_requests_total",
+			Help: "API calls by operation and result code (OK or the error code).",
+		}, []string{"operation", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cloudmaplocal_request_duration_seconds",
+			Help:    "API call latency by operation, injected latency included.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1},
+		}, []string{"operation"}),
+	}
+	m.reg.MustRegister(m.requests, m.latency)
+	return m
+}
+
+func (m *metrics) observe(op, code string, d time.Duration) {
+	m.requests.WithLabelValues(op, code).Inc()
+	m.latency.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// register adds gauges of the state's size.
+func (m *metrics) register(s *Server) {
+	count := func(name, help string, f func() float64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	count("cloudmaplocal_namespaces", "Namespaces.", func() float64 {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return float64(len(s.st.Namespaces))
+	})
+	count("cloudmaplocal_services", "Services.", func() float64 {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return float64(len(s.st.Services))
+	})
+	count("cloudmaplocal_instances", "Registered instances.", func() float64 {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		n := 0
+		for _, c := range s.ix.nsInstances {
+			n += c
+		}
+		return float64(n)
+	})
+}

@@ -1,0 +1,364 @@
+package cloudmaplocal
+
+import (
+	"context"
+	"net/netip"
+	"sort"
+	"strconv"
+)
+
+// Attributes the service reserves; they do not count as custom attributes.
+var reservedAttributes = map[string]bool{
+	"AWS_INSTANCE_IPV4": true, "AWS_INSTANCE_IPV6": true, "AWS_INSTANCE_PORT": true,
+	"AWS_INSTANCE_CNAME": true, "AWS_ALIAS_DNS_NAME": true, "AWS_EC2_INSTANCE_ID": true,
+	"AWS_INIT_HEALTH_STATUS": true,
+}
+
+// checkAttributes applies the attribute quotas and the attributes the
+// service's DNS records need.
+func checkAttributes(svc *serviceRec, attrs map[string]string) error {
+	custom, total := 0, 0
+	for k, v := range attrs {
+		total += len(k) + len(v)
+		if !reservedAttributes[k] {
+			custom++
+		}
+	}
+	if custom > maxCustomAttributes {
+		return errorf("InvalidInput", "An instance can have at most %d custom attributes, got %d", maxCustomAttributes, custom)
+	}
+	if total > maxAttributesLength {
+		return errorf("InvalidInput", "Attribute keys and values can total at most %d characters, got %d", maxAttributesLength, total)
+	}
+	if v, ok := attrs["AWS_INSTANCE_IPV4"]; ok {
+		if a, err := netip.ParseAddr(v); err != nil || !a.Is4() {
+			return errorf("InvalidInput", "AWS_INSTANCE_IPV4 %q is not an IPv4 address", v)
+		}
+	}
+	if v, ok := attrs["AWS_INSTANCE_IPV6"]; ok {
+		if a, err := netip.ParseAddr(v); err != nil || !a.Is6() || a.Is4In6() {
+			return errorf("InvalidInput", "AWS_INSTANCE_IPV6 %q is not an IPv6 address", v)
+		}
+	}
+	if v, ok := attrs["AWS_INSTANCE_PORT"]; ok {
+		if p, err := strconv.Atoi(v); err != nil || p < 0 || p > 65535 {
+			return errorf("InvalidInput", "AWS_INSTANCE_PORT %q is not a port number", v)
+		}
+	}
+	if v, ok := attrs["AWS_INIT_HEALTH_STATUS"]; ok && v != "HEALTHY" && v != "UNHEALTHY" {
+		return errorf("InvalidInput", "AWS_INIT_HEALTH_STATUS must be HEALTHY or UNHEALTHY, got %q", v)
+	}
+	if svc.DnsConfig == nil {
+		return nil
+	}
+	_, alias := attrs["AWS_ALIAS_DNS_NAME"]
+	_, v4 := attrs["AWS_INSTANCE_IPV4"]
+	_, v6 := attrs["AWS_INSTANCE_IPV6"]
+	for _, r := range svc.DnsConfig.DnsRecords {
+		var missing string
+		switch r.Type {
+		case "A":
+			if !v4 && !alias {
+				missing = "AWS_INSTANCE_IPV4"
+			}
+		case "AAAA":
+			if !v6 && !alias {
+				missing = "AWS_INSTANCE_IPV6"
+			}
+		case "SRV":
+			if _, ok := attrs["AWS_INSTANCE_PORT"]; !ok {
+				missing = "AWS_INSTANCE_PORT"
+			} else if !v4 && !v6 {
+				missing = "AWS_INSTANCE_IPV4 or AWS_INSTANCE_IPV6"
+			}
+		case "CNAME":
+			if _, ok := attrs["AWS_INSTANCE_CNAME"]; !ok {
+				missing = "AWS_INSTANCE_CNAME"
+			}
+		}
+		if missing != "" {
+			return errorf("InvalidInput", "Service %s has a %s record, so instances need %s", svc.Id, r.Type, missing)
+		}
+	}
+	return nil
+}
+
+// checkInstanceQuota is the check before a new instance id; callers hold s.mu.
+func (s *Server) checkInstanceQuota(svc *serviceRec) *apiError {
+	if len(svc.Instances) >= maxInstancesPerService {
+		return errorf("ResourceLimitExceeded", "Service %s has reached the quota of %d instances", svc.Id, maxInstancesPerService)
+	}
+	if s.ix.nsInstances[svc.NamespaceId] >= s.opts.MaxInstancesPerNamespace {
+		return errorf("ResourceLimitExceeded", "Namespace %s has reached the quota of %d instances", svc.NamespaceId, s.opts.MaxInstancesPerNamespace)
+	}
+	return nil
+}
+
+func (s *Server) RegisterInstance(_ context.Context, in *RegisterInstanceRequest) (*RegisterInstanceResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc, err := s.service(in.ServiceId)
+	if err != nil {
+		return nil, err
+	}
+	key := ""
+	if in.CreatorRequestId != "" {
+		key = "RegisterInstance/" + svc.Id + "/" + in.CreatorRequestId
+		if opID, ok := s.st.Creators[key]; ok {
+			return &RegisterInstanceResponse{OperationId: opID}, nil // a retry
+		}
+	}
+	if op := s.pendingFor(svc.Id, in.InstanceId); op != nil {
+		return nil, duplicateRequest(op)
+	}
+	if err := checkAttributes(svc, in.Attributes); err != nil {
+		return nil, err
+	}
+	if _, exists := svc.Instances[in.InstanceId]; !exists {
+		if err := s.checkInstanceQuota(svc); err != nil {
+			return nil, err
+		}
+	}
+	health := "HEALTHY"
+	if in.Attributes["AWS_INIT_HEALTH_STATUS"] == "UNHEALTHY" {
+		health = "UNHEALTHY"
+	}
+	attrs := make(map[string]string, len(in.Attributes))
+	for k, v := range in.Attributes {
+		attrs[k] = v
+	}
+	inst := &instanceRec{Id: in.InstanceId, CreatorRequestId: in.CreatorRequestId, Attributes: attrs, Health: health}
+	op := s.startOperation("REGISTER_INSTANCE",
+		map[string]string{"NAMESPACE": svc.NamespaceId, "SERVICE": svc.Id, "INSTANCE": in.InstanceId},
+		&pending{Instance: inst, ServiceId: svc.Id}, key)
+	return &RegisterInstanceResponse{OperationId: op.Id}, nil
+}
+
+func (s *Server) DeregisterInstance(_ context.Context, in *DeregisterInstanceRequest) (*DeregisterInstanceResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc, err := s.service(in.ServiceId)
+	if err != nil {
+		return nil, err
+	}
+	if op := s.pendingFor(svc.Id, in.InstanceId); op != nil {
+		return nil, duplicateRequest(op)
+	}
+	if svc.Instances[in.InstanceId] == nil {
+		return nil, errorf("InstanceNotFound", "Instance %s not found in service %s", in.InstanceId, svc.Id)
+	}
+	op := s.startOperation("DEREGISTER_INSTANCE",
+		map[string]string{"NAMESPACE": svc.NamespaceId, "SERVICE": svc.Id, "INSTANCE": in.InstanceId}, &pending{}, "")
+	return &DeregisterInstanceResponse{OperationId: op.Id}, nil
+}
+
+func (s *Server) instance(serviceID, instanceID string) (*serviceRec, *instanceRec, error) {
+	svc, err := s.service(serviceID)
+	if err != nil {
+		return nil, nil, err
+	}
+	inst := svc.Instances[instanceID]
+	if inst == nil {
+		return nil, nil, errorf("InstanceNotFound", "Instance %s not found in service %s", instanceID, svc.Id)
+	}
+	return svc, inst, nil
+}
+
+func copyAttrs(m map[string]string) map[string]string {
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func (s *Server) GetInstance(_ context.Context, in *GetInstanceRequest) (*GetInstanceResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, inst, err := s.instance(in.ServiceId, in.InstanceId)
+	if err != nil {
+		return nil, err
+	}
+	return &GetInstanceResponse{Instance: &Instance{Id: inst.Id, CreatorRequestId: inst.CreatorRequestId, Attributes: copyAttrs(inst.Attributes)}}, nil
+}
+
+func (s *Server) ListInstances(_ context.Context, in *ListInstancesRequest) (*ListInstancesResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	svc, err := s.service(in.ServiceId)
+	if err != nil {
+		return nil, err
+	}
+	page, token, err := paginate(sortedKeys(svc.Instances), in.NextToken, in.MaxResults, 100)
+	if err != nil {
+		return nil, err
+	}
+	out := &ListInstancesResponse{NextToken: token, Instances: make([]InstanceSummary, 0, len(page))}
+	for _, id := range page {
+		out.Instances = append(out.Instances, InstanceSummary{Id: id, Attributes: copyAttrs(svc.Instances[id].Attributes)})
+	}
+	return out, nil
+}
+
+// discoverable finds a service by namespace HttpName and service name;
+// callers hold s.mu.
+func (s *Server) discoverable(namespaceName, serviceName string) (*namespaceRec, *serviceRec, error) {
+	nsID, ok := s.ix.nsByHTTPName[namespaceName]
+	if !ok {
+		return nil, nil, errorf("NamespaceNotFound", "Namespace %s not found", namespaceName)
+	}
+	svcID, ok := s.ix.svcByName[nsID][serviceName]
+	if !ok {
+		return nil, nil, errorf("ServiceNotFound", "Service %s not found in namespace %s", serviceName, namespaceName)
+	}
+	return s.st.Namespaces[nsID], s.st.Services[svcID], nil
+}
+
+func hasHealthCheck(svc *serviceRec) bool {
+	return svc.HealthCheckConfig != nil || svc.HealthCheckCustomConfig != nil
+}
+
+func matchesAll(attrs, filter map[string]string) bool {
+	for k, v := range filter {
+		if attrs[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) DiscoverInstances(_ context.Context, in *DiscoverInstancesRequest) (*DiscoverInstancesResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ns, svc, err := s.discoverable(in.NamespaceName, in.ServiceName)
+	if err != nil {
+		return nil, err
+	}
+	// Health only filters services that have a health check. Without a
+	// HealthStatus, HEALTHY is assumed (the model documents no default).
+	want := in.HealthStatus
+	if want == "" {
+		want = "HEALTHY"
+	}
+	var matched []*instanceRec
+	for _, inst := range svc.Instances {
+		if matchesAll(inst.Attributes, in.QueryParameters) {
+			matched = append(matched, inst)
+		}
+	}
+	if len(in.OptionalParameters) > 0 {
+		var opt []*instanceRec
+		for _, inst := range matched {
+			if matchesAll(inst.Attributes, in.OptionalParameters) {
+				opt = append(opt, inst)
+			}
+		}
+		if len(opt) > 0 {
+			matched = opt
+		}
+	}
+	if hasHealthCheck(svc) && want != "ALL" {
+		byHealth := func(h string) []*instanceRec {
+			var out []*instanceRec
+			for _, inst := range matched {
+				if inst.Health == h {
+					out = append(out, inst)
+				}
+			}
+			return out
+		}
+		switch want {
+		case "HEALTHY", "UNHEALTHY":
+			matched = byHealth(want)
+		case "HEALTHY_OR_ELSE_ALL":
+			if healthy := byHealth("HEALTHY"); len(healthy) > 0 {
+				matched = healthy
+			}
+		}
+	}
+	sort.Slice(matched, func(i, j int) bool { return matched[i].Id < matched[j].Id })
+	limit := 100
+	if in.MaxResults != nil {
+		limit = int(*in.MaxResults)
+	}
+	if len(matched) > limit {
+		matched = matched[:limit]
+	}
+	rev := svc.Revision
+	out := &DiscoverInstancesResponse{InstancesRevision: &rev, Instances: make([]HttpInstanceSummary, 0, len(matched))}
+	for _, inst := range matched {
+		health := inst.Health
+		if !hasHealthCheck(svc) {
+			health = "UNKNOWN"
+		}
+		out.Instances = append(out.Instances, HttpInstanceSummary{
+			InstanceId: inst.Id, NamespaceName: ns.HttpName, ServiceName: svc.Name,
+			HealthStatus: health, Attributes: copyAttrs(inst.Attributes),
+		})
+	}
+	return out, nil
+}
+
+func (s *Server) DiscoverInstancesRevision(_ context.Context, in *DiscoverInstancesRevisionRequest) (*DiscoverInstancesRevisionResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, svc, err := s.discoverable(in.NamespaceName, in.ServiceName)
+	if err != nil {
+		return nil, err
+	}
+	rev := svc.Revision
+	return &DiscoverInstancesRevisionResponse{InstancesRevision: &rev}, nil
+}
+
+func (s *Server) GetInstancesHealthStatus(_ context.Context, in *GetInstancesHealthStatusRequest) (*GetInstancesHealthStatusResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	svc, err := s.service(in.ServiceId)
+	if err != nil {
+		return nil, err
+	}
+	ids := in.Instances
+	if len(ids) == 0 {
+		ids = sortedKeys(svc.Instances)
+	} else {
+		ids = append([]string{}, ids...)
+		sort.Strings(ids)
+		for _, id := range ids {
+			if svc.Instances[id] == nil {
+				return nil, errorf("InstanceNotFound", "Instance %s not found in service %s", id, svc.Id)
+			}
+		}
+	}
+	page, token, err := paginate(ids, in.NextToken, in.MaxResults, 100)
+	if err != nil {
+		return nil, err
+	}
+	out := &GetInstancesHealthStatusResponse{NextToken: token, Status: map[string]string{}}
+	for _, id := range page {
+		h := svc.Instances[id].Health
+		if !hasHealthCheck(svc) {
+			h = "UNKNOWN"
+		}
+		out.Status[id] = h
+	}
+	return out, nil
+}
+
+func (s *Server) UpdateInstanceCustomHealthStatus(_ context.Context, in *UpdateInstanceCustomHealthStatusRequest) (*Empty, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	svc, inst, err := s.instance(in.ServiceId, in.InstanceId)
+	if err != nil {
+		return nil, err
+	}
+	if svc.HealthCheckCustomConfig == nil {
+		return nil, errorf("CustomHealthNotFound", "Service %s has no custom health check", svc.Id)
+	}
+	if inst.Health != in.Status {
+		inst.Health = in.Status
+		// What DiscoverInstances returns changed: so does the revision.
+		svc.Revision++
+		s.changed()
+	}
+	return &Empty{}, nil
+}

@@ -1,0 +1,198 @@
+package cloudmaplocal
+
+import (
+	"context"
+	"time"
+)
+
+// Asynchronous operations: namespace create/update/delete, UpdateService and
+// instance (de)registration answer with an OperationId at once; the change
+// itself happens when the operation completes, OperationDelay later.
+
+// startOperation records an operation and, without a delay, completes it
+// before returning. Callers hold s.mu.
+func (s *Server) startOperation(opType string, targets map[string]string, p *pending, creatorKey string) *operationRec {
+	now := time.Now()
+	op := &operationRec{
+		Id: newOperationID(), Type: opType, Status: "SUBMITTED",
+		CreateDate: now, UpdateDate: now, Targets: targets, Pending: p, CreatorKey: creatorKey,
+	}
+	s.st.Operations[op.Id] = op
+	if creatorKey != "" {
+		s.st.Creators[creatorKey] = op.Id
+	}
+	s.changed()
+	if s.opts.OperationDelay <= 0 {
+		s.complete(op)
+		return op
+	}
+	op.DueAt = now.Add(s.opts.OperationDelay)
+	s.schedule(op)
+	return op
+}
+
+// schedule completes op when it is due. Callers hold s.mu.
+func (s *Server) schedule(op *operationRec) {
+	s.timers[op.Id] = time.AfterFunc(max(time.Until(op.DueAt), 0), func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.timers, op.Id)
+		if op.Pending != nil {
+			s.complete(op)
+		}
+	})
+}
+
+// complete applies an operation, or fails it. Callers hold s.mu.
+func (s *Server) complete(op *operationRec) {
+	op.Status = "SUCCESS"
+	if s.failOperation() {
+		op.Status, op.ErrorCode, op.ErrorMessage = "FAIL", "INTERNAL_FAILURE", "The operation failed (injected failure)"
+	} else if err := s.apply(op); err != nil {
+		op.Status, op.ErrorCode, op.ErrorMessage = "FAIL", err.Code, err.Message
+	}
+	op.Pending = nil
+	op.DueAt = time.Time{}
+	op.UpdateDate = time.Now()
+	s.changed()
+}
+
+func (s *Server) apply(op *operationRec) *apiError {
+	p := op.Pending
+	switch op.Type {
+	case "CREATE_NAMESPACE":
+		ns := p.Namespace
+		if other, taken := s.ix.nsByHTTPName[ns.HttpName]; taken && other != ns.Id {
+			return errorf("NamespaceAlreadyExists", "Namespace %s already exists", ns.Name)
+		}
+		s.st.Namespaces[ns.Id] = ns
+		s.ix.nsByHTTPName[ns.HttpName] = ns.Id
+		s.ix.svcByName[ns.Id] = map[string]string{}
+	case "DELETE_NAMESPACE":
+		id := op.Targets["NAMESPACE"]
+		ns := s.st.Namespaces[id]
+		if ns == nil {
+			return errorf("NamespaceNotFound", "Namespace %s not found", id)
+		}
+		if len(s.ix.svcByName[id]) > 0 {
+			return errorf("ResourceInUse", "Namespace %s has services", id)
+		}
+		delete(s.st.Namespaces, id)
+		delete(s.st.Tags, ns.Arn)
+		delete(s.ix.nsByHTTPName, ns.HttpName)
+		delete(s.ix.svcByName, id)
+		delete(s.ix.nsInstances, id)
+	case "UPDATE_NAMESPACE":
+		ns := s.st.Namespaces[op.Targets["NAMESPACE"]]
+		if ns == nil {
+			return errorf("NamespaceNotFound", "Namespace %s not found", op.Targets["NAMESPACE"])
+		}
+		if p.Namespace.Description != "" {
+			ns.Description = p.Namespace.Description
+		}
+		if p.Namespace.SOATTL != nil {
+			ns.SOATTL = p.Namespace.SOATTL
+		}
+	case "UPDATE_SERVICE":
+		svc := s.st.Services[op.Targets["SERVICE"]]
+		if svc == nil {
+			return errorf("ServiceNotFound", "Service %s not found", op.Targets["SERVICE"])
+		}
+		applyServiceChange(svc, p.ServiceDiff)
+	case "REGISTER_INSTANCE":
+		svc := s.st.Services[p.ServiceId]
+		if svc == nil {
+			return errorf("ServiceNotFound", "Service %s not found", p.ServiceId)
+		}
+		if _, exists := svc.Instances[p.Instance.Id]; !exists {
+			if err := s.checkInstanceQuota(svc); err != nil {
+				return err
+			}
+			s.ix.nsInstances[svc.NamespaceId]++
+		}
+		svc.Instances[p.Instance.Id] = p.Instance
+		svc.Revision++
+	case "DEREGISTER_INSTANCE":
+		svc := s.st.Services[op.Targets["SERVICE"]]
+		id := op.Targets["INSTANCE"]
+		if svc == nil || svc.Instances[id] == nil {
+			return errorf("InstanceNotFound", "Instance %s not found", id)
+		}
+		delete(svc.Instances, id)
+		s.ix.nsInstances[svc.NamespaceId]--
+		svc.Revision++
+	}
+	return nil
+}
+
+// pendingFor finds an unfinished operation on the same instance: the
+// service answers a second one with DuplicateRequest. Callers hold s.mu.
+func (s *Server) pendingFor(serviceID, instanceID string) *operationRec {
+	if s.opts.OperationDelay <= 0 {
+		return nil
+	}
+	for _, op := range s.st.Operations {
+		if op.Pending != nil && op.Targets["SERVICE"] == serviceID && op.Targets["INSTANCE"] == instanceID {
+			return op
+		}
+	}
+	return nil
+}
+
+func duplicateRequest(op *operationRec) *apiError {
+	e := errorf("DuplicateRequest", "Operation %s on the same resource is still in progress", op.Id)
+	e.Extra = map[string]any{"DuplicateOperationId": op.Id}
+	return e
+}
+
+// status reports SUBMITTED for the first half of the delay, then PENDING.
+func (s *Server) status(op *operationRec) string {
+	if op.Pending == nil {
+		return op.Status
+	}
+	if time.Since(op.CreateDate) < s.opts.OperationDelay/2 {
+		return "SUBMITTED"
+	}
+	return "PENDING"
+}
+
+func (s *Server) GetOperation(_ context.Context, in *GetOperationRequest) (*GetOperationResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	op := s.st.Operations[in.OperationId]
+	if op == nil {
+		return nil, errorf("OperationNotFound", "Operation %s not found", in.OperationId)
+	}
+	out := &Operation{
+		Id: op.Id, Type: op.Type, Status: s.status(op), ErrorCode: op.ErrorCode, ErrorMessage: op.ErrorMessage,
+		CreateDate: ts(op.CreateDate), UpdateDate: ts(op.UpdateDate), Targets: op.Targets,
+	}
+	return &GetOperationResponse{Operation: out}, nil
+}
+
+func (s *Server) ListOperations(_ context.Context, in *ListOperationsRequest) (*ListOperationsResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	match, err := operationFilter(in.Filters)
+	if err != nil {
+		return nil, err
+	}
+	// Newest first, as the console shows them; the key pages stably.
+	keys := map[string]*operationRec{}
+	for _, op := range s.st.Operations {
+		st := s.status(op)
+		if match(op, st) {
+			keys[pageKeyNewestFirst(op.CreateDate, op.Id)] = op
+		}
+	}
+	page, next, err := paginate(sortedKeys(keys), in.NextToken, in.MaxResults, 100)
+	if err != nil {
+		return nil, err
+	}
+	out := &ListOperationsResponse{NextToken: next, Operations: []OperationSummary{}}
+	for _, k := range page {
+		op := keys[k]
+		out.Operations = append(out.Operations, OperationSummary{Id: op.Id, Status: s.status(op)})
+	}
+	return out, nil
+}

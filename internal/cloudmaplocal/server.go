@@ -1,0 +1,301 @@
+// Package cloudmaplocal is a local AWS Cloud Map: an HTTP server speaking
+// the service's AWS JSON 1.1 protocol with all operations of its model, the
+// model's input validation, the service's documented behaviour and quotas,
+// and injectable faults. The real aws-sdk-go-v2 client talks to it unchanged.
+package cloudmaplocal
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+const targetPrefix = "Route53AutoNaming_v20170314."
+
+// Options configure a Server.
+type Options struct {
+	// DataDir keeps state across restarts; empty keeps it in memory only.
+	DataDir string
+	Region  string
+	Account string
+	// OperationDelay is how long asynchronous operations stay SUBMITTED or
+	// PENDING before they succeed or fail; 0 completes them at once.
+	OperationDelay time.Duration
+	// Quotas the service lets accounts raise.
+	MaxNamespaces            int
+	MaxInstancesPerNamespace int
+	// Credentials, when set, turn on SigV4 checking: access key -> secret.
+	Credentials map[string]string
+	Faults      Faults
+	Logger      *slog.Logger
+}
+
+// Fixed quotas of the service.
+const (
+	maxInstancesPerService = 1000
+	maxCustomAttributes    = 30
+	maxAttributesLength    = 5000
+	maxTagsPerResource     = 50
+	maxServiceAttributes   = 30
+)
+
+// Server is the emulator. Its API handler is Handler; AdminHandler serves
+// faults and metrics on a separate listener.
+type Server struct {
+	opts Options
+
+	mu    sync.RWMutex
+	st    *state
+	ix    *index
+	dirty bool
+
+	faults  *faultState
+	metrics *metrics
+	done    chan struct{}
+	wg      sync.WaitGroup
+	timers  map[string]*time.Timer
+}
+
+// New loads any saved state and starts the server's background work.
+func New(opts Options) (*Server, error) {
+	if opts.Region == "" {
+		opts.Region = "us-east-1"
+	}
+	if opts.Account == "" {
+		opts.Account = "123456789012"
+	}
+	if opts.MaxNamespaces == 0 {
+		opts.MaxNamespaces = 50
+	}
+	if opts.MaxInstancesPerNamespace == 0 {
+		opts.MaxInstancesPerNamespace = 2000
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	st := newState()
+	if opts.DataDir != "" {
+		var err error
+		if st, err = loadSnapshot(opts.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{
+		opts:    opts,
+		st:      st,
+		ix:      buildIndex(st),
+		faults:  newFaultState(opts.Faults),
+		metrics: newMetrics(),
+		done:    make(chan struct{}),
+		timers:  map[string]*time.Timer{},
+	}
+	s.metrics.register(s)
+	// Operations a previous run left unfinished finish now or when due.
+	s.mu.Lock()
+	for _, op := range st.Operations {
+		if op.Pending != nil {
+			s.schedule(op)
+		}
+	}
+	s.mu.Unlock()
+	if opts.DataDir != "" {
+		s.wg.Add(1)
+		go s.persistLoop()
+	}
+	return s, nil
+}
+
+// Close stops background work and writes the final snapshot.
+func (s *Server) Close() error {
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	close(s.done)
+	s.wg.Wait()
+	s.mu.Lock()
+	for _, t := range s.timers {
+		t.Stop()
+	}
+	s.mu.Unlock()
+	return s.flush()
+}
+
+// persistLoop writes the snapshot at most every 100 ms while state changes,
+// so that bursts of registrations cost one write.
+func (s *Server) persistLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			if err := s.flush(); err != nil {
+				s.opts.Logger.Error("writing the state snapshot failed", "dir", s.opts.DataDir, "err", err)
+			}
+		}
+	}
+}
+
+func (s *Server) flush() error {
+	if s.opts.DataDir == "" {
+		return nil
+	}
+	s.mu.Lock()
+	if !s.dirty {
+		s.mu.Unlock()
+		return nil
+	}
+	data, err := json.Marshal(s.st)
+	s.dirty = false
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return writeSnapshot(s.opts.DataDir, data)
+}
+
+// changed marks the state for the next snapshot; callers hold s.mu.
+func (s *Server) changed() { s.dirty = true }
+
+// Handler serves the Cloud Map API. The host is not checked, so the SDK's
+// data- host prefix for DiscoverInstances reaches it too.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveAPI) }
+
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), targetPrefix)
+	code := "OK"
+	defer func() { s.metrics.observe(op, code, time.Since(start)) }()
+
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		code = writeError(w, errorf("SerializationException", "reading the request: %v", err))
+		return
+	}
+	spec, known := modelOperations[op]
+	if r.Method != http.MethodPost || !known {
+		op = "unknown"
+		code = writeError(w, errorf("UnknownOperationException", "unknown operation %q", r.Header.Get("X-Amz-Target")))
+		return
+	}
+	if aerr := s.checkSignature(r, body); aerr != nil {
+		code = writeError(w, aerr)
+		return
+	}
+	if aerr := s.faults.inject(r.Context(), op); aerr != nil {
+		code = writeError(w, aerr)
+		return
+	}
+	var decoded any = map[string]any{}
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		if err := dec.Decode(&decoded); err != nil {
+			code = writeError(w, errorf("SerializationException", "the request body is not JSON: %v", err))
+			return
+		}
+	}
+	if aerr := validate(spec.input, decoded); aerr != nil {
+		code = writeError(w, aerr)
+		return
+	}
+	out, err := spec.call(r.Context(), s, body)
+	if err != nil {
+		aerr, ok := err.(*apiError)
+		if !ok {
+			aerr = errorf("InternalFailure", "%v", err)
+		}
+		code = writeError(w, aerr)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	w.Header().Set("X-Amzn-Requestid", randomRequestID())
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func randomRequestID() string {
+	b := randomID(32)
+	return b[:8] + "-" + b[8:12] + "-" + b[12:16] + "-" + b[16:20] + "-" + b[20:]
+}
+
+func writeError(w http.ResponseWriter, e *apiError) string {
+	body := map[string]any{"__type": e.Code, "Message": e.Message}
+	for k, v := range e.Extra {
+		body[k] = v
+	}
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	w.Header().Set("X-Amzn-Errortype", e.Code)
+	w.Header().Set("X-Amzn-Requestid", randomRequestID())
+	w.WriteHeader(e.Status())
+	_ = json.NewEncoder(w).Encode(body)
+	return e.Code
+}
+
+// Faults are injected into API calls; all can change at run time.
+type Faults struct {
+	// Outage answers every call with 503 ServiceUnavailable.
+	Outage bool `json:"outage"`
+	// ErrorRate is the share of calls answered with 500 InternalFailure.
+	ErrorRate float64 `json:"errorRate"`
+	// Latency is added to every call.
+	Latency Duration `json:"latency"`
+	// OperationFailureRate is the share of asynchronous operations that end FAIL.
+	OperationFailureRate float64 `json:"operationFailureRate"`
+	// RateLimits are token buckets per operation; "*" applies to every
+	// operation without its own.
+	RateLimits map[string]RateLimit `json:"rateLimits"`
+}
+
+// RateLimit is a token bucket: Rate calls per second, bursts up to Burst.
+type RateLimit struct {
+	Rate  float64 `json:"rate"`
+	Burst int     `json:"burst"`
+}
+
+// DefaultRateLimits are the data-plane limits AWS documents; control-plane
+// limits are unpublished and off unless set.
+func DefaultRateLimits() map[string]RateLimit {
+	return map[string]RateLimit{
+		"DiscoverInstances":         {Rate: 1000, Burst: 2000},
+		"DiscoverInstancesRevision": {Rate: 3000, Burst: 6000},
+	}
+}
+
+// Duration is a time.Duration written as "1.5s" in JSON.
+type Duration struct{ time.Duration }
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	d.Duration = v
+	return err
+}
+
+func (s *Server) failOperation() bool {
+	rate := s.faults.get().OperationFailureRate
+	return rate > 0 && rand.Float64() < rate
+}
+
+// arn names a resource the way the service does.
+func (s *Server) arn(kind, id string) string {
+	return fmt.Sprintf("arn:aws:servicediscovery:%s:%s:%s/%s", s.opts.Region, s.opts.Account, kind, id)
+}
+
+// ensure Server implements every operation of the model.
+var _ api = (*Server)(nil)

@@ -1,0 +1,196 @@
+package cloudmaplocal
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The emulator's state. Everything is guarded by Server.mu; the JSON
+// shape is the --data-dir snapshot format.
+
+type namespaceRec struct {
+	Id               string
+	Arn              string
+	Name             string
+	Type             string // HTTP, DNS_PRIVATE, DNS_PUBLIC
+	Description      string
+	HttpName         string
+	Vpc              string `json:",omitempty"`
+	HostedZoneId     string `json:",omitempty"`
+	SOATTL           *int64 `json:",omitempty"`
+	CreateDate       time.Time
+	CreatorRequestId string
+}
+
+type serviceRec struct {
+	Id                      string
+	Arn                     string
+	Name                    string
+	NamespaceId             string
+	Description             string
+	Type                    string                   // HTTP, DNS_HTTP, DNS
+	DnsConfig               *DnsConfig               `json:",omitempty"`
+	HealthCheckConfig       *HealthCheckConfig       `json:",omitempty"`
+	HealthCheckCustomConfig *HealthCheckCustomConfig `json:",omitempty"`
+	CreateDate              time.Time
+	CreatorRequestId        string
+	Attributes              map[string]string `json:",omitempty"`
+	// Revision changes whenever what DiscoverInstances returns may change.
+	Revision  int64
+	Instances map[string]*instanceRec
+}
+
+type instanceRec struct {
+	Id               string
+	CreatorRequestId string
+	Attributes       map[string]string
+	Health           string // HEALTHY or UNHEALTHY
+}
+
+// operationRec is an asynchronous operation. Until it is final it carries
+// what completing it applies, as data, so that a restart can finish it.
+type operationRec struct {
+	Id           string
+	Type         string
+	Status       string
+	ErrorCode    string `json:",omitempty"`
+	ErrorMessage string `json:",omitempty"`
+	CreateDate   time.Time
+	UpdateDate   time.Time
+	Targets      map[string]string
+	CreatorKey   string    `json:",omitempty"`
+	DueAt        time.Time `json:",omitempty"`
+	Pending      *pending  `json:",omitempty"`
+}
+
+type pending struct {
+	Namespace   *namespaceRec  `json:",omitempty"` // CREATE_NAMESPACE, UPDATE_NAMESPACE
+	Instance    *instanceRec   `json:",omitempty"` // REGISTER_INSTANCE
+	ServiceId   string         `json:",omitempty"`
+	ServiceDiff *ServiceChange `json:",omitempty"` // UPDATE_SERVICE
+}
+
+type state struct {
+	Namespaces map[string]*namespaceRec
+	Services   map[string]*serviceRec
+	Operations map[string]*operationRec
+	Tags       map[string][]Tag // by ARN
+	// Creators maps an idempotency key (operation, CreatorRequestId) to the
+	// operation or resource it created.
+	Creators map[string]string
+}
+
+func newState() *state {
+	return &state{
+		Namespaces: map[string]*namespaceRec{},
+		Services:   map[string]*serviceRec{},
+		Operations: map[string]*operationRec{},
+		Tags:       map[string][]Tag{},
+		Creators:   map[string]string{},
+	}
+}
+
+// index holds lookups derived from state, rebuilt after a load.
+type index struct {
+	nsByHTTPName map[string]string            // HttpName -> namespace id
+	svcByName    map[string]map[string]string // namespace id -> service name -> id
+	nsInstances  map[string]int               // namespace id -> instance count
+}
+
+func buildIndex(st *state) *index {
+	ix := &index{nsByHTTPName: map[string]string{}, svcByName: map[string]map[string]string{}, nsInstances: map[string]int{}}
+	for _, ns := range st.Namespaces {
+		ix.nsByHTTPName[ns.HttpName] = ns.Id
+		ix.svcByName[ns.Id] = map[string]string{}
+	}
+	for _, svc := range st.Services {
+		if ix.svcByName[svc.NamespaceId] == nil {
+			ix.svcByName[svc.NamespaceId] = map[string]string{}
+		}
+		ix.svcByName[svc.NamespaceId][svc.Name] = svc.Id
+		ix.nsInstances[svc.NamespaceId] += len(svc.Instances)
+	}
+	return ix
+}
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
+	}
+	return string(b)
+}
+
+// Ids in the service's formats: ns-ylexjili4cdxy3xm, srv-p5zdwlg5uvvzjita,
+// and operation ids of 32+8 characters.
+func newNamespaceID() string { return "ns-" + randomID(16) }
+func newServiceID() string   { return "srv-" + randomID(16) }
+func newOperationID() string { return randomID(32) + "-" + randomID(8) }
+func newHostedZoneID() string {
+	return "Z" + strings.ToUpper(randomID(13))
+}
+
+// loadSnapshot reads a --data-dir snapshot; a missing one is an empty state.
+func loadSnapshot(dir string) (*state, error) {
+	data, err := os.ReadFile(filepath.Join(dir, snapshotName))
+	if errors.Is(err, os.ErrNotExist) {
+		return newState(), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := newState()
+	if err := json.Unmarshal(data, st); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, snapshotName), err)
+	}
+	for _, svc := range st.Services {
+		if svc.Instances == nil {
+			svc.Instances = map[string]*instanceRec{}
+		}
+	}
+	return st, nil
+}
+
+const snapshotName = "cloudmap-state.json"
+
+// writeSnapshot replaces the snapshot atomically: a reader (or a crash)
+// sees the old file or the new one, never half of one.
+func writeSnapshot(dir string, data []byte) error {
+	tmp, err := os.CreateTemp(dir, snapshotName+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, snapshotName))
+}
+
+// sortedKeys gives a map's keys in order: every listing pages over them.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
