@@ -290,3 +290,6 @@ func decodeInput(body []byte, into any) error {
 	}
 	return nil
 }
+
+// Operations lists the operations the emulator serves.
+func Operations() []string { return sortedKeys(modelOperations) }
