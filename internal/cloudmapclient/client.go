@@ -46,6 +46,10 @@ func New(ctx context.Context, o Options) (*sd.Client, error) {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
+	if customEndpoint(o) && !credentialsConfigured() {
+		// A local endpoint needs no real account; the SDK still signs.
+		cfg.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
+	}
 	return NewFromConfig(cfg, o), nil
 }
 
@@ -64,10 +68,6 @@ func NewFromConfig(cfg aws.Config, o Options) *sd.Client {
 			// DiscoverInstances* would go to data-<host>, which does not
 			// resolve for a custom endpoint (aws-sdk-go-v2 issue 2556).
 			so.APIOptions = append(so.APIOptions, disableHostPrefix)
-			if !credentialsConfigured() {
-				// A local endpoint needs no real account; the SDK still signs.
-				so.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
-			}
 		}
 		if o.QPS > 0 {
 			lim := rate.NewLimiter(rate.Limit(o.QPS), max(o.Burst, 1))
@@ -89,6 +89,10 @@ func disableHostPrefix(st *middleware.Stack) error {
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 			return next.HandleInitialize(smithyhttp.DisableEndpointHostPrefix(ctx, true), in)
 		}), middleware.After)
+}
+
+func customEndpoint(o Options) bool {
+	return o.Endpoint != "" || os.Getenv("AWS_ENDPOINT_URL_SERVICEDISCOVERY") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
 }
 
 // credentialsConfigured tells whether the environment names any credential
