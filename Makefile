@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/clustermap/clustermap/internal/version.Version=$(VERSIO
 MCS_API_DIR = $(shell go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 GOTEST_FLAGS ?= -timeout 40m
 
-.PHONY: all tools build generate crds test demo down clean
+.PHONY: all tools build generate crds test bench demo down clean
 
 all: build
 
@@ -21,6 +21,7 @@ build:
 
 ## generate: deep-copies and the ClusterProperty CRD from api/ (controller-gen)
 generate: tools
+	go generate ./...
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=config/crd/bases
 
@@ -34,6 +35,10 @@ crds:
 test: tools build
 	go vet ./...
 	CLUSTERMAP_BIN_DIR=$(BIN) go test $(GOTEST_FLAGS) ./...
+
+## bench: the benchmarks, printing the numbers the issues set targets for
+bench: tools build
+	CLUSTERMAP_BIN_DIR=$(BIN) go test -run XXX -bench . -benchtime 1x -timeout 60m ./bench/...
 
 ## demo: local clusters with clustermap (see README)
 demo: tools build

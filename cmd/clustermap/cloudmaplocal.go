@@ -47,6 +47,10 @@ served apart, on --admin-listen: GET/PUT /faults, GET /metrics.`,
 				if err != nil {
 					return err
 				}
+				if rl.Rate <= 0 {
+					delete(opts.Faults.RateLimits, op) // OP=0 lifts a default limit
+					continue
+				}
 				opts.Faults.RateLimits[op] = rl
 			}
 			if len(credentials) > 0 {
@@ -96,7 +100,7 @@ served apart, on --admin-listen: GET/PUT /faults, GET /metrics.`,
 	f.BoolVar(&outage, "outage", false, "start in an outage (every call answers 503)")
 	f.Float64Var(&errorRate, "error-rate", 0, "share of calls answered with 500 InternalFailure")
 	f.DurationVar(&latency, "latency", 0, "latency added to every call")
-	f.StringSliceVar(&limits, "rate-limit", nil, "OPERATION=RATE[/BURST] token bucket (repeatable; * for every operation)")
+	f.StringSliceVar(&limits, "rate-limit", nil, "OPERATION=RATE[/BURST] token bucket (repeatable; * for every operation; RATE 0 lifts a limit)")
 	f.StringSliceVar(&credentials, "credentials", nil, "ACCESS_KEY_ID:SECRET; when set, SigV4 signatures are checked")
 	return cmd
 }

@@ -164,14 +164,6 @@ func (s *Server) instance(serviceID, instanceID string) (*serviceRec, *instanceR
 	return svc, inst, nil
 }
 
-func copyAttrs(m map[string]string) map[string]string {
-	c := make(map[string]string, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
-}
-
 func (s *Server) GetInstance(_ context.Context, in *GetInstanceRequest) (*GetInstanceResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -179,7 +171,7 @@ func (s *Server) GetInstance(_ context.Context, in *GetInstanceRequest) (*GetIns
 	if err != nil {
 		return nil, err
 	}
-	return &GetInstanceResponse{Instance: &Instance{Id: inst.Id, CreatorRequestId: inst.CreatorRequestId, Attributes: copyAttrs(inst.Attributes)}}, nil
+	return &GetInstanceResponse{Instance: &Instance{Id: inst.Id, CreatorRequestId: inst.CreatorRequestId, Attributes: inst.Attributes}}, nil
 }
 
 func (s *Server) ListInstances(_ context.Context, in *ListInstancesRequest) (*ListInstancesResponse, error) {
@@ -195,7 +187,7 @@ func (s *Server) ListInstances(_ context.Context, in *ListInstancesRequest) (*Li
 	}
 	out := &ListInstancesResponse{NextToken: token, Instances: make([]InstanceSummary, 0, len(page))}
 	for _, id := range page {
-		out.Instances = append(out.Instances, InstanceSummary{Id: id, Attributes: copyAttrs(svc.Instances[id].Attributes)})
+		out.Instances = append(out.Instances, InstanceSummary{Id: id, Attributes: svc.Instances[id].Attributes})
 	}
 	return out, nil
 }
@@ -293,7 +285,7 @@ func (s *Server) DiscoverInstances(_ context.Context, in *DiscoverInstancesReque
 		}
 		out.Instances = append(out.Instances, HttpInstanceSummary{
 			InstanceId: inst.Id, NamespaceName: ns.HttpName, ServiceName: svc.Name,
-			HealthStatus: health, Attributes: copyAttrs(inst.Attributes),
+			HealthStatus: health, Attributes: inst.Attributes,
 		})
 	}
 	return out, nil

@@ -50,7 +50,9 @@ type serviceRec struct {
 type instanceRec struct {
 	Id               string
 	CreatorRequestId string
-	Attributes       map[string]string
+	// Attributes is never changed in place (a re-registration replaces the
+	// record), so responses may share it after the lock is released.
+	Attributes map[string]string
 	Health           string // HEALTHY or UNHEALTHY
 }
 

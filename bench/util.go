@@ -1,0 +1,5 @@
+package bench
+
+import "runtime"
+
+func runtimeCores() int { return runtime.NumCPU() }
