@@ -8,14 +8,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
 )
 
-// runDemo starts two clusters and shows what each knows about itself. The
-// Cloud Map emulator, the controllers and an exported sample service join
-// it as they are built (issues 3 and 7).
-func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options) error {
+// runDemo starts two clusters and the Cloud Map emulator and shows what
+// each cluster knows about itself. The controllers and an exported sample
+// service join it as they are built (issue 3).
+func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloudMapAddr string) error {
 	opts.Clusters = 2
+	cm, err := devenv.StartCloudMap(cloudmaplocal.Options{}, cloudMapAddr, "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("%w (choose another address with --cloudmap-listen)", err)
+	}
+	defer cm.Close()
 	env, err := devenv.Up(ctx, opts)
 	if err != nil {
 		return err
@@ -42,6 +48,8 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options) error
 		}
 	}
 	printUsage(cmd, env)
+	fmt.Fprintf(w, "\nCloud Map emulator: %s (faults and metrics: %s/faults, %s/metrics)\n", cm.URL, cm.AdminURL, cm.AdminURL)
+	fmt.Fprintf(w, "  AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local aws --region us-east-1 --endpoint-url %s servicediscovery list-namespaces\n", cm.URL)
 	fmt.Fprintln(w, "\nThe demo runs until interrupted (Ctrl-C), then stops everything.")
 	<-ctx.Done()
 	return nil

@@ -21,8 +21,9 @@ func newDev() *cobra.Command {
 		Short: "Local clusters (kwok) for development, the demo and tests",
 	}
 	var (
-		opts    devenv.Options
-		stateIn string
+		opts         devenv.Options
+		stateIn      string
+		cloudMapAddr string
 	)
 	up := &cobra.Command{
 		Use:   "up",
@@ -65,11 +66,12 @@ func newDev() *cobra.Command {
 			defer stop()
 			opts.StateDir = stateIn
 			opts.Log = cmd.ErrOrStderr()
-			return runDemo(ctx, cmd, opts)
+			return runDemo(ctx, cmd, opts, cloudMapAddr)
 		},
 	}
 	demo.Flags().IntVar(&opts.PortBase, "port-base", 30700, "cluster i's apiserver listens on port-base+i (0: any free port)")
 	demo.Flags().StringVar(&opts.BinDir, "bin-dir", devenv.BinDir(), "directory of the pinned tools (make tools)")
+	demo.Flags().StringVar(&cloudMapAddr, "cloudmap-listen", "127.0.0.1:4566", "address of the demo's Cloud Map emulator")
 
 	dev.PersistentFlags().StringVar(&stateIn, "state-dir", defaultDevDir, "directory holding the environment's files")
 	dev.AddCommand(up, down, demo)
