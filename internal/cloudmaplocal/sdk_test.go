@@ -96,7 +96,7 @@ func TestEveryOperation(t *testing.T) {
 	}))
 	privNS := opDone(t, c, privOp.OperationId)["NAMESPACE"]
 	pubOp := must[*sd.CreatePublicDnsNamespaceOutput](t)(c.CreatePublicDnsNamespace(ctx, &sd.CreatePublicDnsNamespaceInput{
-		Name: aws.String("example.com"),
+		Name:       aws.String("example.com"),
 		Properties: &types.PublicDnsNamespaceProperties{DnsProperties: &types.PublicDnsPropertiesMutable{SOA: &types.SOA{TTL: aws.Int64(120)}}},
 	}))
 	pubNS := opDone(t, c, pubOp.OperationId)["NAMESPACE"]

@@ -53,7 +53,7 @@ type instanceRec struct {
 	// Attributes is never changed in place (a re-registration replaces the
 	// record), so responses may share it after the lock is released.
 	Attributes map[string]string
-	Health           string // HEALTHY or UNHEALTHY
+	Health     string // HEALTHY or UNHEALTHY
 }
 
 // operationRec is an asynchronous operation. Until it is final it carries

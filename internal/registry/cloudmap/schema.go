@@ -1,0 +1,356 @@
+// Package cloudmap is the Registry on AWS Cloud Map. One HTTP namespace per
+// Kubernetes namespace, one Cloud Map service per exported Service, one
+// instance per endpoint address and port with the attribute schema of the
+// AWS Cloud Map MCS controller (so both controllers share a clusterset), and
+// one service record instance per exporting cluster carrying what that
+// schema lacks (all ports, session affinity, IP families, exported labels
+// and annotations) and keeping a zero-endpoint export visible.
+package cloudmap
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// Attributes of the AWS controller's schema.
+const (
+	AttrIPv4               = "AWS_INSTANCE_IPV4"
+	AttrIPv6               = "AWS_INSTANCE_IPV6"
+	AttrPort               = "AWS_INSTANCE_PORT"
+	AttrEndpointPortName   = "ENDPOINT_PORT_NAME"
+	AttrEndpointProtocol   = "ENDPOINT_PROTOCOL"
+	AttrReady              = "READY"
+	AttrHostname           = "HOSTNAME"
+	AttrNodeName           = "NODENAME"
+	AttrClusterID          = "CLUSTER_ID"
+	AttrClusterSetID       = "CLUSTERSET_ID"
+	AttrServicePortName    = "SERVICE_PORT_NAME"
+	AttrServicePort        = "SERVICE_PORT"
+	AttrServiceTargetPort  = "SERVICE_TARGET_PORT"
+	AttrServiceProtocol    = "SERVICE_PROTOCOL"
+	AttrServiceType        = "SERVICE_TYPE"
+	AttrExportCreationTime = "SERVICE_EXPORT_CREATION_TIMESTAMP"
+	AttrController         = "K8S_CONTROLLER"
+)
+
+// Attributes of clustermap's service record.
+const (
+	AttrRecord                = "CLUSTERMAP_RECORD" // "service" on the service record
+	AttrServicePorts          = "SERVICE_PORTS"     // JSON list of mcs ServicePorts
+	AttrSessionAffinity       = "SESSION_AFFINITY"
+	AttrSessionAffinityTime   = "SESSION_AFFINITY_TIMEOUT"
+	AttrIPFamilies            = "IP_FAMILIES"
+	AttrInternalTrafficPolicy = "INTERNAL_TRAFFIC_POLICY"
+	AttrTrafficDistribution   = "TRAFFIC_DISTRIBUTION"
+	AttrExportedLabels        = "EXPORTED_LABELS"      // JSON object
+	AttrExportedAnnotations   = "EXPORTED_ANNOTATIONS" // JSON object
+)
+
+// ourKeys are the attributes clustermap compares when deciding whether an
+// instance needs re-registering: attributes others add cause no churn, and
+// neither does K8S_CONTROLLER, which changes with every upgrade.
+var ourKeys = []string{
+	AttrIPv4, AttrIPv6, AttrPort, AttrEndpointPortName, AttrEndpointProtocol, AttrReady, AttrHostname,
+	AttrNodeName, AttrClusterID, AttrClusterSetID, AttrServicePortName, AttrServicePort, AttrServiceTargetPort,
+	AttrServiceProtocol, AttrServiceType, AttrExportCreationTime, AttrRecord, AttrServicePorts,
+	AttrSessionAffinity, AttrSessionAffinityTime, AttrIPFamilies, AttrInternalTrafficPolicy,
+	AttrTrafficDistribution, AttrExportedLabels, AttrExportedAnnotations,
+}
+
+// Cloud Map limits on instance attributes.
+const (
+	maxValueLength   = 1024
+	maxAttrsLength   = 5000
+	MaxInstances     = 1000
+	recordValue      = "service"
+	instanceIDLength = 64
+)
+
+// clusterTag is a short, stable stand-in for a cluster in instance ids, so
+// that equal pod IPs in two clusters never give one id.
+func clusterTag(clusterSet, cluster string) string {
+	sum := sha256.Sum256([]byte(clusterSet + "/" + cluster))
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// EndpointID is `<proto>-<ip with . and : as _>-<port>-<cluster tag>`: the
+// AWS controller's id with the cluster added, at most 60 characters.
+func EndpointID(clusterSet, cluster string, ep registry.Endpoint) string {
+	ip := strings.NewReplacer(".", "_", ":", "_").Replace(ep.IP)
+	return fmt.Sprintf("%s-%s-%d-%s", strings.ToLower(string(ep.Protocol)), ip, ep.Port, clusterTag(clusterSet, cluster))
+}
+
+// ServiceRecordID names a cluster's service record.
+func ServiceRecordID(clusterSet, cluster string) string {
+	return "clustermap-service-" + clusterTag(clusterSet, cluster)
+}
+
+// Attrs is one instance's attributes.
+type Attrs = map[string]string
+
+// LimitError reports an export Cloud Map cannot hold.
+type LimitError struct{ Reason string }
+
+func (e *LimitError) Error() string { return e.Reason }
+
+// Encode renders an export as Cloud Map instances (id -> attributes).
+func Encode(e registry.Export, controller string) (map[string]Attrs, error) {
+	created := strconv.FormatInt(e.Created.UnixMilli(), 10)
+	common := func() Attrs {
+		return Attrs{
+			AttrClusterID: e.Cluster, AttrClusterSetID: e.ClusterSet, AttrServiceType: string(e.Type),
+			AttrExportCreationTime: created, AttrController: controller,
+		}
+	}
+	out := map[string]Attrs{}
+	rec := common()
+	rec[AttrRecord] = recordValue
+	ports, _ := json.Marshal(e.Ports)
+	rec[AttrServicePorts] = string(ports)
+	if e.SessionAffinity != "" {
+		rec[AttrSessionAffinity] = string(e.SessionAffinity)
+	}
+	if c := e.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+		rec[AttrSessionAffinityTime] = strconv.Itoa(int(*c.ClientIP.TimeoutSeconds))
+	}
+	if len(e.IPFamilies) > 0 {
+		fams := make([]string, len(e.IPFamilies))
+		for i, f := range e.IPFamilies {
+			fams[i] = string(f)
+		}
+		rec[AttrIPFamilies] = strings.Join(fams, ",")
+	}
+	if e.InternalTrafficPolicy != nil {
+		rec[AttrInternalTrafficPolicy] = string(*e.InternalTrafficPolicy)
+	}
+	if e.TrafficDistribution != nil {
+		rec[AttrTrafficDistribution] = *e.TrafficDistribution
+	}
+	if len(e.Labels) > 0 {
+		b, _ := json.Marshal(e.Labels)
+		rec[AttrExportedLabels] = string(b)
+	}
+	if len(e.Annotations) > 0 {
+		b, _ := json.Marshal(e.Annotations)
+		rec[AttrExportedAnnotations] = string(b)
+	}
+	if err := checkLimits(rec); err != nil {
+		return nil, err
+	}
+	out[ServiceRecordID(e.ClusterSet, e.Cluster)] = rec
+
+	for _, ep := range e.Endpoints {
+		a := common()
+		addr, err := netip.ParseAddr(ep.IP)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint address %q: %w", ep.IP, err)
+		}
+		if addr.Is4() {
+			a[AttrIPv4] = ep.IP
+		} else {
+			a[AttrIPv6] = ep.IP
+		}
+		a[AttrPort] = strconv.Itoa(int(ep.Port))
+		a[AttrEndpointProtocol] = string(ep.Protocol)
+		a[AttrReady] = strconv.FormatBool(ep.Ready)
+		a[AttrServicePort] = strconv.Itoa(int(ep.ServicePort.Port))
+		a[AttrServiceProtocol] = string(ep.ServicePort.Protocol)
+		for k, v := range map[string]string{
+			AttrEndpointPortName: ep.PortName, AttrHostname: ep.Hostname, AttrNodeName: ep.NodeName,
+			AttrServicePortName: ep.ServicePort.Name, AttrServiceTargetPort: ep.TargetPort,
+		} {
+			if v != "" {
+				a[k] = v
+			}
+		}
+		out[EndpointID(e.ClusterSet, e.Cluster, ep)] = a
+	}
+	if len(out) > MaxInstances {
+		return nil, &LimitError{Reason: fmt.Sprintf("%d endpoint records and the service record exceed Cloud Map's quota of %d instances per service", len(out)-1, MaxInstances)}
+	}
+	return out, nil
+}
+
+func checkLimits(a Attrs) error {
+	total := 0
+	for k, v := range a {
+		if len(v) > maxValueLength {
+			return &LimitError{Reason: fmt.Sprintf("%s is %d characters; Cloud Map allows %d per attribute value (export fewer or shorter labels or annotations)", k, len(v), maxValueLength)}
+		}
+		total += len(k) + len(v)
+	}
+	if total > maxAttrsLength {
+		return &LimitError{Reason: fmt.Sprintf("the service record's attributes total %d characters; Cloud Map allows %d (export fewer or shorter labels or annotations)", total, maxAttrsLength)}
+	}
+	return nil
+}
+
+// Instance is a Cloud Map instance as discovered.
+type Instance struct {
+	ID    string
+	Attrs Attrs
+}
+
+// Decode groups a service's instances into exports, one per cluster. An
+// instance without a cluster or clusterset id is not part of any export.
+func Decode(key registry.Key, instances []Instance) []registry.Export {
+	byCluster := map[string]*registry.Export{}
+	get := func(a Attrs) *registry.Export {
+		c := a[AttrClusterID]
+		e := byCluster[c]
+		if e == nil {
+			e = &registry.Export{ClusterSet: a[AttrClusterSetID], Cluster: c, Key: key, Foreign: true}
+			byCluster[c] = e
+		}
+		return e
+	}
+	for _, in := range instances {
+		a := in.Attrs
+		if a[AttrClusterID] == "" || a[AttrClusterSetID] == "" {
+			continue
+		}
+		e := get(a)
+		if ms, err := strconv.ParseInt(a[AttrExportCreationTime], 10, 64); err == nil && (e.Created.IsZero() || time.UnixMilli(ms).Before(e.Created)) {
+			e.Created = time.UnixMilli(ms)
+		}
+		if e.Type == "" || a[AttrRecord] == recordValue {
+			e.Type = mcsv1beta1.ServiceImportType(a[AttrServiceType])
+		}
+		if a[AttrRecord] == recordValue {
+			decodeRecord(e, a)
+			continue
+		}
+		ep, ok := decodeEndpoint(a)
+		if ok {
+			e.Endpoints = append(e.Endpoints, ep)
+		}
+	}
+	out := make([]registry.Export, 0, len(byCluster))
+	for _, e := range byCluster {
+		if e.Foreign {
+			e.Ports = portsOf(e.Endpoints)
+		}
+		sort.Slice(e.Endpoints, func(i, j int) bool {
+			a, b := e.Endpoints[i], e.Endpoints[j]
+			if a.IP != b.IP {
+				return a.IP < b.IP
+			}
+			return a.Port < b.Port
+		})
+		out = append(out, *e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
+	return out
+}
+
+func decodeRecord(e *registry.Export, a Attrs) {
+	e.Foreign = false
+	_ = json.Unmarshal([]byte(a[AttrServicePorts]), &e.Ports)
+	e.SessionAffinity = corev1.ServiceAffinity(a[AttrSessionAffinity])
+	if t, err := strconv.Atoi(a[AttrSessionAffinityTime]); err == nil {
+		sec := int32(t)
+		e.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &sec}}
+	}
+	if f := a[AttrIPFamilies]; f != "" {
+		for _, fam := range strings.Split(f, ",") {
+			e.IPFamilies = append(e.IPFamilies, corev1.IPFamily(fam))
+		}
+	}
+	if v, ok := a[AttrInternalTrafficPolicy]; ok {
+		p := corev1.ServiceInternalTrafficPolicy(v)
+		e.InternalTrafficPolicy = &p
+	}
+	if v, ok := a[AttrTrafficDistribution]; ok {
+		e.TrafficDistribution = &v
+	}
+	if v := a[AttrExportedLabels]; v != "" {
+		_ = json.Unmarshal([]byte(v), &e.Labels)
+	}
+	if v := a[AttrExportedAnnotations]; v != "" {
+		_ = json.Unmarshal([]byte(v), &e.Annotations)
+	}
+}
+
+func decodeEndpoint(a Attrs) (registry.Endpoint, bool) {
+	ip := a[AttrIPv4]
+	if ip == "" {
+		ip = a[AttrIPv6]
+	}
+	port, err := strconv.Atoi(a[AttrPort])
+	if ip == "" || err != nil {
+		return registry.Endpoint{}, false
+	}
+	svcPort, _ := strconv.Atoi(a[AttrServicePort])
+	proto := corev1.Protocol(a[AttrEndpointProtocol])
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	svcProto := corev1.Protocol(a[AttrServiceProtocol])
+	if svcProto == "" {
+		svcProto = proto
+	}
+	return registry.Endpoint{
+		IP: ip, Port: int32(port), PortName: a[AttrEndpointPortName], Protocol: proto,
+		Ready: a[AttrReady] != "false", Hostname: a[AttrHostname], NodeName: a[AttrNodeName],
+		ServicePort: mcsv1beta1.ServicePort{Name: a[AttrServicePortName], Protocol: svcProto, Port: int32(svcPort)},
+		TargetPort:  a[AttrServiceTargetPort],
+	}, true
+}
+
+// portsOf derives service ports from endpoint records, for exports written
+// without a service record.
+func portsOf(eps []registry.Endpoint) []mcsv1beta1.ServicePort {
+	seen := map[mcsv1beta1.ServicePort]bool{}
+	var ports []mcsv1beta1.ServicePort
+	for _, ep := range eps {
+		p := ep.ServicePort
+		if p.Port == 0 || seen[p] {
+			continue
+		}
+		seen[p] = true
+		ports = append(ports, p)
+	}
+	sort.Slice(ports, func(i, j int) bool { return ports[i].Port < ports[j].Port })
+	return ports
+}
+
+// Plan compares what a cluster should have registered with what it has:
+// instances to (re-)register, and ids to deregister. Only clustermap's
+// attributes are compared, so attributes added by others cause no churn.
+func Plan(desired, current map[string]Attrs) (register map[string]Attrs, deregister []string) {
+	register = map[string]Attrs{}
+	for id, want := range desired {
+		have, ok := current[id]
+		if !ok || !sameOurs(want, have) {
+			register[id] = want
+		}
+	}
+	for id := range current {
+		if _, ok := desired[id]; !ok {
+			deregister = append(deregister, id)
+		}
+	}
+	sort.Strings(deregister)
+	return register, deregister
+}
+
+func sameOurs(a, b Attrs) bool {
+	for _, k := range ourKeys {
+		if a[k] != b[k] {
+			return false
+		}
+	}
+	return true
+}

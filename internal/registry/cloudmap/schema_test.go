@@ -1,0 +1,151 @@
+package cloudmap
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+func sampleExport(cluster string) registry.Export {
+	http := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}
+	return registry.Export{
+		ClusterSet: "set", Cluster: cluster, Key: registry.Key{Namespace: "ns", Name: "web"},
+		Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{http, {Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}},
+		SessionAffinity:       corev1.ServiceAffinityClientIP,
+		SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}},
+		IPFamilies:            []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+		InternalTrafficPolicy: ptr.To(corev1.ServiceInternalTrafficPolicyLocal),
+		TrafficDistribution:   ptr.To("PreferClose"),
+		Labels:                map[string]string{"team": "a"}, Annotations: map[string]string{"note": "x"},
+		Created: time.UnixMilli(1700000000123),
+		Endpoints: []registry.Endpoint{
+			{IP: "10.0.0.1", Port: 8080, PortName: "http", Protocol: corev1.ProtocolTCP, Ready: true, Hostname: "web-0", NodeName: "n1", ServicePort: http, TargetPort: "http"},
+			{IP: "fd00::1", Port: 8080, PortName: "http", Protocol: corev1.ProtocolTCP, Ready: false, ServicePort: http, TargetPort: "http"},
+		},
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	e := sampleExport("c1")
+	enc, err := Encode(e, "clustermap test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(enc) != 3 {
+		t.Fatalf("want a service record and 2 endpoint records, got %d", len(enc))
+	}
+	var instances []Instance
+	for id, a := range enc {
+		instances = append(instances, Instance{ID: id, Attrs: a})
+	}
+	got := Decode(e.Key, instances)
+	if len(got) != 1 {
+		t.Fatalf("decoded %d exports", len(got))
+	}
+	if !reflect.DeepEqual(got[0], e) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got[0], e)
+	}
+}
+
+// The AWS controller's attribute names and values, for clusters that mix it
+// with clustermap.
+func TestEndpointRecordUsesTheAWSSchema(t *testing.T) {
+	enc, _ := Encode(sampleExport("c1"), "clustermap")
+	a := enc[EndpointID("set", "c1", sampleExport("c1").Endpoints[0])]
+	want := map[string]string{
+		"AWS_INSTANCE_IPV4": "10.0.0.1", "AWS_INSTANCE_PORT": "8080", "ENDPOINT_PORT_NAME": "http", "ENDPOINT_PROTOCOL": "TCP",
+		"READY": "true", "HOSTNAME": "web-0", "NODENAME": "n1", "CLUSTER_ID": "c1", "CLUSTERSET_ID": "set",
+		"SERVICE_PORT_NAME": "http", "SERVICE_PORT": "80", "SERVICE_TARGET_PORT": "http", "SERVICE_PROTOCOL": "TCP",
+		"SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1700000000123", "K8S_CONTROLLER": "clustermap",
+	}
+	if !reflect.DeepEqual(a, want) {
+		t.Errorf("endpoint record:\n got %v\nwant %v", a, want)
+	}
+}
+
+// An export written by the AWS controller: endpoint records only.
+func TestDecodeForeignExport(t *testing.T) {
+	aws := func(ip, ready string) Instance {
+		return Instance{ID: "tcp-" + ip + "-80", Attrs: Attrs{
+			"AWS_INSTANCE_IPV4": ip, "AWS_INSTANCE_PORT": "8080", "ENDPOINT_PORT_NAME": "http", "ENDPOINT_PROTOCOL": "TCP",
+			"READY": ready, "CLUSTER_ID": "aws-cluster", "CLUSTERSET_ID": "set", "SERVICE_PORT_NAME": "http", "SERVICE_PORT": "80",
+			"SERVICE_PROTOCOL": "TCP", "SERVICE_TARGET_PORT": "8080", "SERVICE_TYPE": "Headless", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1600000000000",
+			"K8S_CONTROLLER": "aws-cloud-map-mcs-controller-for-k8s 0.3.1",
+		}}
+	}
+	got := Decode(registry.Key{Namespace: "ns", Name: "web"}, []Instance{aws("10.1.0.2", "true"), aws("10.1.0.1", "false"), {ID: "stray", Attrs: Attrs{"AWS_INSTANCE_IPV4": "1.2.3.4"}}})
+	if len(got) != 1 {
+		t.Fatalf("want one export, got %+v", got)
+	}
+	e := got[0]
+	if !e.Foreign || e.Cluster != "aws-cluster" || e.Type != mcsv1beta1.Headless || !e.Created.Equal(time.UnixMilli(1600000000000)) {
+		t.Errorf("foreign export: %+v", e)
+	}
+	if len(e.Ports) != 1 || e.Ports[0] != (mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}) {
+		t.Errorf("ports derived from endpoint records: %+v", e.Ports)
+	}
+	if len(e.Endpoints) != 2 || e.Endpoints[0].IP != "10.1.0.1" || e.Endpoints[0].Ready || !e.Endpoints[1].Ready {
+		t.Errorf("endpoints: %+v", e.Endpoints)
+	}
+}
+
+func TestIDsDifferAcrossClustersAndFit(t *testing.T) {
+	ep := registry.Endpoint{IP: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", Port: 65535, Protocol: corev1.ProtocolSCTP}
+	a, b := EndpointID("set", "c1", ep), EndpointID("set", "c2", ep)
+	if a == b {
+		t.Errorf("the same pod address in two clusters gives one id: %s", a)
+	}
+	if len(a) > instanceIDLength || len(ServiceRecordID("set", strings.Repeat("c", 63))) > instanceIDLength {
+		t.Errorf("id longer than %d: %s", instanceIDLength, a)
+	}
+	if EndpointID("set", "c1", ep) != a {
+		t.Error("ids are not stable")
+	}
+}
+
+func TestEncodeLimits(t *testing.T) {
+	e := sampleExport("c1")
+	e.Annotations = map[string]string{"big": strings.Repeat("x", 1100)}
+	if _, err := Encode(e, "c"); err == nil || !strings.Contains(err.Error(), "1024") {
+		t.Errorf("an oversized annotation: %v", err)
+	}
+	e = sampleExport("c1")
+	e.Endpoints = nil
+	for i := 0; i < MaxInstances; i++ {
+		e.Endpoints = append(e.Endpoints, registry.Endpoint{IP: fmt.Sprintf("10.0.%d.%d", i/250, i%250), Port: 80, Protocol: corev1.ProtocolTCP})
+	}
+	_, err := Encode(e, "c")
+	var le *LimitError
+	if err == nil || !errors.As(err, &le) || !strings.Contains(err.Error(), "1000") {
+		t.Errorf("1,000 endpoints and a service record: %v", err)
+	}
+}
+
+func TestPlanChangesOnlyTheDifference(t *testing.T) {
+	current := map[string]Attrs{
+		"keep":    {"CLUSTER_ID": "c", "READY": "true", "SOMEONE_ELSES": "x", "K8S_CONTROLLER": "old version"},
+		"change":  {"CLUSTER_ID": "c", "READY": "true"},
+		"removed": {"CLUSTER_ID": "c"},
+	}
+	desired := map[string]Attrs{
+		"keep":   {"CLUSTER_ID": "c", "READY": "true", "K8S_CONTROLLER": "new version"},
+		"change": {"CLUSTER_ID": "c", "READY": "false"},
+		"new":    {"CLUSTER_ID": "c"},
+	}
+	reg, dereg := Plan(desired, current)
+	if len(reg) != 2 || reg["change"] == nil || reg["new"] == nil {
+		t.Errorf("register: %v", reg)
+	}
+	if !reflect.DeepEqual(dereg, []string{"removed"}) {
+		t.Errorf("deregister: %v", dereg)
+	}
+}
