@@ -33,6 +33,7 @@ func newRoot() *cobra.Command {
 		},
 		newDev(),
 		newCloudMapLocal(),
+		newController(),
 	)
 	return root
 }

@@ -63,5 +63,5 @@ type Registry interface {
 	Publish(ctx context.Context, e Export) error
 	// Withdraw removes this cluster's export of a service, and the
 	// registry's service and namespace when they are empty and ours.
-	Withdraw(ctx context.Context, clusterSet, cluster string, key Key) error
+	Withdraw(ctx context.Context, key Key) error
 }

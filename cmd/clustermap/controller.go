@@ -1,0 +1,59 @@
+package main
+
+import (
+	goflag "flag"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/clustermap/clustermap/internal/controller"
+)
+
+func newController() *cobra.Command {
+	o := controller.Options{}
+	zapOpts := zap.Options{}
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the controller in a member cluster (Multi-Cluster Services over AWS Cloud Map)",
+		Long: `Exports this cluster's ServiceExports to AWS Cloud Map and imports every
+cluster's exports as ServiceImports, derived Services and EndpointSlices.
+
+Credentials and region come the standard AWS SDK way (environment, shared
+config, IRSA, EKS pod identity); AWS_ENDPOINT_URL_SERVICEDISCOVERY or
+--cloudmap-endpoint point it at another endpoint, such as cloudmap-local.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Log = zap.New(zap.UseFlagOptions(&zapOpts))
+			ctrl.SetLogger(o.Log)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return controller.Run(ctx, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
+	f.StringVar(&o.Context, "context", "", "kubeconfig context")
+	f.StringVar(&o.CloudMapEndpoint, "cloudmap-endpoint", "", "Cloud Map endpoint URL (default: the AWS endpoint of the region)")
+	f.StringVar(&o.Region, "region", "", "AWS region (default: from the environment or shared config)")
+	f.Float64Var(&o.CloudMapQPS, "cloudmap-qps", 20, "Cloud Map calls per second, at most")
+	f.IntVar(&o.CloudMapBurst, "cloudmap-burst", 40, "Cloud Map call burst")
+	f.DurationVar(&o.Watch.PollInterval, "sync-period", 0, "how often Cloud Map's change feed (ListOperations) is read (default 1.5s)")
+	f.DurationVar(&o.Watch.ListInterval, "list-period", 0, "how often namespaces and services are listed (default 5m)")
+	f.DurationVar(&o.Watch.SweepInterval, "sweep-period", 0, "how often every imported service's revision is checked (default 1h)")
+	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "metrics address (0 turns it off)")
+	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address (0 turns it off)")
+	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader, for several replicas")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's)")
+	f.StringSliceVar(&o.Namespaces, "namespaces", nil, "only these namespaces (default: all)")
+	f.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", controller.DefaultExcludeNamespaces, "never these namespaces")
+	f.BoolVar(&o.MCS, "mcs", true, "run the Multi-Cluster Services reconcilers")
+	fs := goflag.NewFlagSet("zap", goflag.ContinueOnError)
+	zapOpts.BindFlags(fs)
+	f.AddGoFlagSet(fs)
+	return cmd
+}
+

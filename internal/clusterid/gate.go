@@ -1,0 +1,50 @@
+package clusterid
+
+import (
+	"sync"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// Gate holds what reconcilers need once the identity is known: until then
+// they export and import nothing.
+type Gate struct {
+	mu     sync.RWMutex
+	id     Identity
+	reg    registry.Registry
+	notify func(registry.Key)
+	open   bool
+	reason error
+}
+
+// Open lets reconcilers work with this identity and registry; notify asks
+// the registry watcher to read a service again.
+func (g *Gate) Open(id Identity, reg registry.Registry, notify func(registry.Key)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.id, g.reg, g.notify, g.open, g.reason = id, reg, notify, true, nil
+}
+
+// Block records why the gate is still closed.
+func (g *Gate) Block(reason error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.reason = reason
+}
+
+// Get returns the identity and registry, ok false while closed.
+func (g *Gate) Get() (Identity, registry.Registry, func(registry.Key), bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.id, g.reg, g.notify, g.open
+}
+
+// Reason says why the gate is closed, nil once open.
+func (g *Gate) Reason() error {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.open {
+		return nil
+	}
+	return g.reason
+}

@@ -1,0 +1,200 @@
+// Package controller wires `clustermap controller`: a controller-runtime
+// manager running the reconcilers its flags choose.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/export"
+	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/version"
+)
+
+// Options of `clustermap controller`.
+type Options struct {
+	// Config, when set, is used instead of Kubeconfig and Context.
+	Config              *rest.Config
+	Kubeconfig, Context string
+
+	CloudMapEndpoint, Region string
+	CloudMapQPS              float64
+	CloudMapBurst            int
+	Watch                    cloudmap.WatchOptions
+
+	MetricsAddr, ProbeAddr  string
+	LeaderElect             bool
+	LeaderElectionNamespace string
+
+	// Namespaces, when set, are the only ones clustermap works in;
+	// ExcludeNamespaces are never worked in.
+	Namespaces, ExcludeNamespaces []string
+
+	MCS bool
+	Log logr.Logger
+}
+
+// DefaultExcludeNamespaces are the system namespaces left alone by default.
+var DefaultExcludeNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// Scheme knows every type the controller reads or writes.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(mcsv1beta1.Install(s))
+	utilruntime.Must(aboutv1alpha1.AddToScheme(s))
+	return s
+}
+
+func restConfig(o Options) (*rest.Config, error) {
+	if o.Config != nil {
+		return o.Config, nil
+	}
+	if o.Kubeconfig == "" && o.Context == "" {
+		return ctrl.GetConfig() // in-cluster, or $KUBECONFIG
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if o.Kubeconfig != "" {
+		rules.ExplicitPath = o.Kubeconfig
+	}
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context}).ClientConfig()
+}
+
+// Run runs the controller until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if !o.MCS {
+		return errors.New("no reconciler selected: enable --mcs")
+	}
+	cfg, err := restConfig(o)
+	if err != nil {
+		return fmt.Errorf("reaching the cluster: %w (pass --kubeconfig and --context, or run in a cluster)", err)
+	}
+	log := o.Log
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Logger:                  log,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        "clustermap-controller",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return err
+	}
+	sd, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst})
+	if err != nil {
+		return err
+	}
+	gate := &clusterid.Gate{}
+	view := imports.NewView()
+	inScope := namespaceFilter(o.Namespaces, o.ExcludeNamespaces)
+	recorder := mgr.GetEventRecorderFor("clustermap")
+
+	// The registry and its watcher start once the identity is valid.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		id, err := waitIdentity(ctx, mgr.GetAPIReader(), recorder, gate, log)
+		if err != nil {
+			return nil // ctx ended
+		}
+		backend := cloudmap.New(sd, id.ClusterSet, id.ClusterID, "clustermap "+version.Version, log.WithName("cloudmap"))
+		watcher := cloudmap.NewWatcher(backend, view.Set, o.Watch)
+		gate.Open(id, backend, watcher.Notify)
+		log.Info("cluster identity known; exporting and importing", "cluster", id.ClusterID, "clusterset", id.ClusterSet)
+		return watcher.Start(ctx)
+	})); err != nil {
+		return err
+	}
+	if err := (&export.Reconciler{Client: mgr.GetClient(), Gate: gate, Recorder: recorder, Namespaces: inScope}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&imports.Reconciler{Client: mgr.GetClient(), Gate: gate, View: view, Recorder: recorder, Namespaces: inScope}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	// Ready only with a valid identity: until then nothing is exported.
+	if err := mgr.AddReadyzCheck("identity", func(*http.Request) error {
+		if _, _, _, open := gate.Get(); open {
+			return nil
+		}
+		if r := gate.Reason(); r != nil {
+			return r
+		}
+		return errors.New("waiting for the cluster identity")
+	}); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// waitIdentity polls the ClusterProperties until they are valid, saying
+// why not (log, Event on the ClusterProperty, readiness) each time the
+// reason changes.
+func waitIdentity(ctx context.Context, c client.Reader, rec record.EventRecorder, gate *clusterid.Gate, log logr.Logger) (clusterid.Identity, error) {
+	last := ""
+	for {
+		id, err := clusterid.Read(ctx, c)
+		if err == nil {
+			return id, nil
+		}
+		gate.Block(err)
+		if err.Error() != last {
+			last = err.Error()
+			log.Error(err, "not exporting or importing until the cluster identity is valid")
+			for _, name := range []string{aboutv1alpha1.ClusterIDProperty, aboutv1alpha1.ClusterSetProperty} {
+				cp := &aboutv1alpha1.ClusterProperty{}
+				if c.Get(ctx, client.ObjectKey{Name: name}, cp) == nil {
+					rec.Event(cp, corev1.EventTypeWarning, "InvalidClusterIdentity", err.Error())
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return id, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func namespaceFilter(include, exclude []string) func(string) bool {
+	inc, exc := map[string]bool{}, map[string]bool{}
+	for _, n := range include {
+		inc[n] = true
+	}
+	for _, n := range exclude {
+		exc[n] = true
+	}
+	return func(ns string) bool {
+		if exc[ns] {
+			return false
+		}
+		return len(inc) == 0 || inc[ns] || ns == ""
+	}
+}

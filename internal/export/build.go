@@ -1,0 +1,101 @@
+// Package export publishes this cluster's ServiceExports to the registry
+// and reports on them with the Valid, Ready and Conflict conditions.
+package export
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// Build computes the export record of a Service from its ServiceExport and
+// EndpointSlices: ready and not-ready endpoints, one per address and port.
+func Build(id clusterid.Identity, se *mcsv1beta1.ServiceExport, svc *corev1.Service, slices []discoveryv1.EndpointSlice) registry.Export {
+	e := registry.Export{
+		ClusterSet: id.ClusterSet, Cluster: id.ClusterID,
+		Key:                   registry.Key{Namespace: svc.Namespace, Name: svc.Name},
+		Type:                  mcsv1beta1.ClusterSetIP,
+		SessionAffinity:       svc.Spec.SessionAffinity,
+		SessionAffinityConfig: svc.Spec.SessionAffinityConfig,
+		IPFamilies:            svc.Spec.IPFamilies,
+		InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy,
+		TrafficDistribution:   svc.Spec.TrafficDistribution,
+		Labels:                se.Spec.ExportedLabels,
+		Annotations:           se.Spec.ExportedAnnotations,
+		Created:               se.CreationTimestamp.Time,
+	}
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		e.Type = mcsv1beta1.Headless
+	}
+	if e.SessionAffinity == corev1.ServiceAffinityNone {
+		e.SessionAffinity, e.SessionAffinityConfig = "", nil
+	}
+	byName := map[string]corev1.ServicePort{}
+	for _, p := range svc.Spec.Ports {
+		e.Ports = append(e.Ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port})
+		byName[p.Name] = p
+	}
+	type addrPort struct {
+		ip   string
+		port int32
+		prot corev1.Protocol
+	}
+	seen := map[addrPort]bool{}
+	for _, s := range slices {
+		if s.AddressType == discoveryv1.AddressTypeFQDN {
+			continue
+		}
+		for _, sp := range s.Ports {
+			if sp.Port == nil {
+				continue
+			}
+			name := ""
+			if sp.Name != nil {
+				name = *sp.Name
+			}
+			svcPort, ok := byName[name]
+			if !ok {
+				continue // a slice port the Service no longer has
+			}
+			proto := corev1.ProtocolTCP
+			if sp.Protocol != nil {
+				proto = *sp.Protocol
+			}
+			for _, ep := range s.Endpoints {
+				ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+				for _, ip := range ep.Addresses {
+					k := addrPort{ip, *sp.Port, proto}
+					if seen[k] {
+						continue
+					}
+					seen[k] = true
+					r := registry.Endpoint{
+						IP: ip, Port: *sp.Port, PortName: name, Protocol: proto, Ready: ready,
+						ServicePort: mcsv1beta1.ServicePort{Name: svcPort.Name, Protocol: svcPort.Protocol, AppProtocol: svcPort.AppProtocol, Port: svcPort.Port},
+						TargetPort:  svcPort.TargetPort.String(),
+					}
+					if ep.Hostname != nil {
+						r.Hostname = *ep.Hostname
+					}
+					if ep.NodeName != nil {
+						r.NodeName = *ep.NodeName
+					}
+					e.Endpoints = append(e.Endpoints, r)
+				}
+			}
+		}
+	}
+	sort.Slice(e.Endpoints, func(i, j int) bool {
+		a, b := e.Endpoints[i], e.Endpoints[j]
+		if a.IP != b.IP {
+			return a.IP < b.IP
+		}
+		return a.Port < b.Port
+	})
+	return e
+}

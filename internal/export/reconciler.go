@@ -1,0 +1,176 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+// Finalizer keeps a ServiceExport until its records left the registry.
+const Finalizer = "clustermap.io/export"
+
+// Reconciler publishes ServiceExports.
+type Reconciler struct {
+	Client   client.Client
+	Gate     *clusterid.Gate
+	Recorder record.EventRecorder
+	// Namespaces decides which namespaces clustermap works in.
+	Namespaces func(string) bool
+}
+
+// SetupWithManager watches ServiceExports and the Services and
+// EndpointSlices they export.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+	})
+	ofService := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		name := o.GetLabels()[discoveryv1.LabelServiceName]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+	})
+	inScope := predicate.NewPredicateFuncs(func(o client.Object) bool { return r.Namespaces(o.GetNamespace()) })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("serviceexport").
+		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(inScope)).
+		Watches(&corev1.Service{}, sameName, builder.WithPredicates(inScope)).
+		Watches(&discoveryv1.EndpointSlice{}, ofService, builder.WithPredicates(inScope)).
+		Complete(r)
+}
+
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	logger := log.FromContext(ctx)
+	id, reg, notify, open := r.Gate.Get()
+	if !open {
+		// Nothing is exported until the cluster knows who it is.
+		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	se := &mcsv1beta1.ServiceExport{}
+	if err := r.Client.Get(ctx, req.NamespacedName, se); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	key := registry.Key{Namespace: se.Namespace, Name: se.Name}
+	if !se.DeletionTimestamp.IsZero() {
+		if !controllerutil.ContainsFinalizer(se, Finalizer) {
+			return reconcile.Result{}, nil
+		}
+		if err := reg.Withdraw(ctx, key); err != nil {
+			return r.retry(ctx, se, err)
+		}
+		notify(key)
+		controllerutil.RemoveFinalizer(se, Finalizer)
+		logger.Info("export withdrawn", "service", key.String())
+		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, se))
+	}
+	if !controllerutil.ContainsFinalizer(se, Finalizer) {
+		controllerutil.AddFinalizer(se, Finalizer)
+		if err := r.Client.Update(ctx, se); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+
+	svc := &corev1.Service{}
+	err := r.Client.Get(ctx, req.NamespacedName, svc)
+	switch {
+	case apierrors.IsNotFound(err):
+		return r.invalid(ctx, se, reg, notify, mcsv1beta1.ServiceExportReasonNoService,
+			fmt.Sprintf("Service %s does not exist: create it, or delete this ServiceExport", key))
+	case err != nil:
+		return reconcile.Result{}, err
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		return r.invalid(ctx, se, reg, notify, mcsv1beta1.ServiceExportReasonInvalidServiceType,
+			fmt.Sprintf("Service %s is of type ExternalName, which cannot be exported", key))
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := r.Client.List(ctx, slices, client.InNamespace(se.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: se.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	e := Build(id, se, svc, slices.Items)
+	setCondition(se, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonValid, "the Service can be exported")
+	if err := reg.Publish(ctx, e); err != nil {
+		return r.retry(ctx, se, err)
+	}
+	notify(key)
+	ready := 0
+	for _, ep := range e.Endpoints {
+		if ep.Ready {
+			ready++
+		}
+	}
+	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonExported,
+		fmt.Sprintf("exported to clusterset %s with %d endpoint records (%d ready)", id.ClusterSet, len(e.Endpoints), ready))
+	return reconcile.Result{}, r.updateStatus(ctx, se)
+}
+
+// invalid reports a ServiceExport that cannot be exported and withdraws
+// whatever it had published: its Service is gone or cannot be exported.
+func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, reg registry.Registry, notify func(registry.Key),
+	reason mcsv1beta1.ServiceExportConditionReason, msg string) (reconcile.Result, error) {
+	if setCondition(se, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse, reason, msg) {
+		r.Recorder.Event(se, corev1.EventTypeWarning, string(reason), msg)
+		log.FromContext(ctx).Info("ServiceExport is not valid", "serviceexport", client.ObjectKeyFromObject(se).String(), "reason", reason, "message", msg)
+	}
+	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, msg)
+	key := registry.Key{Namespace: se.Namespace, Name: se.Name}
+	if err := reg.Withdraw(ctx, key); err != nil && !errors.Is(err, cloudmap.ErrPending) {
+		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se))
+	}
+	notify(key)
+	return reconcile.Result{}, r.updateStatus(ctx, se)
+}
+
+// retry reports a registry failure on the export and tries again later:
+// quota errors wait for a change, the rest back off.
+func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, err error) (reconcile.Result, error) {
+	var limit *cloudmap.LimitError
+	switch {
+	case errors.Is(err, cloudmap.ErrPending):
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	case errors.As(err, &limit):
+		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, limit.Reason) {
+			r.Recorder.Event(se, corev1.EventTypeWarning, "CloudMapQuota", limit.Reason)
+		}
+		log.FromContext(ctx).Info("export exceeds a Cloud Map quota", "serviceexport", client.ObjectKeyFromObject(se).String(), "reason", limit.Reason)
+		return reconcile.Result{RequeueAfter: time.Minute}, r.updateStatus(ctx, se)
+	default:
+		msg := "publishing to Cloud Map failed, retrying: " + err.Error()
+		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonPending, msg) {
+			r.Recorder.Event(se, corev1.EventTypeWarning, "CloudMapError", msg)
+		}
+		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se))
+	}
+}
+
+func (r *Reconciler) updateStatus(ctx context.Context, se *mcsv1beta1.ServiceExport) error {
+	return client.IgnoreNotFound(r.Client.Status().Update(ctx, se))
+}
+
+// setCondition sets a condition and tells whether it changed.
+func setCondition(se *mcsv1beta1.ServiceExport, t mcsv1beta1.ServiceExportConditionType, s metav1.ConditionStatus, reason mcsv1beta1.ServiceExportConditionReason, msg string) bool {
+	return meta.SetStatusCondition(&se.Status.Conditions, metav1.Condition{
+		Type: string(t), Status: s, Reason: string(reason), Message: msg, ObservedGeneration: se.Generation,
+	})
+}

@@ -1,0 +1,223 @@
+// Package imports makes every cluster's exports of a service into, in each
+// member cluster, a ServiceImport, a derived selector-less Service giving
+// the clusterset VIP, and EndpointSlices listing every cluster's endpoints.
+package imports
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/merge"
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// Labels on everything clustermap creates for an import.
+const (
+	// ManagedBy is our EndpointSlice manager: never the EndpointSlice
+	// controller's, so that it leaves our slices alone.
+	ManagedBy      = "clustermap.io/controller"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	managedByValue = "clustermap"
+	// LabelDerivedFor marks a derived Service with its import's name.
+	LabelDerivedFor = "clustermap.io/derived-for"
+	// MaxEndpointsPerSlice is the slice size the MCS API asks for.
+	MaxEndpointsPerSlice = 100
+)
+
+// DerivedName names the selector-less Service that holds an import's VIP:
+// a DNS label that cannot be mistaken for a user's Service.
+func DerivedName(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	if len(name) > 45 {
+		name = name[:45]
+	}
+	return strings.TrimRight(name, "-") + "-mcs-" + hex.EncodeToString(sum[:])[:8]
+}
+
+// Desired is what one cluster should hold for one imported service.
+type Desired struct {
+	Import *mcsv1beta1.ServiceImport
+	// Service is the derived Service; nil for headless imports.
+	Service *corev1.Service
+	Slices  []*discoveryv1.EndpointSlice
+}
+
+// Plan computes the objects of an import from the merged exports. IPs of
+// the ServiceImport are left to the caller: they are the derived Service's.
+func Plan(key registry.Key, m merge.Result) Desired {
+	labels := map[string]string{LabelManagedBy: managedByValue, mcsv1beta1.LabelServiceName: key.Name}
+	si := &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: copyMap(m.Labels), Annotations: copyMap(m.Annotations)},
+		Spec:       m.Spec,
+	}
+	si.Spec.IPs = nil
+	if si.Labels == nil {
+		si.Labels = map[string]string{}
+	}
+	si.Labels[LabelManagedBy] = managedByValue
+	for _, c := range m.Clusters() {
+		si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: c})
+	}
+	d := Desired{Import: si}
+	sliceOwner := key.Name
+	if m.Spec.Type == mcsv1beta1.ClusterSetIP && len(m.Spec.Ports) > 0 {
+		d.Service = derivedService(key, m, labels)
+		sliceOwner = d.Service.Name
+	}
+	for _, e := range m.Exports {
+		d.Slices = append(d.Slices, slicesOf(key, e, m.Spec.Type, sliceOwner, d.Service != nil)...)
+	}
+	return d
+}
+
+func derivedService(key registry.Key, m merge.Result, labels map[string]string) *corev1.Service {
+	svcLabels := copyMap(labels)
+	svcLabels[LabelDerivedFor] = key.Name
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: DerivedName(key.Name), Namespace: key.Namespace, Labels: svcLabels},
+		Spec: corev1.ServiceSpec{
+			Type:                  corev1.ServiceTypeClusterIP,
+			SessionAffinity:       m.Spec.SessionAffinity,
+			SessionAffinityConfig: m.Spec.SessionAffinityConfig,
+			IPFamilies:            m.Spec.IPFamilies,
+			InternalTrafficPolicy: m.Spec.InternalTrafficPolicy,
+			TrafficDistribution:   m.Spec.TrafficDistribution,
+		},
+	}
+	switch len(m.Spec.IPFamilies) {
+	case 0:
+	case 1:
+		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+	default:
+		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+	}
+	for _, p := range m.Spec.Ports {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
+			Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port, TargetPort: intstr.FromInt32(p.Port),
+		})
+	}
+	return svc
+}
+
+// slicesOf renders one cluster's endpoints as EndpointSlices: one set per
+// address family and port set, at most 100 endpoints each, with stable
+// names so that updates touch only what changed.
+func slicesOf(key registry.Key, e registry.Export, typ mcsv1beta1.ServiceImportType, owner string, routed bool) []*discoveryv1.EndpointSlice {
+	type addr struct {
+		ready    bool
+		hostname string
+		ports    []discoveryv1.EndpointPort
+	}
+	addrs := map[string]*addr{}
+	var order []string
+	for _, ep := range e.Endpoints {
+		a := addrs[ep.IP]
+		if a == nil {
+			a = &addr{ready: true, hostname: ep.Hostname}
+			addrs[ep.IP] = a
+			order = append(order, ep.IP)
+		}
+		a.ready = a.ready && ep.Ready
+		name := ep.PortName
+		if name == "" {
+			name = ep.ServicePort.Name
+		}
+		a.ports = append(a.ports, discoveryv1.EndpointPort{Name: ptr.To(name), Protocol: ptr.To(ep.Protocol), Port: ptr.To(ep.Port), AppProtocol: ep.ServicePort.AppProtocol})
+	}
+	type group struct {
+		family discoveryv1.AddressType
+		ports  []discoveryv1.EndpointPort
+		ips    []string
+	}
+	groups := map[string]*group{}
+	var gkeys []string
+	for _, ip := range order {
+		a := addrs[ip]
+		sort.Slice(a.ports, func(i, j int) bool {
+			return *a.ports[i].Name < *a.ports[j].Name || (*a.ports[i].Name == *a.ports[j].Name && *a.ports[i].Port < *a.ports[j].Port)
+		})
+		fam := discoveryv1.AddressTypeIPv4
+		if p, err := netip.ParseAddr(ip); err == nil && p.Is6() {
+			fam = discoveryv1.AddressTypeIPv6
+		}
+		gk := string(fam) + portsKey(a.ports)
+		g := groups[gk]
+		if g == nil {
+			g = &group{family: fam, ports: a.ports}
+			groups[gk] = g
+			gkeys = append(gkeys, gk)
+		}
+		g.ips = append(g.ips, ip)
+	}
+	sort.Strings(gkeys)
+	var out []*discoveryv1.EndpointSlice
+	for _, gk := range gkeys {
+		g := groups[gk]
+		sort.Strings(g.ips)
+		sum := sha256.Sum256([]byte(e.Cluster + "/" + gk))
+		for n := 0; n*MaxEndpointsPerSlice < len(g.ips); n++ {
+			chunk := g.ips[n*MaxEndpointsPerSlice : min((n+1)*MaxEndpointsPerSlice, len(g.ips))]
+			s := &discoveryv1.EndpointSlice{
+				ObjectMeta: metav1.ObjectMeta{
+					Name:      fmt.Sprintf("%s-%s-%d", owner, hex.EncodeToString(sum[:])[:10], n),
+					Namespace: key.Namespace,
+					Labels: map[string]string{
+						LabelManagedBy:                managedByValue,
+						discoveryv1.LabelManagedBy:    ManagedBy,
+						mcsv1beta1.LabelServiceName:   key.Name,
+						mcsv1beta1.LabelSourceCluster: e.Cluster,
+					},
+				},
+				AddressType: g.family,
+				Ports:       g.ports,
+			}
+			if routed {
+				// kube-proxy routes the derived Service's VIP to these.
+				s.Labels[discoveryv1.LabelServiceName] = owner
+			}
+			for _, ip := range chunk {
+				a := addrs[ip]
+				ep := discoveryv1.Endpoint{
+					Addresses:  []string{ip},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(a.ready), Serving: ptr.To(a.ready), Terminating: ptr.To(false)},
+				}
+				if typ == mcsv1beta1.Headless && a.hostname != "" {
+					ep.Hostname = ptr.To(a.hostname)
+				}
+				s.Endpoints = append(s.Endpoints, ep)
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func portsKey(ports []discoveryv1.EndpointPort) string {
+	var b strings.Builder
+	for _, p := range ports {
+		fmt.Fprintf(&b, "|%s/%s/%d", *p.Name, *p.Protocol, *p.Port)
+	}
+	return b.String()
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}

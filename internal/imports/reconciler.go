@@ -1,0 +1,338 @@
+package imports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/merge"
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// View is what this cluster knows of the clusterset's exports, changed
+// only on positive knowledge from the registry. Each change queues the
+// service's import.
+type View struct {
+	mu      sync.RWMutex
+	exports map[registry.Key][]registry.Export
+	events  chan event.GenericEvent
+}
+
+// NewView makes an empty view.
+func NewView() *View {
+	return &View{exports: map[registry.Key][]registry.Export{}, events: make(chan event.GenericEvent, 4096)}
+}
+
+// Set records a service's exports (none: not exported anywhere).
+func (v *View) Set(key registry.Key, exports []registry.Export) {
+	v.mu.Lock()
+	if len(exports) == 0 {
+		delete(v.exports, key)
+	} else {
+		v.exports[key] = exports
+	}
+	v.mu.Unlock()
+	v.events <- event.GenericEvent{Object: &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
+}
+
+// Get returns a service's exports.
+func (v *View) Get(key registry.Key) []registry.Export {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.exports[key]
+}
+
+// InNamespace lists the exported services of a namespace.
+func (v *View) InNamespace(ns string) []registry.Key {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var keys []registry.Key
+	for k := range v.exports {
+		if k.Namespace == ns {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// Reconciler keeps one cluster's imports equal to the view.
+type Reconciler struct {
+	Client     client.Client
+	Gate       *clusterid.Gate
+	View       *View
+	Recorder   record.EventRecorder
+	Namespaces func(string) bool
+}
+
+// SetupWithManager reconciles on view changes, on changes to what we
+// created, and when a namespace appears.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byServiceName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		name := o.GetLabels()[mcsv1beta1.LabelServiceName]
+		if name == "" || o.GetLabels()[LabelManagedBy] != managedByValue {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+	})
+	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
+	})
+	namespaceImports := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		var reqs []reconcile.Request
+		for _, k := range r.View.InNamespace(o.GetName()) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: k.Namespace, Name: k.Name}})
+		}
+		return reqs
+	})
+	inScope := predicate.NewPredicateFuncs(func(o client.Object) bool { return r.Namespaces(o.GetNamespace()) })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("serviceimport").
+		For(&mcsv1beta1.ServiceImport{}, builder.WithPredicates(inScope)).
+		Watches(&corev1.Service{}, byServiceName, builder.WithPredicates(inScope)).
+		Watches(&discoveryv1.EndpointSlice{}, byServiceName, builder.WithPredicates(inScope)).
+		// A local export's conditions carry the import's conflicts.
+		Watches(&mcsv1beta1.ServiceExport{}, sameName, builder.WithPredicates(inScope, predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Namespace{}, namespaceImports, builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return true },
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+		})).
+		WatchesRawSource(source.Channel(r.View.events, &handler.EnqueueRequestForObject{})).
+		Complete(r)
+}
+
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if _, _, _, open := r.Gate.Get(); !open || !r.Namespaces(req.Namespace) {
+		return reconcile.Result{}, nil
+	}
+	key := registry.Key{Namespace: req.Namespace, Name: req.Name}
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: req.Namespace}, ns); apierrors.IsNotFound(err) || (err == nil && !ns.DeletionTimestamp.IsZero()) {
+		return reconcile.Result{}, nil // imported when the namespace is created
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	exports := r.View.Get(key)
+	if len(exports) == 0 {
+		return reconcile.Result{}, r.remove(ctx, key)
+	}
+	m := merge.Merge(exports)
+	d := Plan(key, m)
+
+	si, err := r.applyImport(ctx, d.Import)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	var ips []string
+	if d.Service != nil {
+		svc, err := r.applyService(ctx, si, d.Service)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		ips = svc.Spec.ClusterIPs
+	} else if err := r.deleteDerived(ctx, key); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.applySlices(ctx, si, key, d.Slices); err != nil {
+		return reconcile.Result{}, err
+	}
+	if !reflect.DeepEqual(si.Spec.IPs, ips) {
+		si.Spec.IPs = ips
+		if err := r.Client.Update(ctx, si); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if !reflect.DeepEqual(si.Status.Clusters, d.Import.Status.Clusters) {
+		si.Status.Clusters = d.Import.Status.Clusters
+		if err := r.Client.Status().Update(ctx, si); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return reconcile.Result{}, r.reportConflicts(ctx, key, m)
+}
+
+// applyImport creates or updates the ServiceImport; one that clustermap
+// did not create is left alone.
+func (r *Reconciler) applyImport(ctx context.Context, want *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
+	si := &mcsv1beta1.ServiceImport{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), si)
+	if apierrors.IsNotFound(err) {
+		si = want.DeepCopy()
+		si.Status = mcsv1beta1.ServiceImportStatus{}
+		return si, r.Client.Create(ctx, si)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if si.Labels[LabelManagedBy] != managedByValue {
+		return nil, fmt.Errorf("ServiceImport %s exists and was not created by clustermap: delete it to let clustermap import the service", client.ObjectKeyFromObject(si))
+	}
+	ips := si.Spec.IPs
+	spec := want.Spec
+	spec.IPs = ips
+	if reflect.DeepEqual(si.Spec, spec) && reflect.DeepEqual(si.Labels, want.Labels) && reflect.DeepEqual(si.Annotations, want.Annotations) {
+		return si, nil
+	}
+	si.Spec, si.Labels, si.Annotations = spec, want.Labels, want.Annotations
+	return si, r.Client.Update(ctx, si)
+}
+
+func (r *Reconciler) applyService(ctx context.Context, owner *mcsv1beta1.ServiceImport, want *corev1.Service) (*corev1.Service, error) {
+	if err := controllerutil.SetControllerReference(owner, want, r.Client.Scheme()); err != nil {
+		return nil, err
+	}
+	svc := &corev1.Service{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), svc)
+	if apierrors.IsNotFound(err) {
+		return want, r.Client.Create(ctx, want)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if svc.Labels[LabelDerivedFor] != owner.Name {
+		return nil, fmt.Errorf("Service %s exists and is not clustermap's derived Service for %s", client.ObjectKeyFromObject(svc), owner.Name)
+	}
+	if !reflect.DeepEqual(svc.Spec.IPFamilies, want.Spec.IPFamilies) && len(want.Spec.IPFamilies) > 0 {
+		// IP families cannot change in place: recreate (a new VIP).
+		if err := r.Client.Delete(ctx, svc); err != nil {
+			return nil, err
+		}
+		return want, r.Client.Create(ctx, want)
+	}
+	changed := !reflect.DeepEqual(svc.Spec.Ports, want.Spec.Ports) || svc.Spec.SessionAffinity != want.Spec.SessionAffinity ||
+		!reflect.DeepEqual(svc.Spec.SessionAffinityConfig, want.Spec.SessionAffinityConfig) ||
+		!reflect.DeepEqual(svc.Spec.InternalTrafficPolicy, want.Spec.InternalTrafficPolicy) && want.Spec.InternalTrafficPolicy != nil ||
+		!reflect.DeepEqual(svc.Spec.TrafficDistribution, want.Spec.TrafficDistribution)
+	if !changed {
+		return svc, nil
+	}
+	svc.Spec.Ports, svc.Spec.SessionAffinity, svc.Spec.SessionAffinityConfig = want.Spec.Ports, want.Spec.SessionAffinity, want.Spec.SessionAffinityConfig
+	if want.Spec.InternalTrafficPolicy != nil {
+		svc.Spec.InternalTrafficPolicy = want.Spec.InternalTrafficPolicy
+	}
+	svc.Spec.TrafficDistribution = want.Spec.TrafficDistribution
+	return svc, r.Client.Update(ctx, svc)
+}
+
+// applySlices makes our EndpointSlices of the import exactly the desired ones.
+func (r *Reconciler) applySlices(ctx context.Context, owner *mcsv1beta1.ServiceImport, key registry.Key, want []*discoveryv1.EndpointSlice) error {
+	have := &discoveryv1.EndpointSliceList{}
+	if err := r.Client.List(ctx, have, client.InNamespace(key.Namespace),
+		client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name, discoveryv1.LabelManagedBy: ManagedBy}); err != nil {
+		return err
+	}
+	existing := map[string]*discoveryv1.EndpointSlice{}
+	for i := range have.Items {
+		existing[have.Items[i].Name] = &have.Items[i]
+	}
+	var errs []error
+	for _, s := range want {
+		if err := controllerutil.SetControllerReference(owner, s, r.Client.Scheme()); err != nil {
+			return err
+		}
+		cur, ok := existing[s.Name]
+		delete(existing, s.Name)
+		switch {
+		case !ok:
+			errs = append(errs, r.Client.Create(ctx, s))
+		case !reflect.DeepEqual(cur.Endpoints, s.Endpoints) || !reflect.DeepEqual(cur.Ports, s.Ports) || !reflect.DeepEqual(cur.Labels, s.Labels):
+			cur.Endpoints, cur.Ports, cur.Labels = s.Endpoints, s.Ports, s.Labels
+			errs = append(errs, r.Client.Update(ctx, cur))
+		}
+	}
+	for _, s := range existing {
+		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, s)))
+	}
+	return errors.Join(errs...)
+}
+
+// remove deletes the import and what it owns: the service is exported
+// nowhere any more.
+func (r *Reconciler) remove(ctx context.Context, key registry.Key) error {
+	si := &mcsv1beta1.ServiceImport{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, si)
+	if err == nil && si.Labels[LabelManagedBy] == managedByValue {
+		if err := client.IgnoreNotFound(r.Client.Delete(ctx, si)); err != nil {
+			return err
+		}
+	} else if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	// Owned objects would go with the import; deleting them now makes the
+	// removal immediate rather than wait for garbage collection.
+	if err := r.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(key.Namespace),
+		client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name, discoveryv1.LabelManagedBy: ManagedBy}); err != nil {
+		return err
+	}
+	return r.deleteDerived(ctx, key)
+}
+
+func (r *Reconciler) deleteDerived(ctx context.Context, key registry.Key) error {
+	svc := &corev1.Service{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: DerivedName(key.Name)}, svc)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if svc.Labels[LabelDerivedFor] != key.Name {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Client.Delete(ctx, svc))
+}
+
+// reportConflicts sets the Conflict condition on this cluster's export of
+// the service, if it exports it: every cluster sees the same merge, so every
+// disagreeing export in every cluster gets it.
+func (r *Reconciler) reportConflicts(ctx context.Context, key registry.Key, m merge.Result) error {
+	id, _, _, _ := r.Gate.Get()
+	exporting := false
+	for _, e := range m.Exports {
+		exporting = exporting || e.Cluster == id.ClusterID
+	}
+	if !exporting {
+		return nil
+	}
+	se := &mcsv1beta1.ServiceExport{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, se); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	cond := metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: metav1.ConditionFalse,
+		Reason: m.ConflictReason(), Message: "the exports of all clusters agree", ObservedGeneration: se.Generation}
+	if len(m.Conflicts) > 0 {
+		cond.Status = metav1.ConditionTrue
+		cond.Message = fmt.Sprintf("the exporting clusters %v disagree (%s); the oldest export (cluster %s) wins", m.Clusters(), m.ConflictReason(), m.Exports[0].Cluster)
+	}
+	if !meta.SetStatusCondition(&se.Status.Conditions, cond) {
+		return nil
+	}
+	if cond.Status == metav1.ConditionTrue {
+		r.Recorder.Event(se, corev1.EventTypeWarning, "Conflict", cond.Message)
+	}
+	if err := r.Client.Status().Update(ctx, se); apierrors.IsConflict(err) {
+		return fmt.Errorf("retrying the Conflict condition: %w", err)
+	} else {
+		return client.IgnoreNotFound(err)
+	}
+}

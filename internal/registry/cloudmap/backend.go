@@ -1,0 +1,422 @@
+package cloudmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/go-logr/logr"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// Tags clustermap puts on what it creates; only what carries them is ever
+// deleted by clustermap.
+const (
+	TagManagedBy  = "clustermap.io/managed-by"
+	TagClusterSet = "clustermap.io/clusterset"
+	managedBy     = "clustermap"
+)
+
+// Backend is the Cloud Map Registry of one cluster.
+type Backend struct {
+	c          *sd.Client
+	clusterSet string
+	cluster    string
+	controller string
+	log        logr.Logger
+
+	mu         sync.Mutex
+	namespaces map[string]string       // Kubernetes namespace -> Cloud Map namespace id
+	services   map[registry.Key]string // -> Cloud Map service id
+	keys       map[string]registry.Key // Cloud Map service id -> key
+	// ownOps are operations this cluster started, so that the change feed
+	// knows their service without asking.
+	ownOps map[string]registry.Key
+}
+
+// New returns the backend for one cluster of a clusterset.
+func New(c *sd.Client, clusterSet, cluster, controller string, log logr.Logger) *Backend {
+	return &Backend{
+		c: c, clusterSet: clusterSet, cluster: cluster, controller: controller, log: log,
+		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
+		ownOps: map[string]registry.Key{},
+	}
+}
+
+var _ registry.Registry = (*Backend)(nil)
+
+// Publish registers what this cluster's export lacks and deregisters what it
+// no longer has: new records first, so that a service never goes empty
+// while it changes.
+func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
+	desired, err := Encode(e, b.controller)
+	if err != nil {
+		return err
+	}
+	nsID, err := b.ensureNamespace(ctx, e.Namespace)
+	if err != nil {
+		return err
+	}
+	svcID, err := b.ensureService(ctx, nsID, e.Key)
+	if err != nil {
+		return err
+	}
+	current, err := b.ownInstances(ctx, e.Key)
+	if err != nil {
+		return err
+	}
+	register, deregister := Plan(desired, current)
+	ids := make([]string, 0, len(register))
+	for id := range register {
+		ids = append(ids, id)
+	}
+	if err := b.each(ctx, len(ids), func(ctx context.Context, i int) error {
+		out, err := b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i]), Attributes: register[ids[i]]})
+		if err != nil {
+			var limit *types.ResourceLimitExceeded
+			if errors.As(err, &limit) {
+				return &LimitError{Reason: "Cloud Map refused an instance: " + aws.ToString(limit.Message)}
+			}
+			return fmt.Errorf("registering %s in %s: %w", ids[i], e.Key, err)
+		}
+		b.ownOp(out.OperationId, e.Key)
+		return nil
+	}); err != nil {
+		return err
+	}
+	return b.each(ctx, len(deregister), func(ctx context.Context, i int) error {
+		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(deregister[i])})
+		var missing *types.InstanceNotFound
+		if errors.As(err, &missing) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("deregistering %s from %s: %w", deregister[i], e.Key, err)
+		}
+		b.ownOp(out.OperationId, e.Key)
+		return nil
+	})
+}
+
+// Withdraw deregisters this cluster's records of a service, then deletes
+// the Cloud Map service and namespace if clustermap created them and
+// nothing else is left in them.
+func (b *Backend) Withdraw(ctx context.Context, key registry.Key) error {
+	current, err := b.ownInstances(ctx, key)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	svcID, err := b.serviceID(ctx, key)
+	if err != nil || svcID == "" {
+		return err
+	}
+	ids := make([]string, 0, len(current))
+	for id := range current {
+		ids = append(ids, id)
+	}
+	if err := b.each(ctx, len(ids), func(ctx context.Context, i int) error {
+		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i])})
+		var missing *types.InstanceNotFound
+		if errors.As(err, &missing) {
+			return nil
+		}
+		if err == nil {
+			b.ownOp(out.OperationId, key)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	return b.cleanup(ctx, key, svcID)
+}
+
+// ErrPending says an asynchronous Cloud Map change has not finished yet.
+var ErrPending = errors.New("waiting for Cloud Map to finish deregistering")
+
+func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) error {
+	svc, err := b.c.GetService(ctx, &sd.GetServiceInput{Id: aws.String(svcID)})
+	if isNotFound(err) {
+		b.forget(key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if n := aws.ToInt32(svc.Service.InstanceCount); n > 0 {
+		// Other clusters' records remain (then the service stays), or our
+		// deregistrations are still running (then come back).
+		all, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
+			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
+			QueryParameters: map[string]string{AttrClusterID: b.cluster, AttrClusterSetID: b.clusterSet}, MaxResults: aws.Int32(1),
+		})
+		if err == nil && len(all.Instances) > 0 {
+			return ErrPending
+		}
+		return err
+	}
+	if mine, err := b.createdByUs(ctx, svc.Service.Arn); err != nil || !mine {
+		return err
+	}
+	if _, err := b.c.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(svcID)}); err != nil {
+		var inUse *types.ResourceInUse
+		if errors.As(err, &inUse) {
+			return nil // someone registered meanwhile: the service is theirs to keep
+		}
+		if !isNotFound(err) {
+			return err
+		}
+	}
+	b.forget(key)
+	nsID := aws.ToString(svc.Service.NamespaceId)
+	ns, err := b.c.GetNamespace(ctx, &sd.GetNamespaceInput{Id: aws.String(nsID)})
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if aws.ToInt32(ns.Namespace.ServiceCount) > 0 {
+		return nil
+	}
+	if mine, err := b.createdByUs(ctx, ns.Namespace.Arn); err != nil || !mine {
+		return err
+	}
+	b.mu.Lock()
+	delete(b.namespaces, key.Namespace)
+	b.mu.Unlock()
+	_, err = b.c.DeleteNamespace(ctx, &sd.DeleteNamespaceInput{Id: aws.String(nsID)})
+	var inUse *types.ResourceInUse
+	if errors.As(err, &inUse) || isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func (b *Backend) createdByUs(ctx context.Context, arn *string) (bool, error) {
+	tags, err := b.c.ListTagsForResource(ctx, &sd.ListTagsForResourceInput{ResourceARN: arn})
+	if err != nil {
+		return false, err
+	}
+	var managed, set bool
+	for _, t := range tags.Tags {
+		managed = managed || (aws.ToString(t.Key) == TagManagedBy && aws.ToString(t.Value) == managedBy)
+		set = set || (aws.ToString(t.Key) == TagClusterSet && aws.ToString(t.Value) == b.clusterSet)
+	}
+	return managed && set, nil
+}
+
+func (b *Backend) tags() []types.Tag {
+	return []types.Tag{
+		{Key: aws.String(TagManagedBy), Value: aws.String(managedBy)},
+		{Key: aws.String(TagClusterSet), Value: aws.String(b.clusterSet)},
+	}
+}
+
+// ownInstances lists this cluster's records of a service.
+func (b *Backend) ownInstances(ctx context.Context, key registry.Key) (map[string]Attrs, error) {
+	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
+		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
+		QueryParameters: map[string]string{AttrClusterID: b.cluster, AttrClusterSetID: b.clusterSet}, MaxResults: aws.Int32(MaxInstances),
+	})
+	if isNotFound(err) {
+		return map[string]Attrs{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	cur := make(map[string]Attrs, len(out.Instances))
+	for _, in := range out.Instances {
+		cur[aws.ToString(in.InstanceId)] = in.Attributes
+	}
+	return cur, nil
+}
+
+func (b *Backend) ensureNamespace(ctx context.Context, name string) (string, error) {
+	b.mu.Lock()
+	id, ok := b.namespaces[name]
+	b.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	id, err := b.findNamespace(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if id == "" {
+		out, err := b.c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{
+			Name: aws.String(name), Tags: b.tags(),
+			Description: aws.String("Kubernetes namespace " + name + ", created by clustermap"),
+		})
+		var exists *types.NamespaceAlreadyExists
+		switch {
+		case errors.As(err, &exists):
+			id = aws.ToString(exists.NamespaceId)
+		case err != nil:
+			return "", fmt.Errorf("creating Cloud Map namespace %s: %w", name, err)
+		default:
+			op, err := b.waitOperation(ctx, out.OperationId)
+			if err != nil {
+				return "", fmt.Errorf("creating Cloud Map namespace %s: %w", name, err)
+			}
+			id = op.Targets[string(types.OperationTargetTypeNamespace)]
+		}
+	}
+	b.mu.Lock()
+	b.namespaces[name] = id
+	b.mu.Unlock()
+	return id, nil
+}
+
+func (b *Backend) findNamespace(ctx context.Context, name string) (string, error) {
+	out, err := b.c.ListNamespaces(ctx, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{
+		{Name: types.NamespaceFilterNameName, Values: []string{name}},
+		{Name: types.NamespaceFilterNameType, Values: []string{string(types.NamespaceTypeHttp)}},
+	}})
+	if err != nil {
+		return "", fmt.Errorf("looking up Cloud Map namespace %s: %w", name, err)
+	}
+	for _, ns := range out.Namespaces {
+		if aws.ToString(ns.Name) == name {
+			return aws.ToString(ns.Id), nil
+		}
+	}
+	return "", nil
+}
+
+// waitOperation waits for an asynchronous operation to finish.
+func (b *Backend) waitOperation(ctx context.Context, id *string) (*types.Operation, error) {
+	delay := 50 * time.Millisecond
+	for {
+		out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: id})
+		if err != nil {
+			return nil, err
+		}
+		switch out.Operation.Status {
+		case types.OperationStatusSuccess:
+			return out.Operation, nil
+		case types.OperationStatusFail:
+			return nil, fmt.Errorf("operation %s failed: %s %s", aws.ToString(id), aws.ToString(out.Operation.ErrorCode), aws.ToString(out.Operation.ErrorMessage))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
+}
+
+func (b *Backend) ensureService(ctx context.Context, nsID string, key registry.Key) (string, error) {
+	id, err := b.serviceID(ctx, key)
+	if err != nil || id != "" {
+		return id, err
+	}
+	out, err := b.c.CreateService(ctx, &sd.CreateServiceInput{
+		Name: aws.String(key.Name), NamespaceId: aws.String(nsID), Tags: b.tags(),
+		Description: aws.String("Kubernetes Service " + key.String() + ", exported by clustermap"),
+	})
+	var exists *types.ServiceAlreadyExists
+	switch {
+	case errors.As(err, &exists):
+		id = aws.ToString(exists.ServiceId)
+	case err != nil:
+		var gone *types.NamespaceNotFound
+		if errors.As(err, &gone) {
+			b.mu.Lock()
+			delete(b.namespaces, key.Namespace)
+			b.mu.Unlock()
+		}
+		return "", fmt.Errorf("creating Cloud Map service %s: %w", key, err)
+	default:
+		id = aws.ToString(out.Service.Id)
+	}
+	b.remember(key, id)
+	return id, nil
+}
+
+// serviceID finds a service's id, "" when Cloud Map has none.
+func (b *Backend) serviceID(ctx context.Context, key registry.Key) (string, error) {
+	b.mu.Lock()
+	id, ok := b.services[key]
+	nsID, nsKnown := b.namespaces[key.Namespace]
+	b.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	if !nsKnown {
+		var err error
+		if nsID, err = b.findNamespace(ctx, key.Namespace); err != nil || nsID == "" {
+			return "", err
+		}
+	}
+	p := sd.NewListServicesPaginator(b.c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
+		{Name: types.ServiceFilterNameNamespaceId, Values: []string{nsID}},
+	}})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, s := range page.Services {
+			if aws.ToString(s.Name) == key.Name {
+				b.remember(key, aws.ToString(s.Id))
+				return aws.ToString(s.Id), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+func (b *Backend) remember(key registry.Key, id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.services[key] = id
+	b.keys[id] = key
+}
+
+func (b *Backend) forget(key registry.Key) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.keys, b.services[key])
+	delete(b.services, key)
+}
+
+func (b *Backend) ownOp(id *string, key registry.Key) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ownOps[aws.ToString(id)] = key
+}
+
+// each runs f for 0..n-1, a few at a time, and returns the first error.
+func (b *Backend) each(ctx context.Context, n int, f func(context.Context, int) error) error {
+	const parallel = 8
+	sem := make(chan struct{}, parallel)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = f(ctx, i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func isNotFound(err error) bool {
+	var ns *types.NamespaceNotFound
+	var svc *types.ServiceNotFound
+	return errors.As(err, &ns) || errors.As(err, &svc)
+}

@@ -1,0 +1,321 @@
+package cloudmap
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// Sink receives positive knowledge about a service: every cluster's export
+// of it in this clusterset (none: the service is not exported anywhere).
+// It is never called because of an error.
+type Sink func(key registry.Key, exports []registry.Export)
+
+// WatchOptions tune change detection. The defaults keep an idle cluster at
+// about 40 calls a minute: ListOperations every PollInterval, a listing of
+// namespaces and services every ListInterval, and a revision check of every
+// known service every SweepInterval.
+type WatchOptions struct {
+	PollInterval  time.Duration
+	ListInterval  time.Duration
+	SweepInterval time.Duration
+	// Overlap re-reads the end of the previous window, for clock skew.
+	Overlap time.Duration
+}
+
+func (o *WatchOptions) defaults() {
+	if o.PollInterval == 0 {
+		o.PollInterval = 1500 * time.Millisecond
+	}
+	if o.ListInterval == 0 {
+		o.ListInterval = 5 * time.Minute
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = time.Hour
+	}
+	if o.Overlap == 0 {
+		o.Overlap = 10 * time.Second
+	}
+}
+
+// Watcher turns Cloud Map changes into Sink calls.
+type Watcher struct {
+	b    *Backend
+	sink Sink
+	opts WatchOptions
+
+	notify    chan registry.Key
+	dirty     map[registry.Key]bool
+	seen      map[string]time.Time // operation ids already handled
+	revisions map[registry.Key]int64
+	exported  map[registry.Key]bool // keys the sink last heard exports for
+	lastPoll  time.Time
+	synced    bool
+}
+
+// NewWatcher watches the clusterset of a backend.
+func NewWatcher(b *Backend, sink Sink, opts WatchOptions) *Watcher {
+	opts.defaults()
+	return &Watcher{
+		b: b, sink: sink, opts: opts, notify: make(chan registry.Key, 1024),
+		dirty: map[registry.Key]bool{}, seen: map[string]time.Time{}, revisions: map[registry.Key]int64{},
+		exported: map[registry.Key]bool{},
+	}
+}
+
+// Notify asks for a service to be read again now, as after this cluster
+// published it.
+func (w *Watcher) Notify(key registry.Key) {
+	select {
+	case w.notify <- key:
+	default: // full: the next poll finds the change anyway
+	}
+}
+
+// Synced reports whether the first full read of the registry finished.
+func (w *Watcher) Synced() bool { return w.synced }
+
+// Start runs until ctx ends (a controller-runtime Runnable).
+func (w *Watcher) Start(ctx context.Context) error {
+	poll := time.NewTicker(w.opts.PollInterval)
+	defer poll.Stop()
+	lastList, lastSweep := time.Time{}, time.Now()
+	for {
+		now := time.Now()
+		switch {
+		case !w.synced || now.Sub(lastList) >= w.opts.ListInterval:
+			if err := w.list(ctx, !w.synced); err != nil {
+				w.b.log.Error(err, "listing Cloud Map services failed; imports stay as they are", "retryIn", w.opts.PollInterval)
+			} else {
+				lastList, w.synced = now, true
+			}
+		case now.Sub(lastSweep) >= w.opts.SweepInterval:
+			w.sweep(ctx)
+			lastSweep = now
+		default:
+			if err := w.pollOperations(ctx); err != nil {
+				w.b.log.Error(err, "reading Cloud Map's operations failed; imports stay as they are", "retryIn", w.opts.PollInterval)
+			}
+		}
+		w.fetchDirty(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-poll.C:
+		case key := <-w.notify:
+			w.dirty[key] = true
+		}
+	}
+}
+
+// list reads every HTTP namespace and service: services gone from a
+// complete listing are gone; with all set, every service is read.
+func (w *Watcher) list(ctx context.Context, all bool) error {
+	listed := map[registry.Key]bool{}
+	nsPages := sd.NewListNamespacesPaginator(w.b.c, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{
+		{Name: types.NamespaceFilterNameType, Values: []string{string(types.NamespaceTypeHttp)}},
+	}})
+	for nsPages.HasMorePages() {
+		page, err := nsPages.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, ns := range page.Namespaces {
+			nsName, nsID := aws.ToString(ns.Name), aws.ToString(ns.Id)
+			if aws.ToInt32(ns.ServiceCount) == 0 {
+				continue
+			}
+			w.b.mu.Lock()
+			w.b.namespaces[nsName] = nsID
+			w.b.mu.Unlock()
+			svcPages := sd.NewListServicesPaginator(w.b.c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
+				{Name: types.ServiceFilterNameNamespaceId, Values: []string{nsID}},
+			}})
+			for svcPages.HasMorePages() {
+				sp, err := svcPages.NextPage(ctx)
+				if err != nil {
+					return err
+				}
+				for _, s := range sp.Services {
+					key := registry.Key{Namespace: nsName, Name: aws.ToString(s.Name)}
+					w.b.remember(key, aws.ToString(s.Id))
+					listed[key] = true
+					if all {
+						w.dirty[key] = true
+					}
+				}
+			}
+		}
+	}
+	for key := range w.exported {
+		if !listed[key] {
+			w.report(key, nil)
+		}
+	}
+	return nil
+}
+
+// sweep compares every known service's revision with the last one read.
+func (w *Watcher) sweep(ctx context.Context) {
+	for key, rev := range w.revisions {
+		out, err := w.b.c.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
+			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name),
+		})
+		if err != nil || aws.ToInt64(out.InstancesRevision) != rev {
+			w.dirty[key] = true
+		}
+	}
+}
+
+// pollOperations reads the instance operations that succeeded since the
+// last poll and marks their services for reading.
+func (w *Watcher) pollOperations(ctx context.Context) error {
+	now := time.Now()
+	from := w.lastPoll.Add(-w.opts.Overlap)
+	if w.lastPoll.IsZero() {
+		from = now.Add(-w.opts.Overlap)
+	}
+	pages := sd.NewListOperationsPaginator(w.b.c, &sd.ListOperationsInput{Filters: []types.OperationFilter{
+		{Name: types.OperationFilterNameStatus, Values: []string{string(types.OperationStatusSuccess)}},
+		{Name: types.OperationFilterNameType, Condition: types.FilterConditionIn, Values: []string{
+			string(types.OperationTypeRegisterInstance), string(types.OperationTypeDeregisterInstance)}},
+		{Name: types.OperationFilterNameUpdateDate, Condition: types.FilterConditionBetween, Values: []string{
+			fmt.Sprint(from.Unix()), fmt.Sprint(now.Add(time.Hour).Unix())}},
+	}})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, op := range page.Operations {
+			id := aws.ToString(op.Id)
+			if _, done := w.seen[id]; done {
+				continue
+			}
+			key, err := w.operationKey(ctx, id)
+			if err != nil {
+				return err
+			}
+			w.seen[id] = now
+			if key != (registry.Key{}) {
+				w.dirty[key] = true
+			}
+		}
+	}
+	if gap := now.Sub(w.lastPoll); !w.lastPoll.IsZero() && gap > w.opts.Overlap {
+		// Polls failed for longer than the overlap: changes may have been
+		// missed, so read every known service again.
+		for key := range w.revisions {
+			w.dirty[key] = true
+		}
+	}
+	w.lastPoll = now
+	for id, t := range w.seen {
+		if now.Sub(t) > 3*w.opts.Overlap {
+			delete(w.seen, id)
+		}
+	}
+	return nil
+}
+
+// operationKey finds the service an operation changed.
+func (w *Watcher) operationKey(ctx context.Context, opID string) (registry.Key, error) {
+	w.b.mu.Lock()
+	key, own := w.b.ownOps[opID]
+	delete(w.b.ownOps, opID)
+	w.b.mu.Unlock()
+	if own {
+		return key, nil
+	}
+	op, err := w.b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(opID)})
+	if err != nil {
+		return registry.Key{}, err
+	}
+	svcID := op.Operation.Targets[string(types.OperationTargetTypeService)]
+	w.b.mu.Lock()
+	key, known := w.b.keys[svcID]
+	w.b.mu.Unlock()
+	if known {
+		return key, nil
+	}
+	svc, err := w.b.c.GetService(ctx, &sd.GetServiceInput{Id: aws.String(svcID)})
+	if isNotFound(err) {
+		return registry.Key{}, nil
+	}
+	if err != nil {
+		return registry.Key{}, err
+	}
+	ns, err := w.b.c.GetNamespace(ctx, &sd.GetNamespaceInput{Id: svc.Service.NamespaceId})
+	if isNotFound(err) {
+		return registry.Key{}, nil
+	}
+	if err != nil {
+		return registry.Key{}, err
+	}
+	if ns.Namespace.Type != types.NamespaceTypeHttp {
+		return registry.Key{}, nil
+	}
+	key = registry.Key{Namespace: aws.ToString(ns.Namespace.Name), Name: aws.ToString(svc.Service.Name)}
+	w.b.remember(key, svcID)
+	return key, nil
+}
+
+// fetchDirty reads the services marked changed; a failed read stays marked.
+func (w *Watcher) fetchDirty(ctx context.Context) {
+	for key := range w.dirty {
+		exports, rev, err := w.fetch(ctx, key)
+		if err != nil {
+			w.b.log.Error(err, "reading a Cloud Map service failed; its import stays as it is", "service", key.String())
+			continue
+		}
+		delete(w.dirty, key)
+		if exports == nil {
+			delete(w.revisions, key)
+		} else {
+			w.revisions[key] = rev
+		}
+		w.report(key, exports)
+	}
+}
+
+func (w *Watcher) report(key registry.Key, exports []registry.Export) {
+	if len(exports) == 0 {
+		if !w.exported[key] {
+			return
+		}
+		delete(w.exported, key)
+	} else {
+		w.exported[key] = true
+	}
+	w.sink(key, exports)
+}
+
+// fetch reads one service's exports in this clusterset; nil when Cloud Map
+// says the service or namespace does not exist.
+func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Export, int64, error) {
+	out, err := w.b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
+		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
+		QueryParameters: map[string]string{AttrClusterSetID: w.b.clusterSet}, MaxResults: aws.Int32(MaxInstances),
+	})
+	if isNotFound(err) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	instances := make([]Instance, len(out.Instances))
+	for i, in := range out.Instances {
+		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
+	}
+	exports := Decode(key, instances)
+	if exports == nil {
+		exports = []registry.Export{}
+	}
+	return exports, aws.ToInt64(out.InstancesRevision), nil
+}
