@@ -26,7 +26,7 @@ import (
 const (
 	// ManagedBy is our EndpointSlice manager: never the EndpointSlice
 	// controller's, so that it leaves our slices alone.
-	ManagedBy      = "clustermap.io/controller"
+	ManagedBy      = "controller.clustermap.io"
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	managedByValue = "clustermap"
 	// LabelDerivedFor marks a derived Service with its import's name.

@@ -1,0 +1,206 @@
+// Package e2e runs clustermap on local clusters against the Cloud Map
+// emulator and checks what each cluster ends up holding.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+// world is N clusters, the emulator, and a controller in each cluster.
+type world struct {
+	env     *devenv.Env
+	cm      *devenv.CloudMap
+	clients []client.Client
+}
+
+func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
+	t.Helper()
+	w := &world{env: devenv.ForTest(t, n), cm: devenv.CloudMapForTest(t, cmOpts)}
+	for _, c := range w.env.Clusters {
+		cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.clients = append(w.clients, cl)
+		w.startController(t, c)
+	}
+	return w
+}
+
+func (w *world) startController(t *testing.T, c *devenv.Cluster) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.Run(ctx, controller.Options{
+			Config: c.Config, CloudMapEndpoint: w.cm.URL, Region: "us-east-1", MCS: true,
+			MetricsAddr: "0", ProbeAddr: "0", ExcludeNamespaces: controller.DefaultExcludeNamespaces,
+			Watch: cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond},
+			Log:   testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithName(c.ID),
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller of %s: %v", c.ID, err)
+		}
+	})
+}
+
+// eventually retries check until it returns nil or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, within, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func namespace(t *testing.T, cl client.Client, name string) {
+	t.Helper()
+	err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// app creates a Deployment and its Service.
+func app(t *testing.T, cl client.Client, ns, name string, replicas int32, headless bool, ports ...corev1.ServicePort) {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	var cports []corev1.ContainerPort
+	for _, p := range ports {
+		cports = append(cports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.TargetPort.IntVal, Protocol: p.Protocol})
+	}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app", Ports: cports}}}},
+		},
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.ServiceSpec{Selector: labels, Ports: ports}}
+	if headless {
+		svc.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	mustDo(t, cl.Create(context.Background(), dep))
+	mustDo(t, cl.Create(context.Background(), svc))
+}
+
+func httpPort(port, target int32) corev1.ServicePort {
+	return corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(target)}
+}
+
+func exportService(t *testing.T, cl client.Client, ns, name string) {
+	t.Helper()
+	mustDo(t, cl.Create(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}))
+}
+
+// readyPodIPs lists the ready addresses the cluster's own EndpointSlice
+// controller publishes for a Service.
+func readyPodIPs(cl client.Client, ns, name string) ([]string, error) {
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := cl.List(context.Background(), slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}); err != nil {
+		return nil, err
+	}
+	return readyIPs(slices.Items), nil
+}
+
+func readyIPs(slices []discoveryv1.EndpointSlice) []string {
+	var ips []string
+	for _, s := range slices {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				ips = append(ips, e.Addresses...)
+			}
+		}
+	}
+	sort.Strings(ips)
+	return ips
+}
+
+// importSlices lists clustermap's EndpointSlices of an import.
+func importSlices(cl client.Client, ns, name string) ([]discoveryv1.EndpointSlice, error) {
+	slices := &discoveryv1.EndpointSliceList{}
+	err := cl.List(context.Background(), slices, client.InNamespace(ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: name, discoveryv1.LabelManagedBy: imports.ManagedBy})
+	return slices.Items, err
+}
+
+func getImport(cl client.Client, ns, name string) (*mcsv1beta1.ServiceImport, error) {
+	si := &mcsv1beta1.ServiceImport{}
+	return si, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, si)
+}
+
+func clustersOf(si *mcsv1beta1.ServiceImport) string {
+	var c []string
+	for _, s := range si.Status.Clusters {
+		c = append(c, s.Cluster)
+	}
+	return strings.Join(c, ",")
+}
+
+// condition reads a ServiceExport condition as "Status/Reason".
+func condition(cl client.Client, ns, name string, t mcsv1beta1.ServiceExportConditionType) string {
+	se := &mcsv1beta1.ServiceExport{}
+	if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se); err != nil {
+		return err.Error()
+	}
+	c := meta.FindStatusCondition(se.Status.Conditions, string(t))
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s/%s", c.Status, c.Reason)
+}
+
+func wantCondition(cl client.Client, ns, name string, t mcsv1beta1.ServiceExportConditionType, want string) func() error {
+	return func() error {
+		if got := condition(cl, ns, name, t); got != want {
+			return fmt.Errorf("%s condition %s, want %s", t, got, want)
+		}
+		return nil
+	}
+}
+
+func prefixContains(cidr, ip string) bool {
+	p, err := netip.ParsePrefix(cidr)
+	a, err2 := netip.ParseAddr(ip)
+	return err == nil && err2 == nil && p.Contains(a)
+}

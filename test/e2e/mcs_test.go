@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/imports"
+)
+
+// The conformance deadline for imports to appear and go.
+const importDeadline = 20 * time.Second
+
+// TestMCS runs the Multi-Cluster Services scenarios on one world of three
+// clusters; each scenario has a namespace of its own.
+func TestMCS(t *testing.T) {
+	w := newWorld(t, 3, cloudmaplocal.Options{})
+	t.Run("ClusterSetIP export is imported into every cluster", w.clusterSetIP)
+}
+
+func (w *world) clusterSetIP(t *testing.T) {
+	const ns, name = "cs-ip", "web"
+	for _, cl := range w.clients {
+		namespace(t, cl, ns)
+	}
+	src := w.clients[0]
+	app(t, src, ns, name, 3, false, httpPort(80, 8080))
+	exportService(t, src, ns, name)
+	var podIPs []string
+	eventually(t, importDeadline, "pods ready in cluster-1", func() error {
+		var err error
+		if podIPs, err = readyPodIPs(src, ns, name); err == nil && len(podIPs) != 3 {
+			err = fmt.Errorf("%d ready pods", len(podIPs))
+		}
+		return err
+	})
+	for i, cl := range w.clients {
+		id := w.env.Clusters[i].ID
+		eventually(t, importDeadline, "the import in "+id, func() error {
+			si, err := getImport(cl, ns, name)
+			if err != nil {
+				return err
+			}
+			if si.Spec.Type != mcsv1beta1.ClusterSetIP || len(si.Spec.Ports) != 1 || si.Spec.Ports[0] != (mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}) {
+				return fmt.Errorf("spec %+v", si.Spec)
+			}
+			if clustersOf(si) != "cluster-1" {
+				return fmt.Errorf("status.clusters %q", clustersOf(si))
+			}
+			derived := &corev1.Service{}
+			if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: imports.DerivedName(name)}, derived); err != nil {
+				return err
+			}
+			if len(si.Spec.IPs) != 1 || len(si.Spec.IPFamilies) != 1 || !reflect.DeepEqual(si.Spec.IPs, derived.Spec.ClusterIPs) || derived.Spec.Selector != nil {
+				return fmt.Errorf("ips %v, ipFamilies %v, derived Service %v selector %v", si.Spec.IPs, si.Spec.IPFamilies, derived.Spec.ClusterIPs, derived.Spec.Selector)
+			}
+			if !prefixContains(w.env.Clusters[i].ServiceCIDRs[0], si.Spec.IPs[0]) {
+				return fmt.Errorf("VIP %s is not from %s's own service range", si.Spec.IPs[0], id)
+			}
+			slices, err := importSlices(cl, ns, name)
+			if err != nil {
+				return err
+			}
+			if got := readyIPs(slices); !reflect.DeepEqual(got, podIPs) {
+				return fmt.Errorf("imported endpoints %v, want cluster-1's pods %v", got, podIPs)
+			}
+			for _, s := range slices {
+				if s.Labels[mcsv1beta1.LabelSourceCluster] != "cluster-1" || s.Labels[discoveryv1.LabelServiceName] != derived.Name ||
+					s.Labels[discoveryv1.LabelManagedBy] != imports.ManagedBy || len(s.Endpoints) > imports.MaxEndpointsPerSlice ||
+					len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != si.UID {
+					return fmt.Errorf("slice %s labels %v owners %v", s.Name, s.Labels, s.OwnerReferences)
+				}
+				if len(s.Ports) != 1 || *s.Ports[0].Port != 8080 || *s.Ports[0].Name != "http" {
+					return fmt.Errorf("slice ports %+v", s.Ports)
+				}
+			}
+			return nil
+		})
+	}
+	eventually(t, 5*time.Second, "conditions", func() error {
+		for _, c := range []struct {
+			t    mcsv1beta1.ServiceExportConditionType
+			want string
+		}{{"Valid", "True/Valid"}, {"Ready", "True/Exported"}, {"Conflict", "False/NoConflicts"}} {
+			if err := wantCondition(src, ns, name, c.t, c.want)(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
