@@ -24,6 +24,15 @@ const importDeadline = 20 * time.Second
 func TestMCS(t *testing.T) {
 	w := newWorld(t, 3, cloudmaplocal.Options{})
 	t.Run("ClusterSetIP export is imported into every cluster", w.clusterSetIP)
+	t.Run("headless export keeps hostnames", w.headless)
+	t.Run("scaling is reflected in every cluster", w.scaling)
+	t.Run("exports of two clusters are merged", w.twoExporters)
+	t.Run("port and type conflicts: the oldest wins", w.conflicts)
+	t.Run("unexport removes imports and cleans Cloud Map", w.unexport)
+	t.Run("ExternalName and missing Services are rejected", w.invalid)
+	t.Run("a namespace missing in a cluster is imported once created", w.lateNamespace)
+	t.Run("another clusterset in the same account stays apart", w.otherClusterSet)
+	t.Run("an export in the AWS controller's schema is imported", w.awsSchema)
 }
 
 func (w *world) clusterSetIP(t *testing.T) {

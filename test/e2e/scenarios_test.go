@@ -1,0 +1,390 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/imports"
+)
+
+func (w *world) allNamespaces(t *testing.T, ns string) {
+	for _, cl := range w.clients {
+		namespace(t, cl, ns)
+	}
+}
+
+// importedEverywhere waits until every cluster imports the service with
+// these ready endpoints (sorted IPs) from these clusters.
+func (w *world) importedEverywhere(t *testing.T, within time.Duration, ns, name, clusters string, ips []string) {
+	t.Helper()
+	for i, cl := range w.clients {
+		eventually(t, within, fmt.Sprintf("%s/%s in %s", ns, name, w.env.Clusters[i].ID), func() error {
+			si, err := getImport(cl, ns, name)
+			if err != nil {
+				return err
+			}
+			if clustersOf(si) != clusters {
+				return fmt.Errorf("status.clusters %q, want %q", clustersOf(si), clusters)
+			}
+			slices, err := importSlices(cl, ns, name)
+			if err != nil {
+				return err
+			}
+			if got := readyIPs(slices); !reflect.DeepEqual(got, ips) && !(len(got) == 0 && len(ips) == 0) {
+				return fmt.Errorf("endpoints %v, want %v", got, ips)
+			}
+			return nil
+		})
+	}
+}
+
+func waitPods(t *testing.T, cl client.Client, ns, name string, n int) []string {
+	t.Helper()
+	var ips []string
+	eventually(t, 30*time.Second, fmt.Sprintf("%d ready pods of %s/%s", n, ns, name), func() error {
+		var err error
+		if ips, err = readyPodIPs(cl, ns, name); err == nil && len(ips) != n {
+			err = fmt.Errorf("%d ready", len(ips))
+		}
+		return err
+	})
+	return ips
+}
+
+func (w *world) headless(t *testing.T) {
+	const ns, name = "headless", "db"
+	w.allNamespaces(t, ns)
+	src := w.clients[0]
+	labels := map[string]string{"app": name}
+	mustDo(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: labels, Ports: []corev1.ServicePort{httpPort(5432, 5432)}}}))
+	mustDo(t, src.Create(context.Background(), &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](2), ServiceName: name, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "db"}}}}}}))
+	exportService(t, src, ns, name)
+	ips := waitPods(t, src, ns, name, 2)
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
+	for i, cl := range w.clients {
+		si, _ := getImport(cl, ns, name)
+		if si.Spec.Type != mcsv1beta1.Headless || len(si.Spec.IPs) != 0 {
+			t.Errorf("%s: headless import %+v", w.env.Clusters[i].ID, si.Spec)
+		}
+		derived := &corev1.Service{}
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: imports.DerivedName(name)}, derived); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: a headless import needs no derived Service: %v", w.env.Clusters[i].ID, err)
+		}
+		slices, _ := importSlices(cl, ns, name)
+		var hosts []string
+		for _, s := range slices {
+			for _, e := range s.Endpoints {
+				if e.Hostname != nil {
+					hosts = append(hosts, *e.Hostname)
+				}
+			}
+		}
+		sort.Strings(hosts)
+		if strings.Join(hosts, ",") != "db-0,db-1" {
+			t.Errorf("%s: hostnames %v, want db-0,db-1", w.env.Clusters[i].ID, hosts)
+		}
+	}
+}
+
+func scale(t *testing.T, cl client.Client, ns, name string, n int32) {
+	t.Helper()
+	dep := &appsv1.Deployment{}
+	mustDo(t, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dep))
+	dep.Spec.Replicas = ptr.To(n)
+	mustDo(t, cl.Update(context.Background(), dep))
+}
+
+func (w *world) scaling(t *testing.T) {
+	const ns, name = "scaling", "api"
+	w.allNamespaces(t, ns)
+	src := w.clients[0]
+	app(t, src, ns, name, 3, false, httpPort(80, 8080))
+	exportService(t, src, ns, name)
+	for _, n := range []int32{3, 10, 0, 3} {
+		scale(t, src, ns, name, n)
+		ips := waitPods(t, src, ns, name, int(n))
+		w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
+	}
+}
+
+func (w *world) twoExporters(t *testing.T) {
+	const ns, name = "merged", "cache"
+	w.allNamespaces(t, ns)
+	var all []string
+	for _, cl := range w.clients[:2] {
+		app(t, cl, ns, name, 2, false, httpPort(6379, 6379))
+		exportService(t, cl, ns, name)
+		all = append(all, waitPods(t, cl, ns, name, 2)...)
+	}
+	sort.Strings(all)
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1,cluster-2", all)
+	// Each source cluster's slices say where they come from.
+	slices, _ := importSlices(w.clients[2], ns, name)
+	from := map[string]int{}
+	for _, s := range slices {
+		from[s.Labels[mcsv1beta1.LabelSourceCluster]] += len(s.Endpoints)
+	}
+	if from["cluster-1"] != 2 || from["cluster-2"] != 2 {
+		t.Errorf("endpoints by source cluster: %v", from)
+	}
+}
+
+func (w *world) conflicts(t *testing.T) {
+	const ns = "conflicts"
+	w.allNamespaces(t, ns)
+	c1, c2 := w.clients[0], w.clients[1]
+	// Port conflict: the same port name with another number; cluster-1 exports first.
+	app(t, c1, ns, "ports", 1, false, httpPort(80, 8080))
+	exportService(t, c1, ns, "ports")
+	eventually(t, importDeadline, "the first export", wantCondition(c1, ns, "ports", "Ready", "True/Exported"))
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have second precision
+	app(t, c2, ns, "ports", 1, false, httpPort(81, 8080))
+	exportService(t, c2, ns, "ports")
+	for _, cl := range []client.Client{c1, c2} {
+		eventually(t, importDeadline, "PortConflict on both exports", wantCondition(cl, ns, "ports", "Conflict", "True/PortConflict"))
+	}
+	for i, cl := range w.clients {
+		eventually(t, importDeadline, "the oldest port in "+w.env.Clusters[i].ID, func() error {
+			si, err := getImport(cl, ns, "ports")
+			if err != nil {
+				return err
+			}
+			if len(si.Spec.Ports) != 1 || si.Spec.Ports[0].Port != 80 || clustersOf(si) != "cluster-1,cluster-2" {
+				return fmt.Errorf("ports %+v clusters %s", si.Spec.Ports, clustersOf(si))
+			}
+			return nil
+		})
+	}
+
+	// Type conflict: cluster-2's headless export is the older one.
+	app(t, c2, ns, "kind", 1, true, httpPort(80, 8080))
+	exportService(t, c2, ns, "kind")
+	eventually(t, importDeadline, "the first export", wantCondition(c2, ns, "kind", "Ready", "True/Exported"))
+	time.Sleep(1100 * time.Millisecond)
+	app(t, c1, ns, "kind", 1, false, httpPort(80, 8080))
+	exportService(t, c1, ns, "kind")
+	for _, cl := range []client.Client{c1, c2} {
+		eventually(t, importDeadline, "TypeConflict on both exports", wantCondition(cl, ns, "kind", "Conflict", "True/TypeConflict"))
+	}
+	for i, cl := range w.clients {
+		eventually(t, importDeadline, "the oldest type in "+w.env.Clusters[i].ID, func() error {
+			si, err := getImport(cl, ns, "kind")
+			if err != nil {
+				return err
+			}
+			if si.Spec.Type != mcsv1beta1.Headless || len(si.Spec.IPs) != 0 {
+				return fmt.Errorf("type %s ips %v", si.Spec.Type, si.Spec.IPs)
+			}
+			return nil
+		})
+	}
+}
+
+func (w *world) cloudMap(t *testing.T) *sd.Client {
+	c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: w.cm.URL, Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (w *world) unexport(t *testing.T) {
+	const ns, name = "unexport", "gone"
+	w.allNamespaces(t, ns)
+	src := w.clients[0]
+	app(t, src, ns, name, 2, false, httpPort(80, 8080))
+	exportService(t, src, ns, name)
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", waitPods(t, src, ns, name, 2))
+
+	start := time.Now()
+	mustDo(t, src.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
+	for i, cl := range w.clients {
+		eventually(t, importDeadline-time.Since(start), "the import gone from "+w.env.Clusters[i].ID, func() error {
+			if _, err := getImport(cl, ns, name); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("ServiceImport still there: %v", err)
+			}
+			if slices, err := importSlices(cl, ns, name); err != nil || len(slices) > 0 {
+				return fmt.Errorf("%d EndpointSlices left (%v)", len(slices), err)
+			}
+			derived := &corev1.Service{}
+			if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: imports.DerivedName(name)}, derived); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("derived Service still there: %v", err)
+			}
+			return nil
+		})
+	}
+	t.Logf("imports removed from 3 clusters %v after unexport", time.Since(start).Round(time.Millisecond))
+	c := w.cloudMap(t)
+	eventually(t, importDeadline, "Cloud Map cleaned", func() error {
+		out, err := c.ListNamespaces(context.Background(), &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{{Name: types.NamespaceFilterNameName, Values: []string{ns}}}})
+		if err != nil {
+			return err
+		}
+		if len(out.Namespaces) != 0 {
+			return fmt.Errorf("namespace %s still in Cloud Map (%d services)", ns, aws.ToInt32(out.Namespaces[0].ServiceCount))
+		}
+		return nil
+	})
+	se := &mcsv1beta1.ServiceExport{}
+	if err := src.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se); !apierrors.IsNotFound(err) {
+		t.Errorf("the ServiceExport should be gone once withdrawn: %v", err)
+	}
+}
+
+func (w *world) invalid(t *testing.T) {
+	const ns = "invalid"
+	w.allNamespaces(t, ns)
+	src := w.clients[0]
+	mustDo(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: ns},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}}))
+	exportService(t, src, ns, "ext")
+	exportService(t, src, ns, "missing")
+	eventually(t, importDeadline, "ExternalName rejected", wantCondition(src, ns, "ext", "Valid", "False/InvalidServiceType"))
+	eventually(t, importDeadline, "missing Service rejected", wantCondition(src, ns, "missing", "Valid", "False/NoService"))
+	eventually(t, importDeadline, "Ready False", wantCondition(src, ns, "missing", "Ready", "False/Failed"))
+	eventually(t, 5*time.Second, "a Warning Event", func() error {
+		evs := &corev1.EventList{}
+		if err := src.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == "missing" && e.Reason == "NoService" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "does not exist") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no NoService Event among %d", len(evs.Items))
+	})
+	// Creating the Service makes the export valid.
+	app(t, src, ns, "missing", 1, false, httpPort(80, 8080))
+	eventually(t, importDeadline, "valid once the Service exists", wantCondition(src, ns, "missing", "Valid", "True/Valid"))
+	w.importedEverywhere(t, importDeadline, ns, "missing", "cluster-1", waitPods(t, src, ns, "missing", 1))
+	for _, cl := range w.clients {
+		if _, err := getImport(cl, ns, "ext"); !apierrors.IsNotFound(err) {
+			t.Errorf("an ExternalName export must not be imported: %v", err)
+		}
+	}
+}
+
+func (w *world) lateNamespace(t *testing.T) {
+	const ns, name = "late", "svc"
+	namespace(t, w.clients[0], ns)
+	namespace(t, w.clients[1], ns)
+	app(t, w.clients[0], ns, name, 1, false, httpPort(80, 8080))
+	exportService(t, w.clients[0], ns, name)
+	ips := waitPods(t, w.clients[0], ns, name, 1)
+	eventually(t, importDeadline, "imported where the namespace exists", func() error {
+		_, err := getImport(w.clients[1], ns, name)
+		return err
+	})
+	third := w.clients[2]
+	if err := third.Get(context.Background(), client.ObjectKey{Name: ns}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("cluster-3 must not have the namespace: %v", err)
+	}
+	namespace(t, third, ns)
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
+}
+
+// Instances of another clusterset under the same Cloud Map service are
+// neither imported nor deleted.
+func (w *world) otherClusterSet(t *testing.T) {
+	const ns, name = "isolated", "shared"
+	w.allNamespaces(t, ns)
+	src := w.clients[0]
+	app(t, src, ns, name, 1, false, httpPort(80, 8080))
+	exportService(t, src, ns, name)
+	ips := waitPods(t, src, ns, name, 1)
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
+	c := w.cloudMap(t)
+	svcID := w.serviceID(t, c, ns, name)
+	_, err := c.RegisterInstance(context.Background(), &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String("other-set-endpoint"),
+		Attributes: map[string]string{"AWS_INSTANCE_IPV4": "10.250.0.1", "AWS_INSTANCE_PORT": "8080", "CLUSTER_ID": "cluster-1", "CLUSTERSET_ID": "another-set",
+			"SERVICE_PORT": "80", "SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1"}})
+	mustDo(t, err)
+	scale(t, src, ns, name, 2) // a change to import
+	ips = waitPods(t, src, ns, name, 2)
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
+
+	mustDo(t, src.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
+	eventually(t, importDeadline, "import removed", func() error {
+		if _, err := getImport(w.clients[1], ns, name); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still imported: %v", err)
+		}
+		return nil
+	})
+	out, err := c.GetInstance(context.Background(), &sd.GetInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String("other-set-endpoint")})
+	if err != nil || out.Instance.Attributes["CLUSTERSET_ID"] != "another-set" {
+		t.Errorf("the other clusterset's instance must survive our unexport: %v", err)
+	}
+}
+
+func (w *world) serviceID(t *testing.T, c *sd.Client, ns, name string) string {
+	t.Helper()
+	nss, err := c.ListNamespaces(context.Background(), &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{{Name: types.NamespaceFilterNameName, Values: []string{ns}}}})
+	if err != nil || len(nss.Namespaces) != 1 {
+		t.Fatalf("Cloud Map namespace %s: %v %v", ns, err, nss)
+	}
+	svcs, err := c.ListServices(context.Background(), &sd.ListServicesInput{Filters: []types.ServiceFilter{{Name: types.ServiceFilterNameNamespaceId, Values: []string{aws.ToString(nss.Namespaces[0].Id)}}}})
+	mustDo(t, err)
+	for _, s := range svcs.Services {
+		if aws.ToString(s.Name) == name {
+			return aws.ToString(s.Id)
+		}
+	}
+	t.Fatalf("no Cloud Map service %s/%s", ns, name)
+	return ""
+}
+
+// A cluster running the AWS Cloud Map MCS controller writes its endpoints
+// with that controller's attributes; clustermap imports them.
+func (w *world) awsSchema(t *testing.T) {
+	const ns, name = "aws-schema", "legacy"
+	w.allNamespaces(t, ns)
+	c := w.cloudMap(t)
+	ctx := context.Background()
+	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(ns)})
+	mustDo(t, err)
+	got, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: op.OperationId})
+	mustDo(t, err)
+	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(got.Operation.Targets["NAMESPACE"])})
+	mustDo(t, err)
+	for _, ip := range []string{"10.77.0.1", "10.77.0.2"} {
+		_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String("tcp-" + strings.ReplaceAll(ip, ".", "_") + "-8080"),
+			Attributes: map[string]string{
+				"AWS_INSTANCE_IPV4": ip, "AWS_INSTANCE_PORT": "8080", "ENDPOINT_PORT_NAME": "http", "ENDPOINT_PROTOCOL": "TCP", "READY": "true",
+				"CLUSTER_ID": "eks-legacy", "CLUSTERSET_ID": "clusterset-dev", "SERVICE_PORT_NAME": "http", "SERVICE_PORT": "80", "SERVICE_PROTOCOL": "TCP",
+				"SERVICE_TARGET_PORT": "8080", "SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1700000000000",
+				"K8S_CONTROLLER": "aws-cloud-map-mcs-controller-for-k8s 0.3.1 (abc)",
+			}})
+		mustDo(t, err)
+	}
+	w.importedEverywhere(t, importDeadline, ns, name, "eks-legacy", []string{"10.77.0.1", "10.77.0.2"})
+	si, _ := getImport(w.clients[1], ns, name)
+	if si.Spec.Type != mcsv1beta1.ClusterSetIP || len(si.Spec.Ports) != 1 || si.Spec.Ports[0].Port != 80 || len(si.Spec.IPs) != 1 {
+		t.Errorf("import of the AWS controller's export: %+v", si.Spec)
+	}
+	slices, _ := importSlices(w.clients[1], ns, name)
+	if len(slices) != 1 || *slices[0].Ports[0].Port != 8080 || slices[0].AddressType != discoveryv1.AddressTypeIPv4 {
+		t.Errorf("slices: %+v", slices)
+	}
+}
