@@ -33,6 +33,8 @@ func TestMCS(t *testing.T) {
 	t.Run("a namespace missing in a cluster is imported once created", w.lateNamespace)
 	t.Run("another clusterset in the same account stays apart", w.otherClusterSet)
 	t.Run("an export in the AWS controller's schema is imported", w.awsSchema)
+	// Last: it takes Cloud Map away from everything.
+	t.Run("imports survive a Cloud Map outage and throttling", w.outage)
 }
 
 func (w *world) clusterSetIP(t *testing.T) {

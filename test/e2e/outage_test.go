@@ -1,0 +1,64 @@
+package e2e
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+)
+
+const faultDuration = 60 * time.Second
+
+// While Cloud Map is down or throttles everything, every cluster keeps its
+// imports exactly as they were; afterwards the changes made meanwhile
+// arrive everywhere.
+func (w *world) outage(t *testing.T) {
+	const ns, name = "outage", "steady"
+	w.allNamespaces(t, ns)
+	src := w.clients[0]
+	app(t, src, ns, name, 3, false, httpPort(80, 8080))
+	exportService(t, src, ns, name)
+	before := waitPods(t, src, ns, name, 3)
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", before)
+
+	for _, fault := range []struct {
+		name   string
+		faults cloudmaplocal.Faults
+	}{
+		{"outage", cloudmaplocal.Faults{Outage: true}},
+		{"throttling", cloudmaplocal.Faults{RateLimits: map[string]cloudmaplocal.RateLimit{"*": {Rate: 0.000001, Burst: 1}}}},
+	} {
+		replicas := int32(5)
+		if fault.name == "throttling" {
+			replicas = 2
+		}
+		w.cm.SetFaults(fault.faults)
+		start := time.Now()
+		scale(t, src, ns, name, replicas) // a change Cloud Map cannot take now
+		for time.Since(start) < faultDuration {
+			for i, cl := range w.clients {
+				si, err := getImport(cl, ns, name)
+				if err != nil {
+					t.Fatalf("%s after %v: %s lost its ServiceImport: %v", fault.name, time.Since(start).Round(time.Second), w.env.Clusters[i].ID, err)
+				}
+				slices, err := importSlices(cl, ns, name)
+				if err != nil || !reflect.DeepEqual(readyIPs(slices), before) || len(si.Spec.IPs) != 1 {
+					t.Fatalf("%s after %v: %s's import changed: endpoints %v (want %v), ips %v, err %v",
+						fault.name, time.Since(start).Round(time.Second), w.env.Clusters[i].ID, readyIPs(slices), before, si.Spec.IPs, err)
+				}
+			}
+			time.Sleep(2 * time.Second)
+		}
+		w.cm.SetFaults(cloudmaplocal.Faults{})
+		after := waitPods(t, src, ns, name, int(replicas))
+		recovered := time.Now()
+		w.importedEverywhere(t, 60*time.Second, ns, name, "cluster-1", after)
+		t.Logf("after %s: converged %v after recovery", fault.name, time.Since(recovered).Round(time.Millisecond))
+		before = after
+	}
+	if got := condition(src, ns, name, "Ready"); got != "True/Exported" {
+		t.Errorf("after recovery the export is %s", got)
+	}
+}
+
