@@ -19,11 +19,12 @@ tools:
 build:
 	go build -ldflags '$(LDFLAGS)' -o $(BIN)/clustermap ./cmd/clustermap
 
-## generate: deep-copies and the ClusterProperty CRD from api/ (controller-gen)
+## generate: emulator wire code, deep-copies, the ClusterProperty CRD and RBAC (controller-gen)
 generate: tools
 	go generate ./...
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=config/crd/bases
+	$(BIN)/controller-gen rbac:roleName=clustermap-controller paths=./internal/... output:rbac:dir=config/rbac
 
 ## crds: vendor the upstream mcs-api CRDs from the pinned sigs.k8s.io/mcs-api module
 crds:

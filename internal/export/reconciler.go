@@ -174,3 +174,12 @@ func setCondition(se *mcsv1beta1.ServiceExport, t mcsv1beta1.ServiceExportCondit
 		Type: string(t), Status: s, Reason: string(reason), Message: msg, ObservedGeneration: se.Generation,
 	})
 }
+
+// The permissions the export side needs (generated into config/rbac by make generate).
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=about.k8s.io,resources=clusterproperties,verbs=get;list;watch

@@ -336,3 +336,10 @@ func (r *Reconciler) reportConflicts(ctx context.Context, key registry.Key, m me
 		return client.IgnoreNotFound(err)
 	}
 }
+
+// The permissions the import side needs (generated into config/rbac by make generate).
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=create;update;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=create;update;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
