@@ -56,4 +56,3 @@ config, IRSA, EKS pod identity); AWS_ENDPOINT_URL_SERVICEDISCOVERY or
 	f.AddGoFlagSet(fs)
 	return cmd
 }
-

@@ -2,20 +2,38 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/imports"
 )
 
-// runDemo starts two clusters and the Cloud Map emulator and shows what
-// each cluster knows about itself. The controllers and an exported sample
-// service join it as they are built (issue 3).
+const demoNamespace, demoService = "default", "nginx"
+
+// runDemo starts two clusters, the Cloud Map emulator and a controller per
+// cluster, exports a sample service from cluster-1 and shows it as
+// cluster-2 imports it; then it runs until interrupted.
 func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloudMapAddr string) error {
+	w := cmd.OutOrStdout()
 	opts.Clusters = 2
 	cm, err := devenv.StartCloudMap(cloudmaplocal.Options{}, cloudMapAddr, "127.0.0.1:0")
 	if err != nil {
@@ -32,25 +50,140 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloud
 			fmt.Fprintln(cmd.ErrOrStderr(), "demo: stopping failed, run `clustermap dev down`:", err)
 		}
 	}()
-	w := cmd.OutOrStdout()
+
+	// A controller per cluster, logging to a file each.
+	ctrlCtx, stopControllers := context.WithCancel(ctx)
+	done := make(chan error, len(env.Clusters))
+	var logs []string
 	for _, c := range env.Clusters {
-		cl, err := client.New(c.Config, client.Options{Scheme: devenv.Scheme})
+		logPath := filepath.Join(env.StateDir, "controller-"+c.ID+".log")
+		f, err := os.Create(logPath)
 		if err != nil {
+			stopControllers()
 			return err
 		}
-		props := &aboutv1alpha1.ClusterPropertyList{}
-		if err := cl.List(ctx, props); err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "%s (%s):\n", c.ID, c.Server)
-		for _, p := range props.Items {
-			fmt.Fprintf(w, "  ClusterProperty %-26s %s\n", p.Name, p.Spec.Value)
-		}
+		defer f.Close()
+		logs = append(logs, logPath)
+		go func(c *devenv.Cluster, out io.Writer) {
+			done <- controller.Run(ctrlCtx, controller.Options{
+				Config: c.Config, CloudMapEndpoint: cm.URL, Region: "us-east-1", MCS: true,
+				MetricsAddr: "0", ProbeAddr: "0", ExcludeNamespaces: controller.DefaultExcludeNamespaces,
+				Log: zap.New(zap.WriteTo(out)).WithName(c.ID),
+			})
+		}(c, f)
 	}
+	defer func() {
+		stopControllers()
+		for range env.Clusters {
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "demo: controller:", err)
+			}
+		}
+	}()
+
+	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		return err
+	}
+	dst, err := client.New(env.Clusters[1].Config, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		return err
+	}
+	if err := deploySample(ctx, src); err != nil {
+		return err
+	}
+	start := time.Now()
+	fmt.Fprintf(w, "\nExported Service %s/%s (3 nginx pods) from cluster-1. Waiting for cluster-2 to import it...\n", demoNamespace, demoService)
+	si, slices, err := waitImport(ctx, dst, 3)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "cluster-2 imported it after %v:\n\n", time.Since(start).Round(time.Millisecond))
+	printImport(w, si, slices)
+
 	printUsage(cmd, env)
-	fmt.Fprintf(w, "\nCloud Map emulator: %s (faults and metrics: %s/faults, %s/metrics)\n", cm.URL, cm.AdminURL, cm.AdminURL)
-	fmt.Fprintf(w, "  AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local aws --region us-east-1 --endpoint-url %s servicediscovery list-namespaces\n", cm.URL)
-	fmt.Fprintln(w, "\nThe demo runs until interrupted (Ctrl-C), then stops everything.")
+	fmt.Fprintf(w, `
+Explore:
+  kubectl --context cluster-2 get serviceimports,services,endpointslices -n %[1]s
+  kubectl --context cluster-1 get serviceexport %[2]s -n %[1]s -o yaml     # Valid, Ready, Conflict conditions
+  kubectl --context cluster-1 scale deployment %[2]s -n %[1]s --replicas 5  # and watch cluster-2's EndpointSlices follow
+Cloud Map emulator: %[3]s (faults and metrics: %[4]s/faults, %[4]s/metrics)
+  AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local aws --region us-east-1 --endpoint-url %[3]s servicediscovery list-namespaces
+  AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local aws --region us-east-1 --endpoint-url %[3]s servicediscovery discover-instances --namespace-name %[1]s --service-name %[2]s
+Controller logs: %[5]s
+
+The demo runs until interrupted (Ctrl-C), then stops everything.
+`, demoNamespace, demoService, cm.URL, cm.AdminURL, strings.Join(logs, ", "))
 	<-ctx.Done()
 	return nil
+}
+
+func deploySample(ctx context.Context, cl client.Client) error {
+	labels := map[string]string{"app": demoService}
+	objs := []client.Object{
+		&appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: demoService, Namespace: demoNamespace},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](3), Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: "nginx", Image: "nginx", Ports: []corev1.ContainerPort{{ContainerPort: 80}}}}}},
+			},
+		},
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: demoService, Namespace: demoNamespace},
+			Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(80)}}},
+		},
+		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: demoService, Namespace: demoNamespace}},
+	}
+	for _, o := range objs {
+		if err := cl.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating the sample %T: %w", o, err)
+		}
+	}
+	return nil
+}
+
+// waitImport waits for the sample's import with n ready endpoints.
+func waitImport(ctx context.Context, cl client.Client, n int) (*mcsv1beta1.ServiceImport, []discoveryv1.EndpointSlice, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		si := &mcsv1beta1.ServiceImport{}
+		slices := &discoveryv1.EndpointSliceList{}
+		if cl.Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: demoService}, si) == nil && len(si.Spec.IPs) > 0 &&
+			cl.List(ctx, slices, client.InNamespace(demoNamespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: demoService, discoveryv1.LabelManagedBy: imports.ManagedBy}) == nil {
+			ready := 0
+			for _, s := range slices.Items {
+				ready += len(s.Endpoints)
+			}
+			if ready == n {
+				return si, slices.Items, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("cluster-2 did not import %s/%s within a minute: see the controller logs", demoNamespace, demoService)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func printImport(w io.Writer, si *mcsv1beta1.ServiceImport, slices []discoveryv1.EndpointSlice) {
+	var clusters, ports []string
+	for _, c := range si.Status.Clusters {
+		clusters = append(clusters, c.Cluster)
+	}
+	for _, p := range si.Spec.Ports {
+		ports = append(ports, fmt.Sprintf("%s %d/%s", p.Name, p.Port, p.Protocol))
+	}
+	fmt.Fprintf(w, "  ServiceImport %s/%s: type %s, clusterset IP %s, ports %s, from clusters %s\n",
+		si.Namespace, si.Name, si.Spec.Type, strings.Join(si.Spec.IPs, ","), strings.Join(ports, ", "), strings.Join(clusters, ","))
+	for _, s := range slices {
+		var addrs []string
+		for _, e := range s.Endpoints {
+			addrs = append(addrs, e.Addresses...)
+		}
+		fmt.Fprintf(w, "  EndpointSlice %s (source %s, for Service %s): %s port %d\n",
+			s.Name, s.Labels[mcsv1beta1.LabelSourceCluster], s.Labels[discoveryv1.LabelServiceName], strings.Join(addrs, ", "), *s.Ports[0].Port)
+	}
 }

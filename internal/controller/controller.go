@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -58,6 +59,8 @@ type Options struct {
 	Log logr.Logger
 }
 
+var setRootLogger sync.Once
+
 // DefaultExcludeNamespaces are the system namespaces left alone by default.
 var DefaultExcludeNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
 
@@ -94,6 +97,8 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("reaching the cluster: %w (pass --kubeconfig and --context, or run in a cluster)", err)
 	}
 	log := o.Log
+	// Libraries below controller-runtime log through its root logger.
+	setRootLogger.Do(func() { ctrl.SetLogger(log) })
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
 		Logger:                  log,

@@ -61,4 +61,3 @@ func (w *world) outage(t *testing.T) {
 		t.Errorf("after recovery the export is %s", got)
 	}
 }
-

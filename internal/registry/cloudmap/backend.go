@@ -83,6 +83,11 @@ func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 			if errors.As(err, &limit) {
 				return &LimitError{Reason: "Cloud Map refused an instance: " + aws.ToString(limit.Message)}
 			}
+			if isNotFound(err) {
+				// Another cluster removed the empty service meanwhile: the
+				// retry creates it again.
+				b.forget(e.Key)
+			}
 			return fmt.Errorf("registering %s in %s: %w", ids[i], e.Key, err)
 		}
 		b.ownOp(out.OperationId, e.Key)
@@ -315,10 +320,15 @@ func (b *Backend) waitOperation(ctx context.Context, id *string) (*types.Operati
 	}
 }
 
+// ensureService finds or creates a service. A service not in the cache is
+// created outright: when it exists, the error names it, which costs one
+// call where listing the namespace's services would cost a page per 100.
 func (b *Backend) ensureService(ctx context.Context, nsID string, key registry.Key) (string, error) {
-	id, err := b.serviceID(ctx, key)
-	if err != nil || id != "" {
-		return id, err
+	b.mu.Lock()
+	id, ok := b.services[key]
+	b.mu.Unlock()
+	if ok {
+		return id, nil
 	}
 	out, err := b.c.CreateService(ctx, &sd.CreateServiceInput{
 		Name: aws.String(key.Name), NamespaceId: aws.String(nsID), Tags: b.tags(),
