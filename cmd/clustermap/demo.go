@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -53,31 +53,20 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloud
 
 	// A controller per cluster, logging to a file each.
 	ctrlCtx, stopControllers := context.WithCancel(ctx)
-	done := make(chan error, len(env.Clusters))
 	var logs []string
-	for _, c := range env.Clusters {
-		logPath := filepath.Join(env.StateDir, "controller-"+c.ID+".log")
-		f, err := os.Create(logPath)
+	wait := env.StartControllers(ctrlCtx, cm.URL, func(c *devenv.Cluster) logr.Logger {
+		path := filepath.Join(env.StateDir, "controller-"+c.ID+".log")
+		f, err := os.Create(path)
 		if err != nil {
-			stopControllers()
-			return err
+			return logr.Discard()
 		}
-		defer f.Close()
-		logs = append(logs, logPath)
-		go func(c *devenv.Cluster, out io.Writer) {
-			done <- controller.Run(ctrlCtx, controller.Options{
-				Config: c.Config, CloudMapEndpoint: cm.URL, Region: "us-east-1", MCS: true,
-				MetricsAddr: "0", ProbeAddr: "0", ExcludeNamespaces: controller.DefaultExcludeNamespaces,
-				Log: zap.New(zap.WriteTo(out)).WithName(c.ID),
-			})
-		}(c, f)
-	}
+		logs = append(logs, path)
+		return zap.New(zap.WriteTo(f))
+	}, nil)
 	defer func() {
 		stopControllers()
-		for range env.Clusters {
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				fmt.Fprintln(cmd.ErrOrStderr(), "demo: controller:", err)
-			}
+		if err := wait(); err != nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), "demo: controller:", err)
 		}
 	}()
 

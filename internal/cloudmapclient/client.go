@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -30,6 +31,9 @@ type Options struct {
 	Burst int
 	// MaxAttempts of the standard retryer (the SDK's default is 3).
 	MaxAttempts int
+	// OnCall, when set, hears of every HTTP attempt: the operation and its
+	// error (nil on success).
+	OnCall func(operation string, err error)
 }
 
 // New builds a client from the standard credential chain (environment,
@@ -68,6 +72,17 @@ func NewFromConfig(cfg aws.Config, o Options) *sd.Client {
 			// DiscoverInstances* would go to data-<host>, which does not
 			// resolve for a custom endpoint (aws-sdk-go-v2 issue 2556).
 			so.APIOptions = append(so.APIOptions, disableHostPrefix)
+		}
+		if o.OnCall != nil {
+			so.APIOptions = append(so.APIOptions, func(st *middleware.Stack) error {
+				// Deserialize runs once per attempt, retries included.
+				return st.Deserialize.Add(middleware.DeserializeMiddlewareFunc("CountCalls",
+					func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+						out, md, err := next.HandleDeserialize(ctx, in)
+						o.OnCall(awsmiddleware.GetOperationName(ctx), err)
+						return out, md, err
+					}), middleware.Before)
+			})
 		}
 		if o.QPS > 0 {
 			lim := rate.NewLimiter(rate.Limit(o.QPS), max(o.Burst, 1))

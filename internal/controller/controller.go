@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -60,6 +62,24 @@ type Options struct {
 }
 
 var setRootLogger sync.Once
+
+// cloudMapCalls counts Cloud Map calls (HTTP attempts) for /metrics.
+var cloudMapCalls = func() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clustermap_cloudmap_calls_total",
+		Help: "Cloud Map API calls, retries included, by operation and result (ok or error).",
+	}, []string{"operation", "result"})
+	metrics.Registry.MustRegister(c)
+	return c
+}()
+
+func countCall(op string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	cloudMapCalls.WithLabelValues(op, result).Inc()
+}
 
 // DefaultExcludeNamespaces are the system namespaces left alone by default.
 var DefaultExcludeNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
@@ -112,7 +132,8 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	sd, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst})
+	sd, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
+		OnCall: countCall})
 	if err != nil {
 		return err
 	}

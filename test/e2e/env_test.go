@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -46,28 +47,18 @@ func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
 			t.Fatal(err)
 		}
 		w.clients = append(w.clients, cl)
-		w.startController(t, c)
 	}
-	return w
-}
-
-func (w *world) startController(t *testing.T, c *devenv.Cluster) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- controller.Run(ctx, controller.Options{
-			Config: c.Config, CloudMapEndpoint: w.cm.URL, Region: "us-east-1", MCS: true,
-			MetricsAddr: "0", ProbeAddr: "0", ExcludeNamespaces: controller.DefaultExcludeNamespaces,
-			Watch: cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond},
-			Log:   testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithName(c.ID),
-		})
-	}()
+	wait := w.env.StartControllers(ctx, w.cm.URL,
+		func(*devenv.Cluster) logr.Logger { return testr.NewWithOptions(t, testr.Options{Verbosity: 0}) },
+		func(o *controller.Options) { o.Watch = cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond} })
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller of %s: %v", c.ID, err)
+		if err := wait(); err != nil {
+			t.Errorf("controllers: %v", err)
 		}
 	})
+	return w
 }
 
 // eventually retries check until it returns nil or the deadline passes.

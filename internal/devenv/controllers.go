@@ -1,0 +1,37 @@
+package devenv
+
+import (
+	"context"
+	"errors"
+
+	"github.com/go-logr/logr"
+
+	"github.com/clustermap/clustermap/internal/controller"
+)
+
+// StartControllers runs `clustermap controller` for every cluster in this
+// process, against the Cloud Map endpoint, until ctx ends; tune adjusts the
+// options of each. The returned wait gives their errors once they stopped.
+func (e *Env) StartControllers(ctx context.Context, cloudMapURL string, log func(*Cluster) logr.Logger, tune func(*controller.Options)) (wait func() error) {
+	done := make(chan error, len(e.Clusters))
+	for _, c := range e.Clusters {
+		o := controller.Options{
+			Config: c.Config, CloudMapEndpoint: cloudMapURL, Region: "us-east-1", MCS: true,
+			MetricsAddr: "0", ProbeAddr: "0", ExcludeNamespaces: controller.DefaultExcludeNamespaces,
+			Log: log(c).WithName(c.ID),
+		}
+		if tune != nil {
+			tune(&o)
+		}
+		go func() { done <- controller.Run(ctx, o) }()
+	}
+	return func() error {
+		var errs []error
+		for range e.Clusters {
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+}
