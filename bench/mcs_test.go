@@ -37,7 +37,7 @@ type importTracker struct {
 	owner  map[string]string          // slice ns/name -> service ns/name
 }
 
-func (tr *importTracker) update(s *discoveryv1.EndpointSlice, gone bool) {
+func (tr *importTracker) update(s *discoveryv1.EndpointSlice, serviceLabel string, gone bool) {
 	key := s.Namespace + "/" + s.Name
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -54,7 +54,7 @@ func (tr *importTracker) update(s *discoveryv1.EndpointSlice, gone bool) {
 		}
 	}
 	tr.slices[key] = ips
-	tr.owner[key] = s.Namespace + "/" + s.Labels[mcsv1beta1.LabelServiceName]
+	tr.owner[key] = s.Namespace + "/" + s.Labels[serviceLabel]
 }
 
 // ips returns a service's imported ready addresses.
@@ -72,7 +72,9 @@ func (tr *importTracker) ips(svc string) map[string]bool {
 	return out
 }
 
-func track(ctx context.Context, b *testing.B, c *devenv.Cluster) *importTracker {
+// track follows the EndpointSlices managed by manager, grouped by the
+// service the label names.
+func track(ctx context.Context, b *testing.B, c *devenv.Cluster, manager, serviceLabel string) *importTracker {
 	tr := &importTracker{slices: map[string]map[string]bool{}, owner: map[string]string{}}
 	ca, err := cache.New(c.Config, cache.Options{Scheme: controller.Scheme()})
 	if err != nil {
@@ -84,17 +86,17 @@ func track(ctx context.Context, b *testing.B, c *devenv.Cluster) *importTracker 
 	}
 	ours := func(o any) (*discoveryv1.EndpointSlice, bool) {
 		s, ok := o.(*discoveryv1.EndpointSlice)
-		return s, ok && s.Labels[discoveryv1.LabelManagedBy] == imports.ManagedBy
+		return s, ok && s.Labels[discoveryv1.LabelManagedBy] == manager
 	}
 	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(o any) {
 			if s, ok := ours(o); ok {
-				tr.update(s, false)
+				tr.update(s, serviceLabel, false)
 			}
 		},
 		UpdateFunc: func(_, o any) {
 			if s, ok := ours(o); ok {
-				tr.update(s, false)
+				tr.update(s, serviceLabel, false)
 			}
 		},
 		DeleteFunc: func(o any) {
@@ -102,7 +104,7 @@ func track(ctx context.Context, b *testing.B, c *devenv.Cluster) *importTracker 
 				o = d.Obj
 			}
 			if s, ok := ours(o); ok {
-				tr.update(s, true)
+				tr.update(s, serviceLabel, true)
 			}
 		},
 	})
@@ -213,7 +215,11 @@ func BenchmarkMCS(b *testing.B) {
 		time.Sleep(time.Second)
 	}
 	b.Logf("%d pods ready in %v", services*replicas, time.Since(setup).Round(time.Second))
-	trackers := []*importTracker{track(ctx, b, env.Clusters[1]), track(ctx, b, env.Clusters[2])}
+	source := track(ctx, b, env.Clusters[0], "endpointslice-controller.k8s.io", discoveryv1.LabelServiceName)
+	trackers := []*importTracker{
+		track(ctx, b, env.Clusters[1], imports.ManagedBy, mcsv1beta1.LabelServiceName),
+		track(ctx, b, env.Clusters[2], imports.ManagedBy, mcsv1beta1.LabelServiceName),
+	}
 
 	b.ResetTimer()
 	// Export, paced; time until both importing clusters hold all 10 endpoints.
@@ -251,28 +257,46 @@ func BenchmarkMCS(b *testing.B) {
 		exportLat = append(exportLat, done[i].Sub(created[i]))
 	}
 
-	// Pod changes: delete one pod of 50 services, one at a time; time until
-	// both importing clusters dropped its address.
-	var podLat []time.Duration
+	// Pod changes: one more pod for 50 services, one at a time. (kwok reuses
+	// a deleted pod's address for its replacement, so deletions show no
+	// change.) Timed from the source cluster's EndpointSlice listing the new
+	// address, and from the scale request, to both importing clusters
+	// listing it.
+	var podLat, scaleLat []time.Duration
 	for i := 0; i < 50; i++ {
 		k := keys[i*(len(keys)/50)]
-		pods := &corev1.PodList{}
-		if err := src.List(ctx, pods, client.InNamespace(k.ns), client.MatchingLabels{"app": k.name}); err != nil || len(pods.Items) == 0 {
-			b.Fatalf("pods of %v: %v", k, err)
-		}
-		victim := pods.Items[0]
-		ip := victim.Status.PodIP
-		start := time.Now()
-		if err := src.Delete(ctx, &victim, client.GracePeriodSeconds(0)); err != nil {
+		svc := k.ns + "/" + k.name
+		old := source.ips(svc)
+		dep := &appsv1.Deployment{}
+		if err := src.Get(ctx, client.ObjectKey{Namespace: k.ns, Name: k.name}, dep); err != nil {
 			b.Fatal(err)
 		}
-		for trackers[0].ips(k.ns + "/" + k.name)[ip] || trackers[1].ips(k.ns + "/" + k.name)[ip] {
-			if time.Since(start) > time.Minute {
-				b.Fatalf("%s still imported a minute after its pod was deleted", ip)
-			}
-			time.Sleep(5 * time.Millisecond)
+		dep.Spec.Replicas = ptr.To(*dep.Spec.Replicas + 1)
+		requested := time.Now()
+		if err := src.Update(ctx, dep); err != nil {
+			b.Fatal(err)
 		}
-		podLat = append(podLat, time.Since(start))
+		var ip string
+		var seen time.Time
+		for ip == "" {
+			for a := range source.ips(svc) {
+				if !old[a] {
+					ip, seen = a, time.Now()
+				}
+			}
+			if time.Since(requested) > time.Minute {
+				b.Fatalf("no new pod address for %s", svc)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		for !trackers[0].ips(svc)[ip] || !trackers[1].ips(svc)[ip] {
+			if time.Since(seen) > time.Minute {
+				b.Fatalf("%s of %s not imported a minute after it appeared", ip, svc)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		podLat = append(podLat, time.Since(seen))
+		scaleLat = append(scaleLat, time.Since(requested))
 		time.Sleep(200 * time.Millisecond)
 	}
 
@@ -295,8 +319,10 @@ func BenchmarkMCS(b *testing.B) {
 	fmt.Printf("MCS over Cloud Map (emulator), 1 exporting + 2 importing clusters, %d services x %d endpoints, %d cores:\n", services, replicas, runtimeCores())
 	fmt.Printf("  ServiceExport -> complete import in both clusters (exports created at %.0f/s): p50 %v  p99 %v  max %v\n",
 		exportRate, percentile(exportLat, 50).Round(time.Millisecond), percentile(exportLat, 99).Round(time.Millisecond), percentile(exportLat, 100).Round(time.Millisecond))
-	fmt.Printf("  pod deleted -> address gone from both importing clusters (50 changes): p50 %v  p99 %v\n",
+	fmt.Printf("  new pod in the source EndpointSlice -> in both importing clusters (50 changes): p50 %v  p99 %v\n",
 		percentile(podLat, 50).Round(time.Millisecond), percentile(podLat, 99).Round(time.Millisecond))
+	fmt.Printf("  (from the scale request, kwok's pod start included: p50 %v  p99 %v)\n",
+		percentile(scaleLat, 50).Round(time.Millisecond), percentile(scaleLat, 99).Round(time.Millisecond))
 	fmt.Printf("  idle Cloud Map calls in one minute, 3 clusters: %.0f (%.1f per cluster; target <= %d) [%s]\n",
 		idle, idle/3, services/10, strings.Join(byOp, ", "))
 	b.ReportMetric(float64(percentile(exportLat, 99).Milliseconds()), "export-p99-ms")

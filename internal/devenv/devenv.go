@@ -248,10 +248,15 @@ func createWatched(ctx context.Context, opts Options, s ClusterSpec, args []stri
 	return nil
 }
 
-// kwokConfig gives the apiserver its service ranges and kwok its pod range.
+// kwokConfig gives the apiserver its service ranges, kwok its pod range,
+// and lifts the components' client rate limits.
 func kwokConfig(s ClusterSpec) string {
 	return fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
+options:
+  # The controller manager's default 20 requests/s makes thousands of pods
+  # take minutes to appear.
+  disableQPSLimits: true
 componentsPatches:
 - name: kube-apiserver
   extraArgs:

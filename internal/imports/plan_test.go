@@ -1,0 +1,99 @@
+package imports
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/merge"
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+func exportWith(cluster string, typ mcsv1beta1.ServiceImportType, ips ...string) registry.Export {
+	http := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}
+	e := registry.Export{Cluster: cluster, Type: typ, Ports: []mcsv1beta1.ServicePort{http}, Created: time.Unix(1, 0),
+		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}}
+	for i, ip := range ips {
+		e.Endpoints = append(e.Endpoints, registry.Endpoint{IP: ip, Port: 8080, PortName: "http", Protocol: corev1.ProtocolTCP,
+			Ready: i%2 == 0, Hostname: fmt.Sprintf("h%d", i), ServicePort: http})
+	}
+	return e
+}
+
+func TestPlanSlices(t *testing.T) {
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	var v4 []string
+	for i := 0; i < 250; i++ {
+		v4 = append(v4, fmt.Sprintf("10.0.%d.%d", i/200, i%200))
+	}
+	d := Plan(key, merge.Merge([]registry.Export{
+		exportWith("c1", mcsv1beta1.ClusterSetIP, v4...),
+		exportWith("c2", mcsv1beta1.ClusterSetIP, "fd00::1", "fd00::2"),
+	}))
+	if d.Service == nil || d.Service.Name != DerivedName("web") || d.Service.Spec.Selector != nil ||
+		*d.Service.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyRequireDualStack || d.Service.Spec.Ports[0].Port != 80 {
+		t.Fatalf("derived Service: %+v", d.Service)
+	}
+	count := map[string]int{}
+	names := map[string]bool{}
+	for _, s := range d.Slices {
+		if len(s.Endpoints) > MaxEndpointsPerSlice {
+			t.Errorf("%s has %d endpoints", s.Name, len(s.Endpoints))
+		}
+		if names[s.Name] {
+			t.Errorf("two slices named %s", s.Name)
+		}
+		names[s.Name] = true
+		src := s.Labels[mcsv1beta1.LabelSourceCluster]
+		count[src+"/"+string(s.AddressType)] += len(s.Endpoints)
+		if s.Labels[discoveryv1.LabelManagedBy] != ManagedBy || s.Labels[discoveryv1.LabelServiceName] != d.Service.Name || s.Labels[mcsv1beta1.LabelServiceName] != "web" {
+			t.Errorf("labels %v", s.Labels)
+		}
+		for _, e := range s.Endpoints {
+			if e.Hostname != nil {
+				t.Errorf("a ClusterSetIP import keeps no hostnames")
+			}
+		}
+	}
+	if count["c1/IPv4"] != 250 || count["c2/IPv6"] != 2 || len(d.Slices) != 4 {
+		t.Errorf("endpoints by cluster and family %v in %d slices", count, len(d.Slices))
+	}
+	if d.Import.Status.Clusters[0].Cluster != "c1" || d.Import.Status.Clusters[1].Cluster != "c2" {
+		t.Errorf("status.clusters %+v", d.Import.Status.Clusters)
+	}
+	// Stable names: planning again gives the same slices.
+	again := Plan(key, merge.Merge([]registry.Export{exportWith("c1", mcsv1beta1.ClusterSetIP, v4...), exportWith("c2", mcsv1beta1.ClusterSetIP, "fd00::1", "fd00::2")}))
+	for i := range d.Slices {
+		if d.Slices[i].Name != again.Slices[i].Name {
+			t.Errorf("slice names are not stable: %s, %s", d.Slices[i].Name, again.Slices[i].Name)
+		}
+	}
+}
+
+func TestPlanHeadless(t *testing.T) {
+	d := Plan(registry.Key{Namespace: "ns", Name: "db"}, merge.Merge([]registry.Export{exportWith("c1", mcsv1beta1.Headless, "10.0.0.1", "10.0.0.2")}))
+	if d.Service != nil {
+		t.Errorf("a headless import has no derived Service")
+	}
+	s := d.Slices[0]
+	if _, routed := s.Labels[discoveryv1.LabelServiceName]; routed {
+		t.Errorf("headless slices are not routed by kube-proxy: %v", s.Labels)
+	}
+	if *s.Endpoints[0].Hostname != "h0" || *s.Endpoints[0].Conditions.Ready != true || *s.Endpoints[1].Conditions.Ready != false {
+		t.Errorf("endpoints %+v", s.Endpoints)
+	}
+}
+
+func TestDerivedNameIsALabel(t *testing.T) {
+	long := "a-very-long-service-name-that-goes-on-and-on-and-on-for-sixty-three"
+	for _, n := range []string{"web", long[:63]} {
+		d := DerivedName(n)
+		if len(d) > 63 || d == n {
+			t.Errorf("DerivedName(%q) = %q", n, d)
+		}
+	}
+}
