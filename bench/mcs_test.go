@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sort"
 	"strings"
@@ -225,16 +226,16 @@ func BenchmarkMCS(b *testing.B) {
 	// Export, paced; time until both importing clusters hold all 10 endpoints.
 	created := make([]time.Time, len(keys))
 	done := make([]time.Time, len(keys))
-	tick := time.NewTicker(time.Duration(float64(time.Second) / exportRate))
+	// Random gaps (mean 1/exportRate): changes in step with the importers'
+	// poll would all wait a full poll period.
 	go func() {
 		for i, k := range keys {
-			<-tick.C
+			time.Sleep(time.Duration(rand.Float64() * 2 * float64(time.Second) / exportRate))
 			created[i] = time.Now()
 			if err := src.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: k.ns}}); err != nil {
 				b.Error(err)
 			}
 		}
-		tick.Stop()
 	}()
 	deadline := time.Now().Add(time.Duration(float64(len(keys))/exportRate)*time.Second + 2*time.Minute)
 	for remaining := len(keys); remaining > 0; {
@@ -257,7 +258,8 @@ func BenchmarkMCS(b *testing.B) {
 		exportLat = append(exportLat, done[i].Sub(created[i]))
 	}
 
-	// Pod changes: one more pod for 50 services, one at a time. (kwok reuses
+	// Pod changes: one more pod for 50 services, one at a time, at random
+	// gaps (see above). (kwok reuses
 	// a deleted pod's address for its replacement, so deletions show no
 	// change.) Timed from the source cluster's EndpointSlice listing the new
 	// address, and from the scale request, to both importing clusters
@@ -297,7 +299,7 @@ func BenchmarkMCS(b *testing.B) {
 		}
 		podLat = append(podLat, time.Since(seen))
 		scaleLat = append(scaleLat, time.Since(requested))
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(time.Duration(rand.Float64() * float64(2*time.Second)))
 	}
 
 	// Idle: nothing changes for a minute.

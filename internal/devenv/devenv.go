@@ -169,7 +169,16 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 
 	env = &Env{Options: opts, Clusters: make([]*Cluster, len(specs))}
 	for i, s := range specs {
-		if env.Clusters[i], err = startCluster(ctx, opts, s); err != nil {
+		env.Clusters[i], err = startCluster(ctx, opts, s)
+		if errors.Is(err, errComponentExited) {
+			// Seen once in many runs with an empty log: start it again.
+			fmt.Fprintf(opts.Log, "devenv: %v; starting %s once more\n", err, s.ID)
+			if out, derr := kwokctl(ctx, opts.BinDir, opts.StateDir, "delete", "cluster", "--name", s.KwokName); derr != nil {
+				return nil, fmt.Errorf("%w (and removing it failed: %v %s)", err, derr, tail(out, 5))
+			}
+			env.Clusters[i], err = startCluster(ctx, opts, s)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -155,14 +156,31 @@ func InstallCRDs(ctx context.Context, cl client.Client) error {
 func componentsAlive(dir string) error {
 	files, _ := filepath.Glob(filepath.Join(dir, "pids", "*.pid"))
 	for _, f := range files {
-		pids := readPidFile(f)
-		if len(pids) == 1 && Alive(pids[0]) {
+		if pidAlive(f) {
+			continue
+		}
+		// kwokctl may be restarting the component: look again before
+		// calling it dead.
+		time.Sleep(300 * time.Millisecond)
+		if pidAlive(f) {
 			continue
 		}
 		name := strings.TrimSuffix(filepath.Base(f), ".pid")
 		log := filepath.Join(dir, "logs", name+".log")
 		out, _ := os.ReadFile(log)
-		return fmt.Errorf("%s exited; the end of %s:\n%s", name, log, tail(out, 15))
+		return fmt.Errorf("%w: %s exited; the end of %s:\n%s", errComponentExited, name, log, tail(out, 15))
 	}
 	return nil
+}
+
+var errComponentExited = errors.New("a component of the cluster stopped")
+
+// pidAlive tells whether a pid file names a running process; a missing
+// file is a component not started yet.
+func pidAlive(f string) bool {
+	if _, err := os.Stat(f); os.IsNotExist(err) {
+		return true
+	}
+	pids := readPidFile(f)
+	return len(pids) == 1 && Alive(pids[0])
 }

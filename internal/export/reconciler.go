@@ -12,9 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -53,9 +55,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 	})
 	inScope := predicate.NewPredicateFuncs(func(o client.Object) bool { return r.Namespaces(o.GetNamespace()) })
+	// Our own status updates need no new reconcile (and no Cloud Map call).
+	specOrDeletion := predicate.Or[client.Object](predicate.GenerationChangedPredicate{},
+		predicate.NewPredicateFuncs(func(o client.Object) bool { return !o.GetDeletionTimestamp().IsZero() }))
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("serviceexport").
-		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(inScope)).
+		// Failed publishes retry at most 10 s apart, so that exports catch up
+		// soon after a Cloud Map outage (the default backoff reaches minutes).
+		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 10*time.Second)}).
+		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(inScope, specOrDeletion)).
 		Watches(&corev1.Service{}, sameName, builder.WithPredicates(inScope)).
 		Watches(&discoveryv1.EndpointSlice{}, ofService, builder.WithPredicates(inScope)).
 		Complete(r)

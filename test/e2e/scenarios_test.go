@@ -201,8 +201,10 @@ func (w *world) conflicts(t *testing.T) {
 	}
 }
 
-func (w *world) cloudMap(t *testing.T) *sd.Client {
-	c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: w.cm.URL, Region: "us-east-1"})
+func (w *world) cloudMap(t *testing.T) *sd.Client { return cloudMapClient(t, w.cm.URL) }
+
+func cloudMapClient(t *testing.T, url string) *sd.Client {
+	c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: url, Region: "us-east-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,4 +389,35 @@ func (w *world) awsSchema(t *testing.T) {
 	if len(slices) != 1 || *slices[0].Ports[0].Port != 8080 || slices[0].AddressType != discoveryv1.AddressTypeIPv4 {
 		t.Errorf("slices: %+v", slices)
 	}
+}
+
+// An export Cloud Map cannot hold becomes a condition and an Event, not a
+// silent cut-off.
+func (w *world) tooLarge(t *testing.T) {
+	const ns, name = "too-large", "big"
+	w.allNamespaces(t, ns)
+	src := w.clients[0]
+	app(t, src, ns, name, 1, false, httpPort(80, 8080))
+	mustDo(t, src.Create(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: mcsv1beta1.ServiceExportSpec{ExportedAnnotations: map[string]string{"notes": strings.Repeat("x", 1100)}}}))
+	eventually(t, importDeadline, "a Failed Ready condition", wantCondition(src, ns, name, "Ready", "False/Failed"))
+	se := &mcsv1beta1.ServiceExport{}
+	mustDo(t, src.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se))
+	for _, c := range se.Status.Conditions {
+		if c.Type == "Ready" && !strings.Contains(c.Message, "1024") {
+			t.Errorf("the condition should name the limit: %s", c.Message)
+		}
+	}
+	eventually(t, 5*time.Second, "a CloudMapQuota Event", func() error {
+		evs := &corev1.EventList{}
+		if err := src.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "CloudMapQuota" && e.InvolvedObject.Name == name {
+				return nil
+			}
+		}
+		return fmt.Errorf("no CloudMapQuota Event")
+	})
 }

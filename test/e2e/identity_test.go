@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
+)
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// With an invalid cluster id nothing is exported; the controller says why
+// (readiness, an Event on the ClusterProperty) and starts once it is fixed.
+func TestInvalidIdentityExportsNothing(t *testing.T) {
+	env := devenv.ForTest(t, 1)
+	cm := devenv.CloudMapForTest(t, cloudmaplocal.Options{})
+	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	mustDo(t, err)
+	ctx := context.Background()
+	prop := &aboutv1alpha1.ClusterProperty{}
+	mustDo(t, cl.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, prop))
+	prop.Spec.Value = "Not_A_DNS_Label"
+	mustDo(t, cl.Update(ctx, prop))
+
+	probes := freeAddr(t)
+	runCtx, cancel := context.WithCancel(ctx)
+	wait := env.StartControllers(runCtx, cm.URL, func(*devenv.Cluster) logr.Logger { return testr.New(t) },
+		func(o *controller.Options) { o.ProbeAddr = probes })
+	defer func() { cancel(); _ = wait() }()
+
+	namespace(t, cl, "ident")
+	app(t, cl, "ident", "web", 1, false, httpPort(80, 8080))
+	exportService(t, cl, "ident", "web")
+	// The health endpoint names the failing check; the reason itself is in
+	// the log and the Event (controller-runtime withholds it from HTTP).
+	eventually(t, 20*time.Second, "not ready", func() error {
+		resp, err := http.Get("http://" + probes + "/readyz?verbose")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == 200 || !strings.Contains(string(body), "[-]identity failed") {
+			return fmt.Errorf("readyz %d: %s", resp.StatusCode, body)
+		}
+		return nil
+	})
+	eventually(t, 10*time.Second, "an Event on the ClusterProperty", func() error {
+		evs := &corev1.EventList{}
+		if err := cl.List(ctx, evs); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "ClusterProperty" && e.Reason == "InvalidClusterIdentity" && strings.Contains(e.Message, "Not_A_DNS_Label") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no InvalidClusterIdentity Event among %d", len(evs.Items))
+	})
+	c := cloudMapClient(t, cm.URL)
+	time.Sleep(3 * time.Second)
+	if out, err := c.ListNamespaces(ctx, &sd.ListNamespacesInput{}); err != nil || len(out.Namespaces) != 0 {
+		t.Fatalf("nothing may reach Cloud Map without an identity: %v %d namespaces", err, len(out.Namespaces))
+	}
+	if got := condition(cl, "ident", "web", "Ready"); got != "none" {
+		t.Errorf("the export was processed without an identity: Ready %s", got)
+	}
+
+	mustDo(t, cl.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, prop))
+	prop.Spec.Value = "cluster-1"
+	mustDo(t, cl.Update(ctx, prop))
+	eventually(t, 30*time.Second, "exported once the identity is valid", wantCondition(cl, "ident", "web", "Ready", "True/Exported"))
+	eventually(t, 10*time.Second, "ready", func() error {
+		resp, err := http.Get("http://" + probes + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	out, err := c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{NamespaceName: aws.String("ident"), ServiceName: aws.String("web")})
+	if err != nil || len(out.Instances) != 2 { // the service record and one endpoint
+		t.Errorf("Cloud Map after the fix: %v, %d instances", err, len(out.Instances))
+	}
+}
