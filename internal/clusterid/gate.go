@@ -14,7 +14,6 @@ type Gate struct {
 	reg    registry.Registry
 	notify func(registry.Key)
 	open   bool
-	reason error
 }
 
 // Open lets reconcilers work with this identity and registry; notify asks
@@ -22,14 +21,7 @@ type Gate struct {
 func (g *Gate) Open(id Identity, reg registry.Registry, notify func(registry.Key)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.id, g.reg, g.notify, g.open, g.reason = id, reg, notify, true, nil
-}
-
-// Block records why the gate is still closed.
-func (g *Gate) Block(reason error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.reason = reason
+	g.id, g.reg, g.notify, g.open = id, reg, notify, true
 }
 
 // Get returns the identity and registry, ok false while closed.
@@ -37,14 +29,4 @@ func (g *Gate) Get() (Identity, registry.Registry, func(registry.Key), bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	return g.id, g.reg, g.notify, g.open
-}
-
-// Reason says why the gate is closed, nil once open.
-func (g *Gate) Reason() error {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	if g.open {
-		return nil
-	}
-	return g.reason
 }

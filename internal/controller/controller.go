@@ -144,7 +144,7 @@ func Run(ctx context.Context, o Options) error {
 
 	// The registry and its watcher start once the identity is valid.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		id, err := waitIdentity(ctx, mgr.GetAPIReader(), recorder, gate, log)
+		id, err := waitIdentity(ctx, mgr.GetAPIReader(), recorder, log)
 		if err != nil {
 			return nil // ctx ended
 		}
@@ -165,15 +165,12 @@ func Run(ctx context.Context, o Options) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	// Ready only with a valid identity: until then nothing is exported.
-	if err := mgr.AddReadyzCheck("identity", func(*http.Request) error {
-		if _, _, _, open := gate.Get(); open {
-			return nil
-		}
-		if r := gate.Reason(); r != nil {
-			return r
-		}
-		return errors.New("waiting for the cluster identity")
+	// Ready only with a valid identity: until then nothing is exported. It
+	// is read here rather than taken from the gate, which opens on the
+	// leader only: a standby replica must be ready too.
+	if err := mgr.AddReadyzCheck("identity", func(r *http.Request) error {
+		_, err := clusterid.Read(r.Context(), mgr.GetAPIReader())
+		return err
 	}); err != nil {
 		return err
 	}
@@ -183,14 +180,13 @@ func Run(ctx context.Context, o Options) error {
 // waitIdentity polls the ClusterProperties until they are valid, saying
 // why not (log, Event on the ClusterProperty, readiness) each time the
 // reason changes.
-func waitIdentity(ctx context.Context, c client.Reader, rec record.EventRecorder, gate *clusterid.Gate, log logr.Logger) (clusterid.Identity, error) {
+func waitIdentity(ctx context.Context, c client.Reader, rec record.EventRecorder, log logr.Logger) (clusterid.Identity, error) {
 	last := ""
 	for {
 		id, err := clusterid.Read(ctx, c)
 		if err == nil {
 			return id, nil
 		}
-		gate.Block(err)
 		if err.Error() != last {
 			last = err.Error()
 			log.Error(err, "not exporting or importing until the cluster identity is valid")
