@@ -27,6 +27,11 @@ type WatchOptions struct {
 	SweepInterval time.Duration
 	// Overlap re-reads the end of the previous window, for clock skew.
 	Overlap time.Duration
+	// After a poll that saw changes, polls come every FastInterval for
+	// ActiveWindow: changes come in bursts (a pod registered not ready,
+	// then ready), and the burst's tail need not wait a whole PollInterval.
+	// Idle clusters never poll faster than PollInterval.
+	FastInterval, ActiveWindow time.Duration
 }
 
 func (o *WatchOptions) defaults() {
@@ -42,6 +47,12 @@ func (o *WatchOptions) defaults() {
 	if o.Overlap == 0 {
 		o.Overlap = 10 * time.Second
 	}
+	if o.FastInterval == 0 {
+		o.FastInterval = 300 * time.Millisecond
+	}
+	if o.ActiveWindow == 0 {
+		o.ActiveWindow = 5 * time.Second
+	}
 }
 
 // Watcher turns Cloud Map changes into Sink calls.
@@ -56,6 +67,8 @@ type Watcher struct {
 	revisions map[registry.Key]int64
 	exported  map[registry.Key]bool // keys the sink last heard exports for
 	lastPoll  time.Time
+	lastFull  time.Time // last poll with the whole overlap
+	lastSeen  time.Time // last poll that found a change
 	synced    bool
 }
 
@@ -83,8 +96,6 @@ func (w *Watcher) Synced() bool { return w.synced }
 
 // Start runs until ctx ends (a controller-runtime Runnable).
 func (w *Watcher) Start(ctx context.Context) error {
-	poll := time.NewTicker(w.opts.PollInterval)
-	defer poll.Stop()
 	lastList, lastSweep := time.Time{}, time.Now()
 	for {
 		now := time.Now()
@@ -104,10 +115,14 @@ func (w *Watcher) Start(ctx context.Context) error {
 			}
 		}
 		w.fetchDirty(ctx)
+		wait := w.opts.PollInterval
+		if time.Since(w.lastSeen) < w.opts.ActiveWindow {
+			wait = w.opts.FastInterval
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-poll.C:
+		case <-time.After(wait):
 		case key := <-w.notify:
 			w.dirty[key] = true
 		}
@@ -177,7 +192,13 @@ func (w *Watcher) sweep(ctx context.Context) {
 // last poll and marks their services for reading.
 func (w *Watcher) pollOperations(ctx context.Context) error {
 	now := time.Now()
-	from := w.lastPoll.Add(-w.opts.Overlap)
+	// Fast polls in between re-read one second; a full poll every
+	// PollInterval re-reads the whole overlap.
+	full := now.Sub(w.lastFull) >= w.opts.PollInterval
+	from := w.lastPoll.Add(-time.Second)
+	if full {
+		from = w.lastPoll.Add(-w.opts.Overlap)
+	}
 	if w.lastPoll.IsZero() {
 		from = now.Add(-w.opts.Overlap)
 	}
@@ -203,6 +224,7 @@ func (w *Watcher) pollOperations(ctx context.Context) error {
 				return err
 			}
 			w.seen[id] = now
+			w.lastSeen = now
 			if key != (registry.Key{}) {
 				w.dirty[key] = true
 			}
@@ -216,6 +238,9 @@ func (w *Watcher) pollOperations(ctx context.Context) error {
 		}
 	}
 	w.lastPoll = now
+	if full {
+		w.lastFull = now
+	}
 	for id, t := range w.seen {
 		if now.Sub(t) > 3*w.opts.Overlap {
 			delete(w.seen, id)
