@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -269,13 +270,15 @@ func BenchmarkMCS(b *testing.B) {
 		k := keys[i*(len(keys)/50)]
 		svc := k.ns + "/" + k.name
 		old := source.ips(svc)
-		dep := &appsv1.Deployment{}
-		if err := src.Get(ctx, client.ObjectKey{Namespace: k.ns, Name: k.name}, dep); err != nil {
-			b.Fatal(err)
-		}
-		dep.Spec.Replicas = ptr.To(*dep.Spec.Replicas + 1)
 		requested := time.Now()
-		if err := src.Update(ctx, dep); err != nil {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			dep := &appsv1.Deployment{}
+			if err := src.Get(ctx, client.ObjectKey{Namespace: k.ns, Name: k.name}, dep); err != nil {
+				return err
+			}
+			dep.Spec.Replicas = ptr.To(*dep.Spec.Replicas + 1)
+			return src.Update(ctx, dep)
+		}); err != nil {
 			b.Fatal(err)
 		}
 		var ip string

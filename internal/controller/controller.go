@@ -150,6 +150,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		backend := cloudmap.New(sd, id.ClusterSet, id.ClusterID, "clustermap "+version.Version, log.WithName("cloudmap"))
 		watcher := cloudmap.NewWatcher(backend, view.Set, o.Watch)
+		watcher.OnSynced = view.MarkSynced
 		gate.Open(id, backend, watcher.Notify)
 		log.Info("cluster identity known; exporting and importing", "cluster", id.ClusterID, "clusterset", id.ClusterSet)
 		return watcher.Start(ctx)

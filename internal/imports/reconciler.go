@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -36,7 +38,13 @@ type View struct {
 	mu      sync.RWMutex
 	exports map[registry.Key][]registry.Export
 	events  chan event.GenericEvent
+	// synced is set once the whole registry was read: before that an
+	// empty view means "not read yet", not "exported nowhere".
+	synced atomic.Bool
 }
+
+// MarkSynced says the view now holds every service of the registry.
+func (v *View) MarkSynced() { v.synced.Store(true) }
 
 // NewView makes an empty view.
 func NewView() *View {
@@ -131,6 +139,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil // imported when the namespace is created
 	} else if err != nil {
 		return reconcile.Result{}, err
+	}
+	if !r.View.synced.Load() {
+		// Nothing is removed or changed before the registry was read once,
+		// as after a restart.
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	exports := r.View.Get(key)
 	if len(exports) == 0 {

@@ -17,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -109,10 +110,15 @@ func (w *world) headless(t *testing.T) {
 
 func scale(t *testing.T, cl client.Client, ns, name string, n int32) {
 	t.Helper()
-	dep := &appsv1.Deployment{}
-	mustDo(t, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dep))
-	dep.Spec.Replicas = ptr.To(n)
-	mustDo(t, cl.Update(context.Background(), dep))
+	// The Deployment controller writes it too: retry on conflicts.
+	mustDo(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		dep := &appsv1.Deployment{}
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dep); err != nil {
+			return err
+		}
+		dep.Spec.Replicas = ptr.To(n)
+		return cl.Update(context.Background(), dep)
+	}))
 }
 
 func (w *world) scaling(t *testing.T) {
@@ -155,15 +161,9 @@ func (w *world) conflicts(t *testing.T) {
 	w.allNamespaces(t, ns)
 	c1, c2 := w.clients[0], w.clients[1]
 	// Port conflict: the same port name with another number; cluster-1 exports first.
-	app(t, c1, ns, "ports", 1, false, httpPort(80, 8080))
-	exportService(t, c1, ns, "ports")
-	eventually(t, importDeadline, "the first export", wantCondition(c1, ns, "ports", "Ready", "True/Exported"))
-	time.Sleep(1100 * time.Millisecond) // creation timestamps have second precision
-	app(t, c2, ns, "ports", 1, false, httpPort(81, 8080))
-	exportService(t, c2, ns, "ports")
-	for _, cl := range []client.Client{c1, c2} {
-		eventually(t, importDeadline, "PortConflict on both exports", wantCondition(cl, ns, "ports", "Conflict", "True/PortConflict"))
-	}
+	exportInTurn(t, ns, "ports", "True/PortConflict",
+		func() { app(t, c1, ns, "ports", 1, false, httpPort(80, 8080)) }, c1,
+		func() { app(t, c2, ns, "ports", 1, false, httpPort(81, 8080)) }, c2)
 	for i, cl := range w.clients {
 		eventually(t, importDeadline, "the oldest port in "+w.env.Clusters[i].ID, func() error {
 			si, err := getImport(cl, ns, "ports")
@@ -178,15 +178,9 @@ func (w *world) conflicts(t *testing.T) {
 	}
 
 	// Type conflict: cluster-2's headless export is the older one.
-	app(t, c2, ns, "kind", 1, true, httpPort(80, 8080))
-	exportService(t, c2, ns, "kind")
-	eventually(t, importDeadline, "the first export", wantCondition(c2, ns, "kind", "Ready", "True/Exported"))
-	time.Sleep(1100 * time.Millisecond)
-	app(t, c1, ns, "kind", 1, false, httpPort(80, 8080))
-	exportService(t, c1, ns, "kind")
-	for _, cl := range []client.Client{c1, c2} {
-		eventually(t, importDeadline, "TypeConflict on both exports", wantCondition(cl, ns, "kind", "Conflict", "True/TypeConflict"))
-	}
+	exportInTurn(t, ns, "kind", "True/TypeConflict",
+		func() { app(t, c2, ns, "kind", 1, true, httpPort(80, 8080)) }, c2,
+		func() { app(t, c1, ns, "kind", 1, false, httpPort(80, 8080)) }, c1)
 	for i, cl := range w.clients {
 		eventually(t, importDeadline, "the oldest type in "+w.env.Clusters[i].ID, func() error {
 			si, err := getImport(cl, ns, "kind")
@@ -198,6 +192,22 @@ func (w *world) conflicts(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// exportInTurn exports a service from the older cluster, then, a second
+// later (creation times have second precision), from the younger one, and
+// waits for the conflict condition on both exports.
+func exportInTurn(t *testing.T, ns, name, conflict string, mkOlder func(), older client.Client, mkYounger func(), younger client.Client) {
+	t.Helper()
+	mkOlder()
+	exportService(t, older, ns, name)
+	eventually(t, importDeadline, "the first export", wantCondition(older, ns, name, "Ready", "True/Exported"))
+	time.Sleep(1100 * time.Millisecond)
+	mkYounger()
+	exportService(t, younger, ns, name)
+	for _, cl := range []client.Client{older, younger} {
+		eventually(t, importDeadline, conflict+" on both exports", wantCondition(cl, ns, name, "Conflict", conflict))
 	}
 }
 

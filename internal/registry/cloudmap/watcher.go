@@ -60,6 +60,9 @@ type Watcher struct {
 	b    *Backend
 	sink Sink
 	opts WatchOptions
+	// OnSynced, when set, is called once: after the first complete read of
+	// every service.
+	OnSynced func()
 
 	notify    chan registry.Key
 	dirty     map[registry.Key]bool
@@ -115,6 +118,10 @@ func (w *Watcher) Start(ctx context.Context) error {
 			}
 		}
 		w.fetchDirty(ctx)
+		if w.synced && len(w.dirty) == 0 && w.OnSynced != nil {
+			w.OnSynced()
+			w.OnSynced = nil
+		}
 		wait := w.opts.PollInterval
 		if time.Since(w.lastSeen) < w.opts.ActiveWindow {
 			wait = w.opts.FastInterval
