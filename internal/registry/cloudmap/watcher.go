@@ -94,9 +94,6 @@ func (w *Watcher) Notify(key registry.Key) {
 	}
 }
 
-// Synced reports whether the first full read of the registry finished.
-func (w *Watcher) Synced() bool { return w.synced }
-
 // Start runs until ctx ends (a controller-runtime Runnable).
 func (w *Watcher) Start(ctx context.Context) error {
 	lastList, lastSweep := time.Time{}, time.Now()
