@@ -95,16 +95,21 @@ func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 	}); err != nil {
 		return err
 	}
-	return b.each(ctx, len(deregister), func(ctx context.Context, i int) error {
-		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(deregister[i])})
+	return b.deregister(ctx, svcID, e.Key, deregister)
+}
+
+// deregister removes instances; one already gone is fine.
+func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key, ids []string) error {
+	return b.each(ctx, len(ids), func(ctx context.Context, i int) error {
+		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i])})
 		var missing *types.InstanceNotFound
 		if errors.As(err, &missing) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("deregistering %s from %s: %w", deregister[i], e.Key, err)
+			return fmt.Errorf("deregistering %s from %s: %w", ids[i], key, err)
 		}
-		b.ownOp(out.OperationId, e.Key)
+		b.ownOp(out.OperationId, key)
 		return nil
 	})
 }
@@ -114,9 +119,6 @@ func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 // nothing else is left in them.
 func (b *Backend) Withdraw(ctx context.Context, key registry.Key) error {
 	current, err := b.ownInstances(ctx, key)
-	if isNotFound(err) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -128,17 +130,7 @@ func (b *Backend) Withdraw(ctx context.Context, key registry.Key) error {
 	for id := range current {
 		ids = append(ids, id)
 	}
-	if err := b.each(ctx, len(ids), func(ctx context.Context, i int) error {
-		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i])})
-		var missing *types.InstanceNotFound
-		if errors.As(err, &missing) {
-			return nil
-		}
-		if err == nil {
-			b.ownOp(out.OperationId, key)
-		}
-		return err
-	}); err != nil {
+	if err := b.deregister(ctx, svcID, key, ids); err != nil {
 		return err
 	}
 	return b.cleanup(ctx, key, svcID)
