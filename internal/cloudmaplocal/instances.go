@@ -2,7 +2,9 @@ package cloudmaplocal
 
 import (
 	"context"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -123,11 +125,7 @@ func (s *Server) RegisterInstance(_ context.Context, in *RegisterInstanceRequest
 	if in.Attributes["AWS_INIT_HEALTH_STATUS"] == "UNHEALTHY" {
 		health = "UNHEALTHY"
 	}
-	attrs := make(map[string]string, len(in.Attributes))
-	for k, v := range in.Attributes {
-		attrs[k] = v
-	}
-	inst := &instanceRec{Id: in.InstanceId, CreatorRequestId: in.CreatorRequestId, Attributes: attrs, Health: health}
+	inst := &instanceRec{Id: in.InstanceId, CreatorRequestId: in.CreatorRequestId, Attributes: maps.Clone(in.Attributes), Health: health}
 	op := s.startOperation("REGISTER_INSTANCE",
 		map[string]string{"NAMESPACE": svc.NamespaceId, "SERVICE": svc.Id, "INSTANCE": in.InstanceId},
 		&pending{Instance: inst, ServiceId: svc.Id}, key)
@@ -181,7 +179,7 @@ func (s *Server) ListInstances(_ context.Context, in *ListInstancesRequest) (*Li
 	if err != nil {
 		return nil, err
 	}
-	page, token, err := paginate(sortedKeys(svc.Instances), in.NextToken, in.MaxResults, 100)
+	page, token, err := paginate(slices.Sorted(maps.Keys(svc.Instances)), in.NextToken, in.MaxResults, 100)
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +309,7 @@ func (s *Server) GetInstancesHealthStatus(_ context.Context, in *GetInstancesHea
 	}
 	ids := in.Instances
 	if len(ids) == 0 {
-		ids = sortedKeys(svc.Instances)
+		ids = slices.Sorted(maps.Keys(svc.Instances))
 	} else {
 		ids = append([]string{}, ids...)
 		sort.Strings(ids)

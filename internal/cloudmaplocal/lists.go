@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,7 +56,7 @@ func checkFilter(spec filterSpec, name, cond string, values []string) (string, e
 		cond = "EQ"
 	}
 	allowed, ok := spec[name]
-	if !ok || !contains(allowed, cond) {
+	if !ok || !slices.Contains(allowed, cond) {
 		return "", errorf("InvalidInput", "Condition %s is not supported for filter %s", cond, name)
 	}
 	switch cond {
@@ -76,7 +77,7 @@ func matchValue(cond string, values []string, v string) bool {
 	case "BEGINS_WITH":
 		return strings.HasPrefix(v, values[0])
 	default: // EQ, IN
-		return contains(values, v)
+		return slices.Contains(values, v)
 	}
 }
 

@@ -2,6 +2,8 @@ package cloudmaplocal
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -166,7 +168,7 @@ next:
 		}
 		keys[pageKeyOldestFirst(ns.CreateDate, ns.Id)] = ns
 	}
-	page, token, err := paginate(sortedKeys(keys), in.NextToken, in.MaxResults, 100)
+	page, token, err := paginate(slices.Sorted(maps.Keys(keys)), in.NextToken, in.MaxResults, 100)
 	if err != nil {
 		return nil, err
 	}

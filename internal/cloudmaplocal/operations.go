@@ -2,6 +2,8 @@ package cloudmaplocal
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -185,7 +187,7 @@ func (s *Server) ListOperations(_ context.Context, in *ListOperationsRequest) (*
 			keys[pageKeyNewestFirst(op.CreateDate, op.Id)] = op
 		}
 	}
-	page, next, err := paginate(sortedKeys(keys), in.NextToken, in.MaxResults, 100)
+	page, next, err := paginate(slices.Sorted(maps.Keys(keys)), in.NextToken, in.MaxResults, 100)
 	if err != nil {
 		return nil, err
 	}

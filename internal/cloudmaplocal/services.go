@@ -2,6 +2,8 @@ package cloudmaplocal
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -145,7 +147,7 @@ func (s *Server) ListServices(_ context.Context, in *ListServicesRequest) (*List
 			keys[pageKeyOldestFirst(svc.CreateDate, svc.Id)] = svc
 		}
 	}
-	page, token, err := paginate(sortedKeys(keys), in.NextToken, in.MaxResults, 100)
+	page, token, err := paginate(slices.Sorted(maps.Keys(keys)), in.NextToken, in.MaxResults, 100)
 	if err != nil {
 		return nil, err
 	}
@@ -241,9 +243,9 @@ func (s *Server) GetServiceAttributes(_ context.Context, in *GetServiceAttribute
 	if err != nil {
 		return nil, err
 	}
-	attrs := map[string]string{}
-	for k, v := range svc.Attributes {
-		attrs[k] = v
+	attrs := maps.Clone(svc.Attributes)
+	if attrs == nil {
+		attrs = map[string]string{}
 	}
 	return &GetServiceAttributesResponse{ServiceAttributes: &ServiceAttributes{ServiceArn: svc.Arn, Attributes: attrs}}, nil
 }
@@ -256,12 +258,8 @@ func (s *Server) UpdateServiceAttributes(_ context.Context, in *UpdateServiceAtt
 		return nil, err
 	}
 	merged := map[string]string{}
-	for k, v := range svc.Attributes {
-		merged[k] = v
-	}
-	for k, v := range in.Attributes {
-		merged[k] = v
-	}
+	maps.Copy(merged, svc.Attributes)
+	maps.Copy(merged, in.Attributes)
 	if len(merged) > maxServiceAttributes {
 		return nil, errorf("ServiceAttributesLimitExceededException", "A service can have at most %d attributes", maxServiceAttributes)
 	}
@@ -339,7 +337,7 @@ func (s *Server) UntagResource(_ context.Context, in *UntagResourceRequest) (*Un
 	}
 	var kept []Tag
 	for _, t := range s.st.Tags[in.ResourceARN] {
-		if !contains(in.TagKeys, t.Key) {
+		if !slices.Contains(in.TagKeys, t.Key) {
 			kept = append(kept, t)
 		}
 	}

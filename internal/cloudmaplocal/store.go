@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 )
@@ -185,14 +184,4 @@ func writeSnapshot(dir string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), filepath.Join(dir, snapshotName))
-}
-
-// sortedKeys gives a map's keys in order: every listing pages over them.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

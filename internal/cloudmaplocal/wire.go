@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -222,7 +224,7 @@ func check(s *shapeSpec, v any, path string, problems *[]string) {
 		}
 		// Lengths count UTF-16 code units, as the service (Java) does.
 		checkLength(s, int64(len(utf16.Encode([]rune(str)))), fail)
-		if len(s.enum) > 0 && !contains(s.enum, str) {
+		if len(s.enum) > 0 && !slices.Contains(s.enum, str) {
 			fail("Member must satisfy enum value set: [" + strings.Join(s.enum, ", ") + "]")
 		}
 		if s.pattern != "" && !matchPattern(s.pattern, str) {
@@ -264,15 +266,6 @@ func checkLength(s *shapeSpec, n int64, fail func(string)) {
 	}
 }
 
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 func lowerFirst(s string) string {
 	if s == "" {
 		return s
@@ -292,4 +285,4 @@ func decodeInput(body []byte, into any) error {
 }
 
 // Operations lists the operations the emulator serves.
-func Operations() []string { return sortedKeys(modelOperations) }
+func Operations() []string { return slices.Sorted(maps.Keys(modelOperations)) }

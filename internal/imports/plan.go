@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net/netip"
 	"sort"
 	"strings"
@@ -58,7 +59,7 @@ type Desired struct {
 func Plan(key registry.Key, m merge.Result) Desired {
 	labels := map[string]string{LabelManagedBy: managedByValue, mcsv1beta1.LabelServiceName: key.Name}
 	si := &mcsv1beta1.ServiceImport{
-		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: copyMap(m.Labels), Annotations: copyMap(m.Annotations)},
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: maps.Clone(m.Labels), Annotations: maps.Clone(m.Annotations)},
 		Spec:       m.Spec,
 	}
 	si.Spec.IPs = nil
@@ -82,7 +83,7 @@ func Plan(key registry.Key, m merge.Result) Desired {
 }
 
 func derivedService(key registry.Key, m merge.Result, labels map[string]string) *corev1.Service {
-	svcLabels := copyMap(labels)
+	svcLabels := maps.Clone(labels)
 	svcLabels[LabelDerivedFor] = key.Name
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: DerivedName(key.Name), Namespace: key.Namespace, Labels: svcLabels},
@@ -209,15 +210,4 @@ func portsKey(ports []discoveryv1.EndpointPort) string {
 		fmt.Fprintf(&b, "|%s/%s/%d", *p.Name, *p.Protocol, *p.Port)
 	}
 	return b.String()
-}
-
-func copyMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	c := make(map[string]string, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
