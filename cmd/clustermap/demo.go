@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/miekg/dns"
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	cmdns "github.com/clustermap/clustermap/internal/dns"
 	"github.com/clustermap/clustermap/internal/imports"
 )
 
@@ -90,6 +92,23 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloud
 	fmt.Fprintf(w, "cluster-2 imported it after %v:\n\n", time.Since(start).Round(time.Millisecond))
 	printImport(w, si, slices)
 
+	// A clusterset.local DNS server per cluster, as CoreDNS would forward to.
+	var dnsAddrs []string
+	for _, c := range env.Clusters {
+		srv, err := cmdns.Start(ctx, c.Config, "127.0.0.1:0", "clusterset.local", 5, nil)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		<-srv.Synced()
+		dnsAddrs = append(dnsAddrs, fmt.Sprintf("%s: %s", c.ID, srv.Addr))
+		if c.ID == "cluster-2" {
+			if err := printLookup(w, srv.Addr, demoService+"."+demoNamespace+".svc.clusterset.local."); err != nil {
+				return err
+			}
+		}
+	}
+
 	printUsage(cmd, env)
 	fmt.Fprintf(w, `
 Explore:
@@ -99,10 +118,12 @@ Explore:
 Cloud Map emulator: %[3]s (faults and metrics: %[4]s/faults, %[4]s/metrics)
   AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local aws --region us-east-1 --endpoint-url %[3]s servicediscovery list-namespaces
   AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local aws --region us-east-1 --endpoint-url %[3]s servicediscovery discover-instances --namespace-name %[1]s --service-name %[2]s
+clusterset.local DNS servers (UDP and TCP): %[6]s
+  dig -p <port> @127.0.0.1 %[2]s.%[1]s.svc.clusterset.local
 Controller logs: %[5]s
 
 The demo runs until interrupted (Ctrl-C), then stops everything.
-`, demoNamespace, demoService, cm.URL, cm.AdminURL, strings.Join(logs, ", "))
+`, demoNamespace, demoService, cm.URL, cm.AdminURL, strings.Join(logs, ", "), strings.Join(dnsAddrs, ", "))
 	<-ctx.Done()
 	return nil
 }
@@ -175,4 +196,21 @@ func printImport(w io.Writer, si *mcsv1beta1.ServiceImport, slices []discoveryv1
 		fmt.Fprintf(w, "  EndpointSlice %s (source %s, for Service %s): %s port %d\n",
 			s.Name, s.Labels[mcsv1beta1.LabelSourceCluster], s.Labels[discoveryv1.LabelServiceName], strings.Join(addrs, ", "), *s.Ports[0].Port)
 	}
+}
+
+// printLookup shows a DNS answer the way nslookup does.
+func printLookup(w io.Writer, server, name string) error {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, server)
+	if err != nil {
+		return fmt.Errorf("asking cluster-2's DNS server for %s: %w", name, err)
+	}
+	fmt.Fprintf(w, "\n$ nslookup %s   # cluster-2's clusterset DNS\nServer:\t%s\n\n", strings.TrimSuffix(name, "."), server)
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			fmt.Fprintf(w, "Name:\t%s\nAddress: %s\n", strings.TrimSuffix(name, "."), a.A)
+		}
+	}
+	return nil
 }

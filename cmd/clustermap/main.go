@@ -34,6 +34,7 @@ func newRoot() *cobra.Command {
 		newDev(),
 		newCloudMapLocal(),
 		newController(),
+		newDNS(),
 	)
 	return root
 }

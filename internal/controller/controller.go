@@ -97,14 +97,20 @@ func restConfig(o Options) (*rest.Config, error) {
 	if o.Config != nil {
 		return o.Config, nil
 	}
-	if o.Kubeconfig == "" && o.Context == "" {
-		return ctrl.GetConfig() // in-cluster, or $KUBECONFIG
+	return RESTConfig(o.Kubeconfig, o.Context)
+}
+
+// RESTConfig reaches a cluster through a kubeconfig file and context, or
+// in-cluster (or $KUBECONFIG) when both are empty.
+func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
+	if kubeconfig == "" && context == "" {
+		return ctrl.GetConfig()
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if o.Kubeconfig != "" {
-		rules.ExplicitPath = o.Kubeconfig
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
 	}
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.Context}).ClientConfig()
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
 }
 
 // Run runs the controller until ctx ends.

@@ -51,27 +51,17 @@ func endpoint(ip, hostname string) discoveryv1.Endpoint {
 
 // server runs the DNS server on loopback, UDP and TCP, fed from cluster c.
 func server(t *testing.T, c *devenv.Cluster) string {
-	ctx, cancel := context.WithCancel(context.Background())
-	h := cmdns.NewHandler(5, nil)
-	src := &cmdns.Source{Zone: zone, Handler: h}
-	errc := make(chan error, 1)
-	go func() { errc <- src.Run(ctx, c.Config) }()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	s, err := cmdns.Start(context.Background(), c.Config, "127.0.0.1:0", zone, 5, nil)
 	mustDo(t, err)
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	mustDo(t, err)
-	udp, tcp := &dns.Server{PacketConn: pc, Handler: h}, &dns.Server{Listener: l, Handler: h}
-	go func() { _ = udp.ActivateAndServe() }()
-	go func() { _ = tcp.ActivateAndServe() }()
-	t.Cleanup(func() { cancel(); _ = udp.Shutdown(); _ = tcp.Shutdown(); <-errc })
+	t.Cleanup(s.Close)
 	select {
-	case <-src.Synced():
-	case err := <-errc:
+	case <-s.Synced():
+	case err := <-s.Err():
 		t.Fatal(err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the DNS source did not sync")
 	}
-	return pc.LocalAddr().String()
+	return s.Addr
 }
 
 func query(t *testing.T, addr, net string, name string, qtype uint16, edns uint16) *dns.Msg {

@@ -8,8 +8,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -17,21 +17,18 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 )
 
-// Source keeps a Handler's index current from informers on ServiceImports,
+// source keeps a Handler's index current from informers on ServiceImports,
 // MCS-labelled EndpointSlices and Namespaces. Changes are coalesced: the
 // index is rebuilt at most every 50 ms.
-type Source struct {
+type source struct {
 	Zone    string
 	Handler *Handler
 	synced  chan struct{}
 }
 
-// Synced is closed once the informers synced and the first index is served.
-func (s *Source) Synced() <-chan struct{} { return s.synced }
-
-// Run watches the cluster until ctx ends.
-func (s *Source) Run(ctx context.Context, cfg *rest.Config) error {
-	s.synced = make(chan struct{})
+// Run watches the cluster until ctx ends; synced is closed once the
+// informers synced and the first index is served.
+func (s *source) Run(ctx context.Context, cfg *rest.Config) error {
 	mcs, err := labels.NewRequirement(mcsv1beta1.LabelServiceName, selection.Exists, nil)
 	if err != nil {
 		return err

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/clustermap/clustermap/internal/controller"
+	cmdns "github.com/clustermap/clustermap/internal/dns"
+)
+
+func newDNS() *cobra.Command {
+	var (
+		listen, zone, kubeconfig, kubeContext, health string
+		ttl                                           uint32
+	)
+	cmd := &cobra.Command{
+		Use:   "dns",
+		Short: "Serve the clusterset.local zone from this cluster's ServiceImports",
+		Long: `Answers <svc>.<ns>.svc.<zone> (A, AAAA, SRV), per-endpoint names of headless
+imports, PTR for the addresses it serves, TXT dns-version, SOA and NS, over
+UDP and TCP. Forward the zone to it from the cluster's CoreDNS (see
+config/dns/Corefile.snippet). Health (/healthz), readiness (/readyz, once
+its informers synced) and metrics (/metrics) are on --health-address.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := zap.New()
+			ctrl.SetLogger(log)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg, err := controller.RESTConfig(kubeconfig, kubeContext)
+			if err != nil {
+				return fmt.Errorf("reaching the cluster: %w (pass --kubeconfig and --context, or run in a cluster)", err)
+			}
+			reg := prometheus.NewRegistry()
+			srv, err := cmdns.Start(ctx, cfg, listen, zone, ttl, reg)
+			if err != nil {
+				return fmt.Errorf("%w (choose another address with --listen)", err)
+			}
+			defer srv.Close()
+			errc := make(chan error, 2)
+			go func() { errc <- <-srv.Err() }()
+			if health != "0" {
+				mux := http.NewServeMux()
+				mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+				mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+					select {
+					case <-srv.Synced():
+						_, _ = w.Write([]byte("ok\n"))
+					default:
+						http.Error(w, "informers not synced yet", http.StatusServiceUnavailable)
+					}
+				})
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				hs := &http.Server{Addr: health, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+				go func() { errc <- hs.ListenAndServe() }()
+				defer hs.Close()
+			}
+			log.Info("serving DNS", "zone", zone, "listen", listen)
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-errc:
+				if errors.Is(err, http.ErrServerClosed) || errors.Is(err, context.Canceled) {
+					return nil
+				}
+				return err
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:5353", "address to serve DNS on, UDP and TCP")
+	f.StringVar(&zone, "zone", "clusterset.local", "the zone served")
+	f.Uint32Var(&ttl, "ttl", 5, "TTL of the answers, in seconds")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
+	f.StringVar(&kubeContext, "context", "", "kubeconfig context")
+	f.StringVar(&health, "health-address", ":8081", "address of /healthz, /readyz and /metrics (0 turns them off)")
+	return cmd
+}
