@@ -28,7 +28,7 @@ func TestKustomizeAppliesWithServerDryRun(t *testing.T) {
 	// Like kubectl, a dry run cannot create objects in a namespace that does
 	// not exist yet.
 	mustDo(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clustermap-system"}}))
-	for _, dir := range []string{"../../config/default", "../../config/samples"} {
+	for _, dir := range []string{"../../config/default", "../../config/samples", "../../config/dns"} {
 		res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 		if err != nil {
 			t.Fatalf("kustomize build %s: %v", dir, err)
@@ -48,6 +48,9 @@ func TestKustomizeAppliesWithServerDryRun(t *testing.T) {
 		t.Logf("%s: %v", dir, kinds)
 		if dir == "../../config/default" && (kinds["CustomResourceDefinition"] != 3 || kinds["ClusterRole"] != 1 || kinds["Deployment"] != 1) {
 			t.Errorf("config/default is missing pieces: %v", kinds)
+		}
+		if dir == "../../config/dns" && (kinds["Deployment"] != 1 || kinds["Service"] != 1 || kinds["ClusterRole"] != 1) {
+			t.Errorf("config/dns is missing pieces: %v", kinds)
 		}
 	}
 }
