@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/clustermap/clustermap/internal/version.Version=$(VERSIO
 MCS_API_DIR = $(shell go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 GOTEST_FLAGS ?= -timeout 40m
 
-.PHONY: all tools build generate crds test bench demo down clean
+.PHONY: all tools build generate crds test bench bench-tools demo down clean
 
 all: build
 
@@ -37,8 +37,15 @@ test: tools build
 	go vet ./...
 	CLUSTERMAP_BIN_DIR=$(BIN) go test $(GOTEST_FLAGS) ./...
 
+COREDNS_VERSION := v1.13.1
+
+## bench-tools: what only the benchmarks need: stock CoreDNS to compare with, dnsperf (Debian)
+bench-tools:
+	@test -x $(BIN)/coredns || GOBIN=$(BIN) go install github.com/coredns/coredns@$(COREDNS_VERSION)
+	@command -v dnsperf >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dnsperf; }
+
 ## bench: the benchmarks, printing the numbers the issues set targets for
-bench: tools build
+bench: tools build bench-tools
 	CLUSTERMAP_BIN_DIR=$(BIN) go test -run XXX -bench . -benchtime 1x -timeout 60m ./bench/...
 
 ## demo: local clusters with clustermap (see README)
