@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -49,8 +47,7 @@ its informers synced) and metrics (/metrics) are on --health-address.`,
 				return fmt.Errorf("%w (choose another address with --listen)", err)
 			}
 			defer srv.Close()
-			errc := make(chan error, 2)
-			go func() { errc <- <-srv.Err() }()
+			healthErr := make(chan error, 1)
 			if health != "0" {
 				mux := http.NewServeMux()
 				mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -64,18 +61,17 @@ its informers synced) and metrics (/metrics) are on --health-address.`,
 				})
 				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 				hs := &http.Server{Addr: health, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-				go func() { errc <- hs.ListenAndServe() }()
+				go func() { healthErr <- hs.ListenAndServe() }()
 				defer hs.Close()
 			}
-			log.Info("serving DNS", "zone", zone, "listen", listen)
+			log.Info("serving DNS", "zone", zone, "listen", srv.Addr)
 			select {
 			case <-ctx.Done():
 				return nil
-			case err := <-errc:
-				if errors.Is(err, http.ErrServerClosed) || errors.Is(err, context.Canceled) {
-					return nil
-				}
+			case err := <-srv.Err():
 				return err
+			case err := <-healthErr:
+				return fmt.Errorf("--health-address %s: %w", health, err)
 			}
 		},
 	}

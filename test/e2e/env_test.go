@@ -40,6 +40,14 @@ type world struct {
 
 func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
 	t.Helper()
+	w := worldWithoutControllers(t, n, cmOpts)
+	t.Cleanup(w.startControllers(t))
+	return w
+}
+
+// worldWithoutControllers is the clusters and the emulator only.
+func worldWithoutControllers(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
+	t.Helper()
 	w := &world{env: devenv.ForTest(t, n), cm: devenv.CloudMapForTest(t, cmOpts)}
 	for _, c := range w.env.Clusters {
 		cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
@@ -48,17 +56,21 @@ func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
 		}
 		w.clients = append(w.clients, cl)
 	}
+	return w
+}
+
+// startControllers runs a controller per cluster; the returned func stops them.
+func (w *world) startControllers(t *testing.T) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := w.env.StartControllers(ctx, w.cm.URL,
 		func(*devenv.Cluster) logr.Logger { return testr.NewWithOptions(t, testr.Options{Verbosity: 0}) },
 		func(o *controller.Options) { o.Watch = cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond} })
-	t.Cleanup(func() {
+	return func() {
 		cancel()
 		if err := wait(); err != nil {
 			t.Errorf("controllers: %v", err)
 		}
-	})
-	return w
+	}
 }
 
 // eventually retries check until it returns nil or the deadline passes.

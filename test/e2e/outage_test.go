@@ -1,19 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"reflect"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
-	"github.com/clustermap/clustermap/internal/controller"
-	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
 
 const faultDuration = 60 * time.Second
@@ -73,26 +65,8 @@ func (w *world) outage(t *testing.T) {
 // Controllers restarted while Cloud Map is down must not take the view they
 // have not read yet for "exported nowhere".
 func TestRestartDuringOutageKeepsImports(t *testing.T) {
-	env := devenv.ForTest(t, 2)
-	cm := devenv.CloudMapForTest(t, cloudmaplocal.Options{})
-	w := &world{env: env, cm: cm}
-	for _, c := range env.Clusters {
-		cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
-		mustDo(t, err)
-		w.clients = append(w.clients, cl)
-	}
-	start := func() func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		wait := env.StartControllers(ctx, cm.URL, func(*devenv.Cluster) logr.Logger { return testr.New(t) },
-			func(o *controller.Options) { o.Watch = cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond} })
-		return func() {
-			cancel()
-			if err := wait(); err != nil {
-				t.Errorf("controllers: %v", err)
-			}
-		}
-	}
-	stop := start()
+	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	stop := w.startControllers(t)
 	const ns, name = "restart", "kept"
 	w.allNamespaces(t, ns)
 	app(t, w.clients[0], ns, name, 2, false, httpPort(80, 8080))
@@ -101,17 +75,17 @@ func TestRestartDuringOutageKeepsImports(t *testing.T) {
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
 	stop()
 
-	cm.SetFaults(cloudmaplocal.Faults{Outage: true})
-	stop = start()
+	w.cm.SetFaults(cloudmaplocal.Faults{Outage: true})
+	stop = w.startControllers(t)
 	defer func() { stop() }()
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
 		for i, cl := range w.clients {
 			if slices, err := importSlices(cl, ns, name); err != nil || !reflect.DeepEqual(readyIPs(slices), ips) {
-				t.Fatalf("%s's import changed after a restart during an outage: %v %v", env.Clusters[i].ID, readyIPs(slices), err)
+				t.Fatalf("%s's import changed after a restart during an outage: %v %v", w.env.Clusters[i].ID, readyIPs(slices), err)
 			}
 		}
 	}
-	cm.SetFaults(cloudmaplocal.Faults{})
+	w.cm.SetFaults(cloudmaplocal.Faults{})
 	scale(t, w.clients[0], ns, name, 3)
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", waitPods(t, w.clients[0], ns, name, 3))
 }
