@@ -130,8 +130,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if _, _, _, open := r.Gate.Get(); !open || !r.Namespaces(req.Namespace) {
+	if !r.Namespaces(req.Namespace) {
 		return reconcile.Result{}, nil
+	}
+	if _, _, _, open := r.Gate.Get(); !open {
+		// Come back once the identity is known: a stale import must still
+		// be found and removed then.
+		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	key := registry.Key{Namespace: req.Namespace, Name: req.Name}
 	ns := &corev1.Namespace{}
