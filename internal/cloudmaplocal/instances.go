@@ -110,7 +110,7 @@ func (s *Server) RegisterInstance(_ context.Context, in *RegisterInstanceRequest
 			return &RegisterInstanceResponse{OperationId: opID}, nil // a retry
 		}
 	}
-	if op := s.pendingFor(svc.Id, in.InstanceId); op != nil {
+	if op := s.pendingOn(map[string]string{"SERVICE": svc.Id, "INSTANCE": in.InstanceId}); op != nil {
 		return nil, duplicateRequest(op)
 	}
 	if err := checkAttributes(svc, in.Attributes); err != nil {
@@ -139,7 +139,7 @@ func (s *Server) DeregisterInstance(_ context.Context, in *DeregisterInstanceReq
 	if err != nil {
 		return nil, err
 	}
-	if op := s.pendingFor(svc.Id, in.InstanceId); op != nil {
+	if op := s.pendingOn(map[string]string{"SERVICE": svc.Id, "INSTANCE": in.InstanceId}); op != nil {
 		return nil, duplicateRequest(op)
 	}
 	if svc.Instances[in.InstanceId] == nil {

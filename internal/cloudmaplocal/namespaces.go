@@ -193,24 +193,11 @@ func (s *Server) DeleteNamespace(_ context.Context, in *DeleteNamespaceRequest) 
 	if n := len(s.ix.svcByName[ns.Id]); n > 0 {
 		return nil, errorf("ResourceInUse", "Namespace %s still has %d services", ns.Id, n)
 	}
-	if op := s.pendingOn("NAMESPACE", ns.Id); op != nil {
+	if op := s.pendingOn(map[string]string{"NAMESPACE": ns.Id}); op != nil {
 		return nil, duplicateRequest(op)
 	}
 	op := s.startOperation("DELETE_NAMESPACE", map[string]string{"NAMESPACE": ns.Id}, &pending{}, "")
 	return &DeleteNamespaceResponse{OperationId: op.Id}, nil
-}
-
-// pendingOn finds an unfinished operation targeting a resource. Callers hold s.mu.
-func (s *Server) pendingOn(target, id string) *operationRec {
-	if s.opts.OperationDelay <= 0 {
-		return nil
-	}
-	for _, op := range s.st.Operations {
-		if op.Pending != nil && op.Targets[target] == id {
-			return op
-		}
-	}
-	return nil
 }
 
 // updateNamespace starts an UPDATE_NAMESPACE carrying the new description
@@ -232,7 +219,7 @@ func (s *Server) updateNamespace(idOrARN, wantType, updaterID string, change *na
 	if ns.Type != wantType {
 		return "", errorf("InvalidInput", "Namespace %s is of type %s, not %s", ns.Id, ns.Type, wantType)
 	}
-	if op := s.pendingOn("NAMESPACE", ns.Id); op != nil {
+	if op := s.pendingOn(map[string]string{"NAMESPACE": ns.Id}); op != nil {
 		return "", duplicateRequest(op)
 	}
 	op := s.startOperation("UPDATE_NAMESPACE", map[string]string{"NAMESPACE": ns.Id}, &pending{Namespace: change}, key)

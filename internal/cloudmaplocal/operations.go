@@ -127,16 +127,24 @@ func (s *Server) apply(op *operationRec) *apiError {
 	return nil
 }
 
-// pendingFor finds an unfinished operation on the same instance: the
-// service answers a second one with DuplicateRequest. Callers hold s.mu.
-func (s *Server) pendingFor(serviceID, instanceID string) *operationRec {
+// pendingOn finds an unfinished operation whose targets include all the
+// given ones: the service answers a second change meanwhile with
+// DuplicateRequest. Callers hold s.mu.
+func (s *Server) pendingOn(targets map[string]string) *operationRec {
 	if s.opts.OperationDelay <= 0 {
 		return nil
 	}
+next:
 	for _, op := range s.st.Operations {
-		if op.Pending != nil && op.Targets["SERVICE"] == serviceID && op.Targets["INSTANCE"] == instanceID {
-			return op
+		if op.Pending == nil {
+			continue
 		}
+		for k, v := range targets {
+			if op.Targets[k] != v {
+				continue next
+			}
+		}
+		return op
 	}
 	return nil
 }

@@ -187,7 +187,7 @@ func (s *Server) UpdateService(_ context.Context, in *UpdateServiceRequest) (*Up
 	if in.Service.HealthCheckConfig != nil && svc.HealthCheckConfig == nil {
 		return nil, errorf("InvalidInput", "Service %s has no HealthCheckConfig to change", svc.Id)
 	}
-	if op := s.pendingOn("SERVICE", svc.Id); op != nil && op.Type == "UPDATE_SERVICE" {
+	if op := s.pendingOn(map[string]string{"SERVICE": svc.Id}); op != nil && op.Type == "UPDATE_SERVICE" {
 		return nil, duplicateRequest(op)
 	}
 	op := s.startOperation("UPDATE_SERVICE", map[string]string{"SERVICE": svc.Id}, &pending{ServiceDiff: in.Service}, "")
@@ -226,7 +226,7 @@ func (s *Server) DeleteService(_ context.Context, in *DeleteServiceRequest) (*De
 	if n := len(svc.Instances); n > 0 {
 		return nil, errorf("ResourceInUse", "Service %s still has %d registered instances", svc.Id, n)
 	}
-	if op := s.pendingOn("SERVICE", svc.Id); op != nil && op.Type == "REGISTER_INSTANCE" {
+	if op := s.pendingOn(map[string]string{"SERVICE": svc.Id}); op != nil && op.Type == "REGISTER_INSTANCE" {
 		return nil, errorf("ResourceInUse", "Service %s has an instance registration in progress", svc.Id)
 	}
 	delete(s.st.Services, svc.Id)
