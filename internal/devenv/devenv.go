@@ -173,8 +173,8 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 		if errors.Is(err, errComponentExited) {
 			// Seen once in many runs with an empty log: start it again.
 			fmt.Fprintf(opts.Log, "devenv: %v; starting %s once more\n", err, s.ID)
-			if out, derr := kwokctl(ctx, opts.BinDir, opts.StateDir, "delete", "cluster", "--name", s.KwokName); derr != nil {
-				return nil, fmt.Errorf("%w (and removing it failed: %v %s)", err, derr, tail(out, 5))
+			if derr := stopCluster(ctx, opts.BinDir, opts.StateDir, s.KwokName, opts.Log); derr != nil {
+				return nil, fmt.Errorf("%w (and removing it failed: %v)", err, derr)
 			}
 			env.Clusters[i], err = startCluster(ctx, opts, s)
 		}
@@ -363,14 +363,8 @@ func Down(ctx context.Context, stateDir string, log io.Writer) error {
 		if !e.IsDir() {
 			continue
 		}
-		name := e.Name()
-		pids := readPids(filepath.Join(kwokClusterDir(stateDir, name), "pids"))
-		fmt.Fprintf(log, "devenv: stopping %s\n", name)
-		if out, err := kwokctl(ctx, st.BinDir, stateDir, "delete", "cluster", "--name", name); err != nil {
-			fmt.Fprintf(log, "devenv: kwokctl delete %s: %v\n%s\n", name, err, tail(out, 10))
-		}
-		if err := reap(pids); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		if err := stopCluster(ctx, st.BinDir, stateDir, e.Name(), log); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -382,6 +376,19 @@ func Down(ctx context.Context, stateDir string, log io.Writer) error {
 		}
 	}
 	return os.RemoveAll(stateDir)
+}
+
+// stopCluster deletes one kwok cluster and makes sure its processes are gone.
+func stopCluster(ctx context.Context, binDir, stateDir, name string, log io.Writer) error {
+	pids := readPids(filepath.Join(kwokClusterDir(stateDir, name), "pids"))
+	fmt.Fprintf(log, "devenv: stopping %s\n", name)
+	if out, err := kwokctl(ctx, binDir, stateDir, "delete", "cluster", "--name", name); err != nil {
+		fmt.Fprintf(log, "devenv: kwokctl delete %s: %v\n%s\n", name, err, tail(out, 10))
+	}
+	if err := reap(pids); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
 }
 
 // Pids lists the processes of the environment's clusters.
