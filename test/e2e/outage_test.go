@@ -17,10 +17,7 @@ func (w *world) outage(t *testing.T) {
 	const ns, name = "outage", "steady"
 	w.allNamespaces(t, ns)
 	src := w.clients[0]
-	app(t, src, ns, name, 3, false, httpPort(80, 8080))
-	exportService(t, src, ns, name)
-	before := waitPods(t, src, ns, name, 3)
-	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", before)
+	before := w.exportApp(t, ns, name, 3)
 
 	for _, fault := range []struct {
 		name   string
@@ -69,10 +66,7 @@ func TestRestartDuringOutageKeepsImports(t *testing.T) {
 	stop := w.startControllers(t)
 	const ns, name = "restart", "kept"
 	w.allNamespaces(t, ns)
-	app(t, w.clients[0], ns, name, 2, false, httpPort(80, 8080))
-	exportService(t, w.clients[0], ns, name)
-	ips := waitPods(t, w.clients[0], ns, name, 2)
-	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
+	ips := w.exportApp(t, ns, name, 2)
 	stop()
 
 	w.cm.SetFaults(cloudmaplocal.Faults{Outage: true})

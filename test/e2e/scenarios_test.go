@@ -57,6 +57,17 @@ func (w *world) importedEverywhere(t *testing.T, within time.Duration, ns, name,
 	}
 }
 
+// exportApp deploys an app in cluster-1, exports it, and waits until every
+// cluster imports its pods; it returns their addresses.
+func (w *world) exportApp(t *testing.T, ns, name string, replicas int32) []string {
+	t.Helper()
+	app(t, w.clients[0], ns, name, replicas, false, httpPort(80, 8080))
+	exportService(t, w.clients[0], ns, name)
+	ips := waitPods(t, w.clients[0], ns, name, int(replicas))
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
+	return ips
+}
+
 func waitPods(t *testing.T, cl client.Client, ns, name string, n int) []string {
 	t.Helper()
 	var ips []string
@@ -225,9 +236,7 @@ func (w *world) unexport(t *testing.T) {
 	const ns, name = "unexport", "gone"
 	w.allNamespaces(t, ns)
 	src := w.clients[0]
-	app(t, src, ns, name, 2, false, httpPort(80, 8080))
-	exportService(t, src, ns, name)
-	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", waitPods(t, src, ns, name, 2))
+	w.exportApp(t, ns, name, 2)
 
 	start := time.Now()
 	mustDo(t, src.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
@@ -323,10 +332,7 @@ func (w *world) otherClusterSet(t *testing.T) {
 	const ns, name = "isolated", "shared"
 	w.allNamespaces(t, ns)
 	src := w.clients[0]
-	app(t, src, ns, name, 1, false, httpPort(80, 8080))
-	exportService(t, src, ns, name)
-	ips := waitPods(t, src, ns, name, 1)
-	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
+	w.exportApp(t, ns, name, 1)
 	c := w.cloudMap(t)
 	svcID := w.serviceID(t, c, ns, name)
 	_, err := c.RegisterInstance(context.Background(), &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String("other-set-endpoint"),
@@ -334,7 +340,7 @@ func (w *world) otherClusterSet(t *testing.T) {
 			"SERVICE_PORT": "80", "SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1"}})
 	mustDo(t, err)
 	scale(t, src, ns, name, 2) // a change to import
-	ips = waitPods(t, src, ns, name, 2)
+	ips := waitPods(t, src, ns, name, 2)
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
 
 	mustDo(t, src.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
