@@ -5,11 +5,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/controller"
 )
 
@@ -20,7 +22,12 @@ func newController() *cobra.Command {
 		Use:   "controller",
 		Short: "Run the controller in a member cluster (Multi-Cluster Services over AWS Cloud Map)",
 		Long: `Exports this cluster's ServiceExports to AWS Cloud Map and imports every
-cluster's exports as ServiceImports, derived Services and EndpointSlices.
+cluster's exports as ServiceImports, derived Services and EndpointSlices
+(--mcs, on by default).
+
+With --cloudmap-dns, registers the ready endpoints of Services annotated
+cloudmap.controller/namespace and cloudmap.controller/hostname in that Cloud
+Map namespace, beside instances others (ECS) register there.
 
 Credentials and region come the standard AWS SDK way (environment, shared
 config, IRSA, EKS pod identity); AWS_ENDPOINT_URL_SERVICEDISCOVERY or
@@ -51,6 +58,10 @@ config, IRSA, EKS pod identity); AWS_ENDPOINT_URL_SERVICEDISCOVERY or
 	f.StringSliceVar(&o.Namespaces, "namespaces", nil, "only these namespaces (default: all)")
 	f.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", controller.DefaultExcludeNamespaces, "never these namespaces")
 	f.BoolVar(&o.MCS, "mcs", true, "run the Multi-Cluster Services reconcilers")
+	f.BoolVar(&o.CloudMapDNS, "cloudmap-dns", false, "register Services annotated "+cloudmapdns.AnnotationNamespace+" and "+cloudmapdns.AnnotationHostname+" in Cloud Map (ECS-compatible)")
+	f.StringVar(&o.ClusterName, "cluster-name", "", "this cluster's name on Cloud Map instances (default: the cluster.clusterset.k8s.io ClusterProperty, else kube-system's UID)")
+	f.Int64Var(&o.DNSTTL, "dns-ttl", 10, "TTL in seconds of the DNS records of Cloud Map services clustermap creates")
+	f.DurationVar(&o.DriftPeriod, "drift-period", time.Minute, "how often registered instances are re-read from Cloud Map and repaired")
 	fs := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(fs)
 	f.AddGoFlagSet(fs)

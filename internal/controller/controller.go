@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	servicediscovery "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,7 @@ import (
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/internal/imports"
@@ -58,6 +60,15 @@ type Options struct {
 	Namespaces, ExcludeNamespaces []string
 
 	MCS bool
+
+	// CloudMapDNS registers annotated Services in Cloud Map DNS namespaces.
+	CloudMapDNS bool
+	// ClusterName names this cluster on Cloud Map instances (default: the
+	// cluster.clusterset.k8s.io ClusterProperty, else kube-system's UID).
+	ClusterName string
+	DNSTTL      int64
+	DriftPeriod time.Duration
+
 	Log logr.Logger
 }
 
@@ -115,8 +126,8 @@ func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
 
 // Run runs the controller until ctx ends.
 func Run(ctx context.Context, o Options) error {
-	if !o.MCS {
-		return errors.New("no reconciler selected: enable --mcs")
+	if !o.MCS && !o.CloudMapDNS {
+		return errors.New("no reconciler selected: enable --mcs or --cloudmap-dns")
 	}
 	cfg, err := restConfig(o)
 	if err != nil {
@@ -138,16 +149,46 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	sd, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
-		OnCall: countCall})
-	if err != nil {
-		return err
-	}
-	gate := &clusterid.Gate{}
-	view := imports.NewView()
 	inScope := namespaceFilter(o.Namespaces, o.ExcludeNamespaces)
 	recorder := mgr.GetEventRecorderFor("clustermap")
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	var sd *servicediscovery.Client
+	if o.MCS || o.CloudMapDNS {
+		if sd, err = cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
+			OnCall: countCall}); err != nil {
+			return err
+		}
+	}
+	if o.MCS {
+		if err := setupMCS(mgr, sd, o, inScope, recorder); err != nil {
+			return err
+		}
+	}
+	if o.CloudMapDNS {
+		cluster, err := clusterName(ctx, mgr.GetAPIReader(), o.ClusterName)
+		if err != nil {
+			return err
+		}
+		log.Info("registering annotated Services in Cloud Map", "cluster", cluster)
+		if err := (&cloudmapdns.Reconciler{Client: mgr.GetClient(), CloudMap: sd, Cluster: cluster, TTL: o.DNSTTL, DriftPeriod: o.DriftPeriod,
+			Recorder: recorder, Namespaces: inScope}).SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	return mgr.Start(ctx)
+}
 
+// setupMCS adds the export and import reconcilers, which start once the
+// cluster identity is valid.
+func setupMCS(mgr manager.Manager, sd *servicediscovery.Client, o Options, inScope func(string) bool, recorder record.EventRecorder) error {
+	log := o.Log
+	gate := &clusterid.Gate{}
+	view := imports.NewView()
 	// The registry and its watcher start once the identity is valid.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		id, err := waitIdentity(ctx, mgr.GetAPIReader(), recorder, log)
@@ -169,9 +210,6 @@ func Run(ctx context.Context, o Options) error {
 	if err := (&imports.Reconciler{Client: mgr.GetClient(), Gate: gate, View: view, Recorder: recorder, Namespaces: inScope}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
 	// Ready only with a valid identity: until then nothing is exported. It
 	// is read here rather than taken from the gate, which opens on the
 	// leader only: a standby replica must be ready too.
@@ -181,8 +219,25 @@ func Run(ctx context.Context, o Options) error {
 	}); err != nil {
 		return err
 	}
-	return mgr.Start(ctx)
+	return nil
 }
+
+// clusterName is how this cluster names itself on Cloud Map instances.
+func clusterName(ctx context.Context, c client.Reader, flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	cp := &aboutv1alpha1.ClusterProperty{}
+	if err := c.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp); err == nil && cp.Spec.Value != "" {
+		return cp.Spec.Value, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns); err != nil {
+		return "", fmt.Errorf("naming this cluster: pass --cluster-name (reading kube-system: %w)", err)
+	}
+	return string(ns.UID), nil
+}
+
 
 // waitIdentity polls the ClusterProperties until they are valid, saying
 // why not (log, Event on the ClusterProperty, readiness) each time the

@@ -41,7 +41,7 @@ type world struct {
 func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
 	t.Helper()
 	w := worldWithoutControllers(t, n, cmOpts)
-	t.Cleanup(w.startControllers(t))
+	t.Cleanup(w.startControllers(t, nil))
 	return w
 }
 
@@ -59,12 +59,18 @@ func worldWithoutControllers(t *testing.T, n int, cmOpts cloudmaplocal.Options) 
 	return w
 }
 
-// startControllers runs a controller per cluster; the returned func stops them.
-func (w *world) startControllers(t *testing.T) (stop func()) {
+// startControllers runs a controller per cluster, in MCS mode unless tune
+// says otherwise; the returned func stops them.
+func (w *world) startControllers(t *testing.T, tune func(*controller.Options)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := w.env.StartControllers(ctx, w.cm.URL,
 		func(*devenv.Cluster) logr.Logger { return testr.NewWithOptions(t, testr.Options{Verbosity: 0}) },
-		func(o *controller.Options) { o.Watch = cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond} })
+		func(o *controller.Options) {
+			o.Watch = cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond}
+			if tune != nil {
+				tune(o)
+			}
+		})
 	return func() {
 		cancel()
 		if err := wait(); err != nil {
@@ -199,6 +205,23 @@ func wantCondition(cl client.Client, ns, name string, t mcsv1beta1.ServiceExport
 			return fmt.Errorf("%s condition %s, want %s", t, got, want)
 		}
 		return nil
+	}
+}
+
+// wantEvent finds an Event on an object with the reason and type whose
+// message contains text.
+func wantEvent(cl client.Client, ns, object, reason, typ, text string) func() error {
+	return func() error {
+		evs := &corev1.EventList{}
+		if err := cl.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == object && e.Reason == reason && e.Type == typ && strings.Contains(e.Message, text) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s %s Event on %s/%s containing %q among %d", typ, reason, ns, object, text, len(evs.Items))
 	}
 }
 

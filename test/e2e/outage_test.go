@@ -63,14 +63,14 @@ func (w *world) outage(t *testing.T) {
 // have not read yet for "exported nowhere".
 func TestRestartDuringOutageKeepsImports(t *testing.T) {
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
-	stop := w.startControllers(t)
+	stop := w.startControllers(t, nil)
 	const ns, name = "restart", "kept"
 	w.allNamespaces(t, ns)
 	ips := w.exportApp(t, ns, name, 2)
 	stop()
 
 	w.cm.SetFaults(cloudmaplocal.Faults{Outage: true})
-	stop = w.startControllers(t)
+	stop = w.startControllers(t, nil)
 	defer func() { stop() }()
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
 		for i, cl := range w.clients {

@@ -284,18 +284,7 @@ func (w *world) invalid(t *testing.T) {
 	eventually(t, importDeadline, "ExternalName rejected", wantCondition(src, ns, "ext", "Valid", "False/InvalidServiceType"))
 	eventually(t, importDeadline, "missing Service rejected", wantCondition(src, ns, "missing", "Valid", "False/NoService"))
 	eventually(t, importDeadline, "Ready False", wantCondition(src, ns, "missing", "Ready", "False/Failed"))
-	eventually(t, 5*time.Second, "a Warning Event", func() error {
-		evs := &corev1.EventList{}
-		if err := src.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		for _, e := range evs.Items {
-			if e.InvolvedObject.Name == "missing" && e.Reason == "NoService" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "does not exist") {
-				return nil
-			}
-		}
-		return fmt.Errorf("no NoService Event among %d", len(evs.Items))
-	})
+	eventually(t, 5*time.Second, "a Warning Event", wantEvent(src, ns, "missing", "NoService", corev1.EventTypeWarning, "does not exist"))
 	// Creating the Service makes the export valid.
 	app(t, src, ns, "missing", 1, false, httpPort(80, 8080))
 	eventually(t, importDeadline, "valid once the Service exists", wantCondition(src, ns, "missing", "Valid", "True/Valid"))

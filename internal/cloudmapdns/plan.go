@@ -1,0 +1,196 @@
+// Package cloudmapdns registers the ready endpoints of annotated Services
+// as instances of Cloud Map services in existing namespaces (DNS or HTTP),
+// beside whatever else (ECS) registers there, touching only its own.
+package cloudmapdns
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"regexp"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// The annotation keys are those of the CloudMap Kubernetes Controller, so
+// its users switch without edits.
+const (
+	AnnotationNamespace = "cloudmap.controller/namespace"
+	AnnotationHostname  = "cloudmap.controller/hostname"
+)
+
+// Instance attributes. AWS_* are Cloud Map's; the rest name where an
+// instance comes from. AttrOwner marks an instance as ours: only instances
+// carrying our owner value are ever changed or deregistered.
+const (
+	AttrIPv4      = "AWS_INSTANCE_IPV4"
+	AttrIPv6      = "AWS_INSTANCE_IPV6"
+	AttrPort      = "AWS_INSTANCE_PORT"
+	AttrCluster   = "K8S_CLUSTER"
+	AttrNamespace = "K8S_NAMESPACE"
+	AttrService   = "K8S_SERVICE"
+	AttrPod       = "K8S_POD"
+	AttrOwner     = "CLUSTERMAP_OWNER"
+)
+
+// Target is where a Service asks to be registered.
+type Target struct{ Namespace, Hostname string }
+
+func (t Target) String() string { return t.Namespace + "/" + t.Hostname }
+
+// ParseTarget reads "namespace/hostname" as written by Target.String.
+func ParseTarget(s string) (Target, bool) {
+	ns, host, ok := strings.Cut(s, "/")
+	return Target{ns, host}, ok && ns != "" && host != ""
+}
+
+// A hostname becomes a Cloud Map service name and a DNS label: letters,
+// digits, '-' and '_' (for SRV-style names), not starting or ending with '-'.
+var (
+	hostnameRE  = regexp.MustCompile(`^([a-zA-Z0-9_][a-zA-Z0-9_-]{0,61}[a-zA-Z0-9_]|[a-zA-Z0-9_])$`)
+	namespaceRE = regexp.MustCompile(`^[!-~]+$`)
+)
+
+// TargetOf reads a Service's annotations: ok is false when it has neither
+// key; err says what is wrong when the pair is incomplete or invalid.
+func TargetOf(svc *corev1.Service) (t Target, ok bool, err error) {
+	ns, hasNS := svc.Annotations[AnnotationNamespace]
+	host, hasHost := svc.Annotations[AnnotationHostname]
+	switch {
+	case !hasNS && !hasHost:
+		return t, false, nil
+	case !hasHost:
+		return t, true, fmt.Errorf("annotation %s is set but %s is missing; set both to register, or neither", AnnotationNamespace, AnnotationHostname)
+	case !hasNS:
+		return t, true, fmt.Errorf("annotation %s is set but %s is missing; set both to register, or neither", AnnotationHostname, AnnotationNamespace)
+	case !namespaceRE.MatchString(ns) || len(ns) > 1024:
+		return t, true, fmt.Errorf("annotation %s=%q is not a Cloud Map namespace name (1-1024 printable characters, no spaces)", AnnotationNamespace, ns)
+	case !hostnameRE.MatchString(host):
+		return t, true, fmt.Errorf("annotation %s=%q is not a valid hostname: use 1-63 letters, digits, '-' or '_', not starting or ending with '-'", AnnotationHostname, host)
+	}
+	return Target{ns, host}, true, nil
+}
+
+// Owner names a Service across clusters; it is the AttrOwner value and the
+// claim on a Cloud Map service.
+func Owner(cluster string, svc *corev1.Service) string {
+	return cluster + "/" + svc.Namespace + "/" + svc.Name
+}
+
+// Attrs are an instance's attributes.
+type Attrs = map[string]string
+
+// InstanceID is stable for an owner and address, and differs between
+// owners so that two clusters reusing an IP never share an instance.
+func InstanceID(owner, ip string) string {
+	h := sha256.Sum256([]byte(owner))
+	return "k8s-" + hex.EncodeToString(h[:5]) + "-" + ip
+}
+
+// Family is the address family a Service registers: its first one.
+func Family(svc *corev1.Service) corev1.IPFamily {
+	if len(svc.Spec.IPFamilies) > 0 {
+		return svc.Spec.IPFamilies[0]
+	}
+	return corev1.IPv4Protocol
+}
+
+// Desired is the instances a Service's ready endpoints should be: one per
+// address of the Service's family, with the endpoint port of the Service's
+// first port (SRV records carry one port).
+func Desired(cluster string, svc *corev1.Service, slices []discoveryv1.EndpointSlice) map[string]Attrs {
+	owner := Owner(cluster, svc)
+	addrType, ipAttr := discoveryv1.AddressTypeIPv4, AttrIPv4
+	if Family(svc) == corev1.IPv6Protocol {
+		addrType, ipAttr = discoveryv1.AddressTypeIPv6, AttrIPv6
+	}
+	out := map[string]Attrs{}
+	for _, s := range slices {
+		if s.AddressType != addrType {
+			continue
+		}
+		port := slicePort(svc, s)
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			for _, ip := range ep.Addresses {
+				a := Attrs{ipAttr: ip, AttrCluster: cluster, AttrNamespace: svc.Namespace, AttrService: svc.Name, AttrOwner: owner}
+				if port > 0 {
+					a[AttrPort] = strconv.Itoa(int(port))
+				}
+				if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" {
+					a[AttrPod] = ep.TargetRef.Name
+				}
+				out[InstanceID(owner, ip)] = a
+			}
+		}
+	}
+	return out
+}
+
+// slicePort is the endpoint port behind the Service's first port, 0 when
+// there is none.
+func slicePort(svc *corev1.Service, s discoveryv1.EndpointSlice) int32 {
+	if len(svc.Spec.Ports) == 0 {
+		return 0
+	}
+	want := svc.Spec.Ports[0]
+	for _, p := range s.Ports {
+		if p.Port != nil && (p.Name == nil && want.Name == "" || p.Name != nil && *p.Name == want.Name) {
+			return *p.Port
+		}
+	}
+	return 0
+}
+
+// Plan is what to change in Cloud Map.
+type Plan struct {
+	Register   map[string]Attrs // new or changed instances, by id
+	Deregister []string
+}
+
+// Empty reports whether the plan changes nothing.
+func (p Plan) Empty() bool { return len(p.Register) == 0 && len(p.Deregister) == 0 }
+
+// MakePlan diffs the desired instances against the current ones, of which
+// only those carrying owner are ours to change.
+func MakePlan(owner string, desired, current map[string]Attrs) Plan {
+	p := Plan{Register: map[string]Attrs{}}
+	for id, a := range desired {
+		cur, ok := current[id]
+		if ok && cur[AttrOwner] != owner {
+			continue // someone else's instance under our id: never overwritten
+		}
+		if !ok || !maps.Equal(cur, a) {
+			p.Register[id] = a
+		}
+	}
+	for id, a := range current {
+		if _, ok := desired[id]; !ok && a[AttrOwner] == owner {
+			p.Deregister = append(p.Deregister, id)
+		}
+	}
+	return p
+}
+
+// IPs lists the addresses of instances, for messages.
+func IPs(instances map[string]Attrs, ids []string) string {
+	var ips []string
+	for _, id := range ids {
+		a := instances[id]
+		ip := a[AttrIPv4]
+		if ip == "" {
+			ip = a[AttrIPv6]
+		}
+		ips = append(ips, ip)
+	}
+	if len(ips) > 10 {
+		return strings.Join(ips[:10], ", ") + fmt.Sprintf(" and %d more", len(ips)-10)
+	}
+	return strings.Join(ips, ", ")
+}

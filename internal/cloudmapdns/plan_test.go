@@ -1,0 +1,84 @@
+package cloudmapdns
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestTargetOf(t *testing.T) {
+	for _, c := range []struct {
+		ann     map[string]string
+		ok      bool
+		errText string
+	}{
+		{nil, false, ""},
+		{map[string]string{AnnotationNamespace: "test-namespace", AnnotationHostname: "nginx-service"}, true, ""},
+		{map[string]string{AnnotationNamespace: "test-namespace", AnnotationHostname: "_grpc"}, true, ""},
+		{map[string]string{AnnotationNamespace: "test-namespace"}, true, AnnotationHostname + " is missing"},
+		{map[string]string{AnnotationHostname: "x"}, true, AnnotationNamespace + " is missing"},
+		{map[string]string{AnnotationNamespace: "test-namespace", AnnotationHostname: "a.b"}, true, "not a valid hostname"},
+		{map[string]string{AnnotationNamespace: "test-namespace", AnnotationHostname: "x-"}, true, "not a valid hostname"},
+		{map[string]string{AnnotationNamespace: "test-namespace", AnnotationHostname: strings.Repeat("a", 64)}, true, "not a valid hostname"},
+		{map[string]string{AnnotationNamespace: "has space", AnnotationHostname: "x"}, true, "not a Cloud Map namespace name"},
+	} {
+		_, ok, err := TargetOf(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: c.ann}})
+		if ok != c.ok || (err == nil) != (c.errText == "") || err != nil && !strings.Contains(err.Error(), c.errText) {
+			t.Errorf("%v: ok %v err %v, want ok %v error containing %q", c.ann, ok, err, c.ok, c.errText)
+		}
+	}
+}
+
+func TestDesiredAndPlan(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}, {Name: "admin", Port: 81}}}}
+	slice := discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("admin"), Port: ptr.To[int32](9090)}, {Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.0.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "p1"}},
+			{Addresses: []string{"10.0.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}},
+			{Addresses: []string{"10.0.0.3"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}},
+		}}
+	v6 := discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"fd00::1"}}}}
+	desired := Desired("c1", svc, []discoveryv1.EndpointSlice{slice, v6})
+	owner := Owner("c1", svc)
+	one := desired[InstanceID(owner, "10.0.0.1")]
+	if len(desired) != 2 || one[AttrIPv4] != "10.0.0.1" || one[AttrPort] != "8080" || one[AttrPod] != "p1" || one[AttrOwner] != "c1/web/nginx" {
+		t.Fatalf("desired %v", desired)
+	}
+	if InstanceID("c1/web/nginx", "10.0.0.1") == InstanceID("c2/web/nginx", "10.0.0.1") {
+		t.Error("two owners share an instance id")
+	}
+
+	ecs := Attrs{AttrIPv4: "172.31.0.1", "ECS_SERVICE_NAME": "nginx"}
+	changed := Attrs{AttrIPv4: "10.0.0.3", AttrPort: "9999", AttrOwner: owner}
+	stale := Attrs{AttrIPv4: "10.0.0.9", AttrOwner: owner}
+	otherCluster := Attrs{AttrIPv4: "10.0.0.8", AttrOwner: "c2/web/nginx"}
+	current := map[string]Attrs{
+		"ecs-task-1":                           ecs,
+		InstanceID(owner, "10.0.0.1"):          one,
+		InstanceID(owner, "10.0.0.3"):          changed,
+		InstanceID(owner, "10.0.0.9"):          stale,
+		InstanceID("c2/web/nginx", "10.0.0.8"): otherCluster,
+	}
+	p := MakePlan(owner, desired, current)
+	if len(p.Register) != 1 || p.Register[InstanceID(owner, "10.0.0.3")] == nil {
+		t.Errorf("register %v, want only the changed instance", p.Register)
+	}
+	if !slices.Equal(p.Deregister, []string{InstanceID(owner, "10.0.0.9")}) {
+		t.Errorf("deregister %v, want only our stale instance", p.Deregister)
+	}
+	// Someone else's instance under our id is left alone.
+	current[InstanceID(owner, "10.0.0.1")] = ecs
+	if p := MakePlan(owner, desired, current); p.Register[InstanceID(owner, "10.0.0.1")] != nil {
+		t.Error("a foreign instance would be overwritten")
+	}
+	if p := MakePlan(owner, desired, desired); !p.Empty() {
+		t.Errorf("plan against itself: %+v", p)
+	}
+}

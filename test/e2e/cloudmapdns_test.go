@@ -1,0 +1,419 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	sdtypes "github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	"github.com/clustermap/clustermap/internal/controller"
+)
+
+// dnsWorld is two clusters running `controller --cloudmap-dns --mcs=false`
+// beside a private DNS namespace holding an ECS service with two tasks.
+type dnsWorld struct {
+	*world
+	c            *sd.Client
+	privateNS    string // Cloud Map namespace ids
+	httpNS       string
+	ecsServiceID string
+	ecs          map[string]cloudmapdns.Attrs
+}
+
+const driftPeriod = 2 * time.Second
+
+func TestCloudMapDNS(t *testing.T) {
+	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
+		o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, driftPeriod
+	}))
+	d := &dnsWorld{world: w, c: w.cloudMap(t)}
+	d.ecsNamespace(t)
+	for _, ns := range []string{"web", "web2", "bad"} {
+		w.allNamespaces(t, ns)
+	}
+	t.Run("beside ECS, scaling", d.besideECS)
+	t.Run("drift repair", d.drift)
+	t.Run("conflict and deletion", d.conflict)
+	t.Run("created service, annotations removed", d.created)
+	t.Run("bad input", d.badInput)
+}
+
+// ecsNamespace makes what an ECS service with service discovery leaves in
+// Cloud Map: a private DNS namespace, an A-record service, task instances.
+func (d *dnsWorld) ecsNamespace(t *testing.T) {
+	ctx := context.Background()
+	op, err := d.c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("test-namespace"), Vpc: aws.String("vpc-0example")})
+	mustDo(t, err)
+	d.privateNS = waitOp(t, d.c, op.OperationId)["NAMESPACE"]
+	hop, err := d.c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("http-ns")})
+	mustDo(t, err)
+	d.httpNS = waitOp(t, d.c, hop.OperationId)["NAMESPACE"]
+	svc, err := d.c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("nginx-service"), NamespaceId: aws.String(d.privateNS),
+		DnsConfig: &sdtypes.DnsConfig{RoutingPolicy: sdtypes.RoutingPolicyMultivalue, DnsRecords: []sdtypes.DnsRecord{{Type: sdtypes.RecordTypeA, TTL: aws.Int64(60)}}}})
+	mustDo(t, err)
+	d.ecsServiceID = aws.ToString(svc.Service.Id)
+	d.ecs = map[string]cloudmapdns.Attrs{}
+	for i, ip := range []string{"172.31.10.11", "172.31.10.12"} {
+		id := fmt.Sprintf("3f1c2b9e8d7a4c5b%016d", i)
+		a := cloudmapdns.Attrs{"AWS_INSTANCE_IPV4": ip, "AWS_INIT_HEALTH_STATUS": "HEALTHY", "AVAILABILITY_ZONE": "us-east-1a", "REGION": "us-east-1",
+			"ECS_CLUSTER_NAME": "prod", "ECS_SERVICE_NAME": "nginx-service", "ECS_TASK_DEFINITION_FAMILY": "nginx"}
+		out, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String(id), Attributes: a})
+		mustDo(t, err)
+		waitOp(t, d.c, out.OperationId)
+		d.ecs[id] = a
+	}
+}
+
+func waitOp(t *testing.T, c *sd.Client, id *string) map[string]string {
+	t.Helper()
+	var targets map[string]string
+	eventually(t, 10*time.Second, "operation "+aws.ToString(id), func() error {
+		out, err := c.GetOperation(context.Background(), &sd.GetOperationInput{OperationId: id})
+		if err != nil {
+			return err
+		}
+		if out.Operation.Status != sdtypes.OperationStatusSuccess {
+			return fmt.Errorf("status %s", out.Operation.Status)
+		}
+		targets = out.Operation.Targets
+		return nil
+	})
+	return targets
+}
+
+// annotated deploys an app whose headless Service asks to be registered.
+func annotated(t *testing.T, cl client.Client, ns, name string, replicas int32, cmNamespace, hostname string) {
+	t.Helper()
+	app(t, cl, ns, name, replicas, true, httpPort(80, 8080))
+	setAnnotations(t, cl, ns, name, map[string]string{cloudmapdns.AnnotationNamespace: cmNamespace, cloudmapdns.AnnotationHostname: hostname})
+}
+
+func setAnnotations(t *testing.T, cl client.Client, ns, name string, ann map[string]string) {
+	t.Helper()
+	svc := &corev1.Service{}
+	mustDo(t, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc))
+	base := svc.DeepCopy()
+	svc.Annotations = ann
+	mustDo(t, cl.Patch(context.Background(), svc, client.MergeFrom(base)))
+}
+
+func removeAnnotations(t *testing.T, cl client.Client, ns, name string, keys ...string) {
+	t.Helper()
+	svc := &corev1.Service{}
+	mustDo(t, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc))
+	base := svc.DeepCopy()
+	for _, k := range keys {
+		delete(svc.Annotations, k)
+	}
+	mustDo(t, cl.Patch(context.Background(), svc, client.MergeFrom(base)))
+}
+
+func (d *dnsWorld) instances(serviceID string) (map[string]cloudmapdns.Attrs, error) {
+	out, err := d.c.ListInstances(context.Background(), &sd.ListInstancesInput{ServiceId: aws.String(serviceID)})
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]cloudmapdns.Attrs{}
+	for _, in := range out.Instances {
+		m[aws.ToString(in.Id)] = in.Attributes
+	}
+	return m, nil
+}
+
+// registered checks that a Cloud Map service holds exactly ips from the
+// owner, with the port and the attributes naming where they come from, and
+// that every instance in foreign is there unchanged.
+func (d *dnsWorld) registered(serviceID, owner string, ips []string, foreign map[string]cloudmapdns.Attrs) func() error {
+	return func() error {
+		cur, err := d.instances(serviceID)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for id, a := range cur {
+			if f, ok := foreign[id]; ok {
+				if !maps.Equal(f, a) {
+					return fmt.Errorf("foreign instance %s changed: %v", id, a)
+				}
+				continue
+			}
+			if a[cloudmapdns.AttrOwner] != owner {
+				continue
+			}
+			if a["AWS_INSTANCE_PORT"] != "8080" || a[cloudmapdns.AttrPod] == "" || a[cloudmapdns.AttrService] == "" || a[cloudmapdns.AttrCluster] == "" {
+				return fmt.Errorf("instance %s lacks attributes: %v", id, a)
+			}
+			got = append(got, a["AWS_INSTANCE_IPV4"])
+		}
+		for id := range foreign {
+			if _, ok := cur[id]; !ok {
+				return fmt.Errorf("foreign instance %s is gone", id)
+			}
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, ips) {
+			return fmt.Errorf("registered %v, want %v", got, ips)
+		}
+		return nil
+	}
+}
+
+// owner is the AttrOwner value of a Service, read back from what the
+// controller registered (the cluster name is the controller's choice).
+func (d *dnsWorld) owner(t *testing.T, serviceID, ns, name string) string {
+	t.Helper()
+	var owner string
+	eventually(t, importDeadline, "an instance of "+ns+"/"+name, func() error {
+		cur, err := d.instances(serviceID)
+		if err != nil {
+			return err
+		}
+		for _, a := range cur {
+			if a[cloudmapdns.AttrNamespace] == ns && a[cloudmapdns.AttrService] == name {
+				owner = a[cloudmapdns.AttrOwner]
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d", len(cur))
+	})
+	return owner
+}
+
+func serviceCondition(cl client.Client, ns, name, want string) func() error {
+	return func() error {
+		svc := &corev1.Service{}
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(svc.Status.Conditions, cloudmapdns.ConditionRegistered)
+		if c == nil {
+			return fmt.Errorf("no condition, want %s", want)
+		}
+		if got := string(c.Status) + "/" + c.Reason; got != want {
+			return fmt.Errorf("condition %s (%s), want %s", got, c.Message, want)
+		}
+		return nil
+	}
+}
+
+func (d *dnsWorld) besideECS(t *testing.T) {
+	cl := d.clients[0]
+	annotated(t, cl, "web", "nginx", 3, "test-namespace", "nginx-service")
+	owner := d.owner(t, d.ecsServiceID, "web", "nginx")
+	for _, n := range []int32{3, 6, 1, 3} {
+		scale(t, cl, "web", "nginx", n)
+		ips := waitPods(t, cl, "web", "nginx", int(n))
+		eventually(t, importDeadline, fmt.Sprintf("%d pods registered beside ECS", n), d.registered(d.ecsServiceID, owner, ips, d.ecs))
+	}
+	eventually(t, importDeadline, "condition", serviceCondition(cl, "web", "nginx", "True/Registered"))
+	eventually(t, 5*time.Second, "Registered Event", wantEvent(cl, "web", "nginx", "Registered", corev1.EventTypeNormal, "to test-namespace/nginx-service"))
+	eventually(t, 5*time.Second, "Deregistered Event", wantEvent(cl, "web", "nginx", "Deregistered", corev1.EventTypeNormal, "from test-namespace/nginx-service"))
+}
+
+// drift: an owned instance deregistered and one changed behind our back
+// come back, a leftover owned instance with no pod goes, and a foreign
+// instance deregistered behind our back stays gone.
+func (d *dnsWorld) drift(t *testing.T) {
+	ctx := context.Background()
+	cl := d.clients[0]
+	ips := waitPods(t, cl, "web", "nginx", 3)
+	owner := d.owner(t, d.ecsServiceID, "web", "nginx")
+	cur, err := d.instances(d.ecsServiceID)
+	mustDo(t, err)
+	var owned []string
+	for id, a := range cur {
+		if a[cloudmapdns.AttrOwner] == owner {
+			owned = append(owned, id)
+		}
+	}
+	sort.Strings(owned)
+	_, err = d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[0])})
+	mustDo(t, err)
+	changed := maps.Clone(cur[owned[1]])
+	changed["AWS_INSTANCE_PORT"] = "9999"
+	_, err = d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[1]), Attributes: changed})
+	mustDo(t, err)
+	leftover := maps.Clone(cur[owned[2]])
+	leftover["AWS_INSTANCE_IPV4"], leftover[cloudmapdns.AttrPod] = "10.99.99.99", "gone-pod"
+	_, err = d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(cloudmapdns.InstanceID(owner, "10.99.99.99")), Attributes: leftover})
+	mustDo(t, err)
+	var gone string
+	for id := range d.ecs {
+		gone = id
+		break
+	}
+	_, err = d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(gone)})
+	mustDo(t, err)
+	remaining := maps.Clone(d.ecs)
+	delete(remaining, gone)
+	eventually(t, 3*driftPeriod+5*time.Second, "drift repaired", d.registered(d.ecsServiceID, owner, ips, remaining))
+	eventually(t, 5*time.Second, "DriftRepaired Event", wantEvent(cl, "web", "nginx", "DriftRepaired", corev1.EventTypeNormal, "Restored"))
+	eventually(t, 5*time.Second, "StaleRemoved Event", wantEvent(cl, "web", "nginx", "StaleRemoved", corev1.EventTypeNormal, "10.99.99.99"))
+	// The foreign instance stays gone through more drift cycles.
+	time.Sleep(2 * driftPeriod)
+	mustDo(t, d.registered(d.ecsServiceID, owner, ips, remaining)())
+	d.ecs = remaining
+}
+
+// conflict: the first Service keeps the name; the others, in another
+// namespace of the same cluster and in another cluster, get a
+// DomainConflict; deleting the first deregisters it and lets one take over.
+func (d *dnsWorld) conflict(t *testing.T) {
+	ctx := context.Background()
+	first, second := d.clients[0], d.clients[1]
+	owner := d.owner(t, d.ecsServiceID, "web", "nginx")
+	firstIPs := waitPods(t, first, "web", "nginx", 3)
+	annotated(t, first, "web2", "nginx", 1, "test-namespace", "nginx-service")
+	annotated(t, second, "web", "nginx", 2, "test-namespace", "nginx-service")
+	for i, cl := range []client.Client{first, second} {
+		ns := []string{"web2", "web"}[i]
+		eventually(t, importDeadline, "conflict condition", serviceCondition(cl, ns, "nginx", "False/DomainConflict"))
+		eventually(t, 5*time.Second, "DomainConflict Event", wantEvent(cl, ns, "nginx", "DomainConflict", corev1.EventTypeWarning, "already claimed by "+owner))
+	}
+	mustDo(t, d.registered(d.ecsServiceID, owner, firstIPs, d.ecs)())
+	// The same-cluster contender leaves; then the holder is deleted.
+	mustDo(t, first.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web2", Name: "nginx"}}))
+	mustDo(t, first.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx"}}))
+	eventually(t, importDeadline, "deleted Service deregistered", d.registered(d.ecsServiceID, owner, nil, d.ecs))
+	eventually(t, importDeadline, "Service gone once deregistered", func() error {
+		err := first.Get(ctx, client.ObjectKey{Namespace: "web", Name: "nginx"}, &corev1.Service{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	// The other cluster's contender polls the claim and takes over.
+	secondIPs := waitPods(t, second, "web", "nginx", 2)
+	newOwner := d.owner(t, d.ecsServiceID, "web", "nginx")
+	if newOwner == owner {
+		t.Fatalf("owner still %s", owner)
+	}
+	eventually(t, 20*time.Second, "the second takes over", d.registered(d.ecsServiceID, newOwner, secondIPs, d.ecs))
+	eventually(t, importDeadline, "its condition", serviceCondition(second, "web", "nginx", "True/Registered"))
+}
+
+// created: a hostname new to Cloud Map gets a service (A and SRV records in
+// a DNS namespace, none in an HTTP one) that goes once our instances go.
+func (d *dnsWorld) created(t *testing.T) {
+	ctx := context.Background()
+	cl := d.clients[0]
+	annotated(t, cl, "web", "fresh", 2, "test-namespace", "fresh")
+	annotated(t, cl, "web", "api", 1, "http-ns", "api")
+	for _, c := range []struct{ nsID, name, app string }{{d.privateNS, "fresh", "fresh"}, {d.httpNS, "api", "api"}} {
+		id := d.serviceID(t, c.nsID, c.name)
+		got, err := d.c.GetService(ctx, &sd.GetServiceInput{Id: aws.String(id)})
+		mustDo(t, err)
+		if c.nsID == d.httpNS {
+			if got.Service.DnsConfig != nil {
+				t.Errorf("HTTP namespace service has DNS config %+v", got.Service.DnsConfig)
+			}
+		} else {
+			dc := got.Service.DnsConfig
+			if dc == nil || dc.RoutingPolicy != sdtypes.RoutingPolicyMultivalue || len(dc.DnsRecords) != 2 ||
+				dc.DnsRecords[0].Type != sdtypes.RecordTypeA || dc.DnsRecords[1].Type != sdtypes.RecordTypeSrv {
+				t.Errorf("DNS config %+v, want MULTIVALUE A + SRV", dc)
+			}
+		}
+		ips := waitPods(t, cl, "web", c.app, map[string]int{"fresh": 2, "api": 1}[c.app])
+		owner := d.owner(t, id, "web", c.app)
+		eventually(t, importDeadline, c.name+" registered", d.registered(id, owner, ips, nil))
+	}
+	// Annotations removed: deregistered, and the service we made is deleted.
+	removeAnnotations(t, cl, "web", "fresh", cloudmapdns.AnnotationNamespace, cloudmapdns.AnnotationHostname)
+	eventually(t, importDeadline, "service deleted", func() error {
+		if id := d.lookupService(t, d.privateNS, "fresh"); id != "" {
+			return fmt.Errorf("service %s still there", id)
+		}
+		return nil
+	})
+	eventually(t, importDeadline, "finalizer removed", func() error {
+		svc := &corev1.Service{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "web", Name: "fresh"}, svc); err != nil {
+			return err
+		}
+		if len(svc.Finalizers) > 0 {
+			return fmt.Errorf("finalizers %v", svc.Finalizers)
+		}
+		return nil
+	})
+	mustDo(t, cl.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api"}}))
+	eventually(t, importDeadline, "HTTP service deleted with the Service", func() error {
+		if id := d.lookupService(t, d.httpNS, "api"); id != "" {
+			return fmt.Errorf("service %s still there", id)
+		}
+		return nil
+	})
+}
+
+func (d *dnsWorld) lookupService(t *testing.T, nsID, name string) string {
+	t.Helper()
+	out, err := d.c.ListServices(context.Background(), &sd.ListServicesInput{Filters: []sdtypes.ServiceFilter{
+		{Name: sdtypes.ServiceFilterNameNamespaceId, Values: []string{nsID}}}})
+	mustDo(t, err)
+	for _, s := range out.Services {
+		if aws.ToString(s.Name) == name {
+			return aws.ToString(s.Id)
+		}
+	}
+	return ""
+}
+
+func (d *dnsWorld) serviceID(t *testing.T, nsID, name string) string {
+	t.Helper()
+	var id string
+	eventually(t, importDeadline, "Cloud Map service "+name, func() error {
+		if id = d.lookupService(t, nsID, name); id == "" {
+			return fmt.Errorf("no service %s", name)
+		}
+		return nil
+	})
+	return id
+}
+
+// badInput: each mistake is a Warning Event and a condition, registers
+// nothing, and leaves a good Service in the same namespace registered.
+func (d *dnsWorld) badInput(t *testing.T) {
+	cl := d.clients[0]
+	annotated(t, cl, "bad", "good", 1, "test-namespace", "good")
+	cases := []struct {
+		name   string
+		ann    map[string]string
+		reason string
+		text   string
+	}{
+		{"no-such-ns", map[string]string{cloudmapdns.AnnotationNamespace: "no-such-namespace", cloudmapdns.AnnotationHostname: "x"}, "NamespaceNotFound", `"no-such-namespace" does not exist`},
+		{"bad-host", map[string]string{cloudmapdns.AnnotationNamespace: "test-namespace", cloudmapdns.AnnotationHostname: "-bad.host"}, "InvalidAnnotation", "is not a valid hostname"},
+		{"only-ns", map[string]string{cloudmapdns.AnnotationNamespace: "test-namespace"}, "InvalidAnnotation", cloudmapdns.AnnotationHostname + " is missing"},
+		{"only-host", map[string]string{cloudmapdns.AnnotationHostname: "only-host"}, "InvalidAnnotation", cloudmapdns.AnnotationNamespace + " is missing"},
+	}
+	for _, c := range cases {
+		app(t, cl, "bad", c.name, 1, true, httpPort(80, 8080))
+		setAnnotations(t, cl, "bad", c.name, c.ann)
+	}
+	for _, c := range cases {
+		eventually(t, importDeadline, c.name+" condition", serviceCondition(cl, "bad", c.name, "False/"+c.reason))
+		eventually(t, 5*time.Second, c.name+" Event", wantEvent(cl, "bad", c.name, c.reason, corev1.EventTypeWarning, c.text))
+	}
+	goodID := d.serviceID(t, d.privateNS, "good")
+	eventually(t, importDeadline, "good registered", d.registered(goodID, d.owner(t, goodID, "bad", "good"), waitPods(t, cl, "bad", "good", 1), nil))
+	for _, name := range []string{"x", "-bad.host", "only-host", "bad-host", "only-ns"} {
+		if id := d.lookupService(t, d.privateNS, name); id != "" {
+			t.Errorf("a Cloud Map service %s was created from bad input", name)
+		}
+	}
+}
