@@ -1,0 +1,223 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
+)
+
+// counter reads one of this process's Prometheus counters, summed over labels.
+func counter(b *testing.B, name string) float64 {
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
+}
+
+// BenchmarkCloudMapDNS: 200 annotated headless Services (the seed's fleet)
+// of 2 pods in one private DNS namespace. Prints the time from a new pod's
+// ready address in its EndpointSlice to its instance in Cloud Map, and the
+// Cloud Map calls of a drift check that finds nothing to repair. Targets
+// (issue 4): p99 under 1 s; at most one call per Service per drift check.
+func BenchmarkCloudMapDNS(b *testing.B) {
+	const services, replicas = 200, 2
+	const drift = 10 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := devenv.ForTest(b, 1)
+	cm := devenv.CloudMapForTest(b, cloudmaplocal.Options{})
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: cm.URL, Region: "us-east-1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	op, err := c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("test-namespace"), Vpc: aws.String("vpc-1")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for {
+		out, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: op.OperationId})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if out.Operation.Status == "SUCCESS" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	wait := env.StartControllers(ctx, cm.URL, func(*devenv.Cluster) logr.Logger { return logr.Discard() }, func(o *controller.Options) {
+		o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, drift
+		o.CloudMapQPS, o.CloudMapBurst = 200, 400
+	})
+	defer func() { cancel(); _ = wait() }()
+	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
+		b.Fatal(err)
+	}
+	for s := 0; s < services; s++ {
+		name := fmt.Sprintf("svc-%d", s)
+		labels := map[string]string{"app": name}
+		if err := cl.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench"}, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}},
+		}}); err != nil {
+			b.Fatal(err)
+		}
+		if err := cl.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench", Annotations: map[string]string{
+			cloudmapdns.AnnotationNamespace: "test-namespace", cloudmapdns.AnnotationHostname: name}},
+			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Every Cloud Map service created and holding its pods before timing.
+	ids := map[string]string{}
+	setup := time.Now()
+	for {
+		ids = map[string]string{}
+		p := sd.NewListServicesPaginator(c, &sd.ListServicesInput{})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, s := range page.Services {
+				ids[aws.ToString(s.Name)] = aws.ToString(s.Id)
+			}
+		}
+		total := 0
+		for _, id := range ids {
+			out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: aws.String(id)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += len(out.Instances)
+		}
+		if total == services*replicas {
+			break
+		}
+		if time.Since(setup) > 5*time.Minute {
+			b.Fatalf("%d of %d instances registered", total, services*replicas)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	b.Logf("%d instances registered %v after the Services were created", services*replicas, time.Since(setup).Round(time.Second))
+	source := track(ctx, b, env.Clusters[0], "endpointslice-controller.k8s.io", discoveryv1.LabelServiceName)
+	b.ResetTimer()
+
+	// One more pod for 50 Services in turn; timed from its ready address in
+	// the EndpointSlice to its instance in ListInstances.
+	var lat []time.Duration
+	for i := 0; i < 50; i++ {
+		name := fmt.Sprintf("svc-%d", i*services/50)
+		old := source.ips("bench/" + name)
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			dep := &appsv1.Deployment{}
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: "bench", Name: name}, dep); err != nil {
+				return err
+			}
+			dep.Spec.Replicas = ptr.To(*dep.Spec.Replicas + 1)
+			return cl.Update(ctx, dep)
+		}); err != nil {
+			b.Fatal(err)
+		}
+		var ip string
+		var seen time.Time
+		for start := time.Now(); ip == ""; time.Sleep(2 * time.Millisecond) {
+			for a := range source.ips("bench/" + name) {
+				if !old[a] {
+					ip, seen = a, time.Now()
+				}
+			}
+			if time.Since(start) > time.Minute {
+				b.Fatalf("no new pod address for %s", name)
+			}
+		}
+		for registered := false; !registered; time.Sleep(5 * time.Millisecond) {
+			out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: aws.String(ids[name])})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, in := range out.Instances {
+				registered = registered || in.Attributes[cloudmapdns.AttrIPv4] == ip
+			}
+			if time.Since(seen) > time.Minute {
+				b.Fatalf("%s of %s not in Cloud Map a minute after it was ready", ip, name)
+			}
+		}
+		lat = append(lat, time.Since(seen))
+	}
+
+	// Drift checks with nothing to repair: the emulator's call counts taken
+	// halfway between cycles, when none is running, so exactly `cycles`
+	// whole cycles fall between them.
+	const cycles = 4
+	nextCycle := func() {
+		n := counter(b, "clustermap_cloudmapdns_drift_cycles_total")
+		for counter(b, "clustermap_cloudmapdns_drift_cycles_total") == n {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(drift / 2)
+	}
+	nextCycle()
+	repairsBefore := counter(b, "clustermap_cloudmapdns_instances_total")
+	before := emulatorCalls(b, cm.AdminURL)
+	for range cycles {
+		nextCycle()
+	}
+	after := emulatorCalls(b, cm.AdminURL)
+	var calls float64
+	var byOp []string
+	for op, v := range after {
+		if d := v - before[op]; d > 0 {
+			calls += d
+			byOp = append(byOp, fmt.Sprintf("%s %.0f", op, d))
+		}
+	}
+	sort.Strings(byOp)
+	if changed := counter(b, "clustermap_cloudmapdns_instances_total") - repairsBefore; changed != 0 {
+		b.Fatalf("%.0f instances changed during drift checks that should find nothing", changed)
+	}
+	b.StopTimer()
+
+	fmt.Printf("Annotated Services -> Cloud Map DNS namespace (emulator), %d Services x %d pods, %d cores:\n", services, replicas, runtimeCores())
+	fmt.Printf("  new pod ready in its EndpointSlice -> instance in Cloud Map (50 changes): p50 %v  p99 %v  max %v\n",
+		percentile(lat, 50).Round(time.Millisecond), percentile(lat, 99).Round(time.Millisecond), percentile(lat, 100).Round(time.Millisecond))
+	fmt.Printf("  drift check finding nothing: %.1f Cloud Map calls per cycle for %d Services (target <= %d) [%d cycles: %s]\n",
+		calls/cycles, services, services, cycles, strings.Join(byOp, ", "))
+	b.ReportMetric(float64(percentile(lat, 99).Milliseconds()), "ready-to-instance-p99-ms")
+	b.ReportMetric(calls/cycles, "calls/drift-cycle")
+}
