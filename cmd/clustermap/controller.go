@@ -4,6 +4,7 @@ import (
 	goflag "flag"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,6 +26,13 @@ func newController() *cobra.Command {
 cluster's exports as ServiceImports, derived Services and EndpointSlices
 (--mcs, on by default).
 
+With --syndicate, replicates each Service with a selector to the peers whose
+kubeconfig files are in --peers-dir, as a selector-less Service with
+EndpointSlices of the ready pods here; vmware.com/syndicate-mode (source,
+receiver, union, singular) migrates a Service between clusters. NSTOWATCH and
+EXCLUDE (comma- or space-separated namespaces) work as in
+k8s-endpoints-sync-controller.
+
 With --cloudmap-dns, registers the ready endpoints of Services annotated
 cloudmap.controller/namespace and cloudmap.controller/hostname in that Cloud
 Map namespace, beside instances others (ECS) register there.
@@ -35,6 +43,13 @@ config, IRSA, EKS pod identity); AWS_ENDPOINT_URL_SERVICEDISCOVERY or
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = zap.New(zap.UseFlagOptions(&zapOpts))
+			// The original's environment variables, for --syndicate users.
+			if v := os.Getenv("NSTOWATCH"); v != "" && !cmd.Flags().Changed("namespaces") {
+				o.Namespaces = envList(v)
+			}
+			if v := os.Getenv("EXCLUDE"); v != "" {
+				o.ExcludeNamespaces = append(o.ExcludeNamespaces, envList(v)...)
+			}
 			ctrl.SetLogger(o.Log)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -62,8 +77,17 @@ config, IRSA, EKS pod identity); AWS_ENDPOINT_URL_SERVICEDISCOVERY or
 	f.StringVar(&o.ClusterName, "cluster-name", "", "this cluster's name on Cloud Map instances (default: the cluster.clusterset.k8s.io ClusterProperty, else kube-system's UID)")
 	f.Int64Var(&o.DNSTTL, "dns-ttl", 10, "TTL in seconds of the DNS records of Cloud Map services clustermap creates")
 	f.DurationVar(&o.DriftPeriod, "drift-period", time.Minute, "how often registered instances are re-read from Cloud Map and repaired")
+	f.BoolVar(&o.Syndicate, "syndicate", false, "replicate Services and their endpoints straight to the peer clusters in --peers-dir")
+	f.StringVar(&o.PeersDir, "peers-dir", "/etc/kubeconfigs", "directory of peer kubeconfig files, one per peer, named after the peer's --cluster-name")
+	f.BoolVar(&o.CreateNamespaces, "create-namespaces", false, "let replication create a namespace a peer lacks")
+	f.DurationVar(&o.PeerGrace, "peer-grace-period", 10*time.Minute, "how long replicas from a peer removed from --peers-dir stay")
 	fs := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(fs)
 	f.AddGoFlagSet(fs)
 	return cmd
+}
+
+// envList splits "a,b c" or "[a, b]" into namespaces.
+func envList(v string) []string {
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '[' || r == ']' || r == '"' })
 }

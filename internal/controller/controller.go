@@ -37,6 +37,7 @@ import (
 	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/syndicate"
 	"github.com/clustermap/clustermap/internal/version"
 )
 
@@ -68,6 +69,13 @@ type Options struct {
 	ClusterName string
 	DNSTTL      int64
 	DriftPeriod time.Duration
+
+	// Syndicate replicates Services straight to the peers whose kubeconfigs
+	// are in PeersDir.
+	Syndicate        bool
+	PeersDir         string
+	CreateNamespaces bool
+	PeerGrace        time.Duration
 
 	Log logr.Logger
 }
@@ -126,8 +134,8 @@ func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
 
 // Run runs the controller until ctx ends.
 func Run(ctx context.Context, o Options) error {
-	if !o.MCS && !o.CloudMapDNS {
-		return errors.New("no reconciler selected: enable --mcs or --cloudmap-dns")
+	if !o.MCS && !o.CloudMapDNS && !o.Syndicate {
+		return errors.New("no reconciler selected: enable --mcs, --cloudmap-dns or --syndicate")
 	}
 	cfg, err := restConfig(o)
 	if err != nil {
@@ -177,6 +185,22 @@ func Run(ctx context.Context, o Options) error {
 		log.Info("registering annotated Services in Cloud Map", "cluster", cluster)
 		if err := (&cloudmapdns.Reconciler{Client: mgr.GetClient(), CloudMap: sd, Cluster: cluster, TTL: o.DNSTTL, DriftPeriod: o.DriftPeriod,
 			Recorder: recorder, Namespaces: inScope}).SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	if o.Syndicate {
+		cluster := o.ClusterName
+		if cluster == "" {
+			cp := &aboutv1alpha1.ClusterProperty{}
+			if err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp); err != nil || cp.Spec.Value == "" {
+				return errors.New("--syndicate needs this cluster's name: pass --cluster-name, the name peers' kubeconfig files use for it")
+			}
+			cluster = cp.Spec.Value
+		}
+		log.Info("replicating Services to peers", "cluster", cluster, "peers", o.PeersDir)
+		peers := &syndicate.Peers{Dir: o.PeersDir, Scheme: mgr.GetScheme(), Log: log.WithName("peers")}
+		if err := (&syndicate.Reconciler{Client: mgr.GetClient(), Cluster: cluster, Peers: peers, Recorder: recorder, Namespaces: inScope,
+			CreateNamespaces: o.CreateNamespaces, Grace: o.PeerGrace}).SetupWithManager(mgr); err != nil {
 			return err
 		}
 	}
@@ -237,7 +261,6 @@ func clusterName(ctx context.Context, c client.Reader, flag string) (string, err
 	}
 	return string(ns.UID), nil
 }
-
 
 // waitIdentity polls the ClusterProperties until they are valid, saying
 // why not (log, Event on the ClusterProperty, readiness) each time the

@@ -446,3 +446,62 @@ func waitFor(ctx context.Context, what string, interval time.Duration, cond func
 		}
 	}
 }
+
+// StopCluster stops one cluster's components, keeping its state, as an
+// outage; StartCluster brings it back on the same address.
+func (e *Env) StopCluster(ctx context.Context, c *Cluster) error {
+	out, err := kwokctl(ctx, e.BinDir, e.StateDir, "stop", "cluster", "--name", c.KwokName)
+	if err != nil {
+		return fmt.Errorf("stopping %s: %w: %s", c.ID, err, tail(out, 10))
+	}
+	return nil
+}
+
+// StartCluster restarts a cluster stopped by StopCluster.
+func (e *Env) StartCluster(ctx context.Context, c *Cluster) error {
+	out, err := kwokctl(ctx, e.BinDir, e.StateDir, "start", "cluster", "--name", c.KwokName)
+	if err != nil {
+		return fmt.Errorf("starting %s: %w: %s", c.ID, err, tail(out, 10))
+	}
+	return nil
+}
+
+// WriteKubeconfig writes a kubeconfig reaching only cluster c to path.
+func (e *Env) WriteKubeconfig(c *Cluster, path string) error {
+	all, err := clientcmd.LoadFromFile(e.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, ok := all.Contexts[c.ID]
+	if !ok {
+		return fmt.Errorf("no context %s in %s", c.ID, e.Kubeconfig)
+	}
+	one := clientcmdapi.NewConfig()
+	one.Clusters[ctx.Cluster] = all.Clusters[ctx.Cluster]
+	one.AuthInfos[ctx.AuthInfo] = all.AuthInfos[ctx.AuthInfo]
+	one.Contexts[c.ID] = ctx
+	one.CurrentContext = c.ID
+	return clientcmd.WriteToFile(*one, path)
+}
+
+// PeerDirs writes, for every cluster, a directory under root holding the
+// kubeconfigs of the other clusters, named <id>.yaml: what
+// `controller --syndicate --peers-dir` reads. It returns them by cluster id.
+func (e *Env) PeerDirs(root string) (map[string]string, error) {
+	dirs := map[string]string{}
+	for _, c := range e.Clusters {
+		dir := filepath.Join(root, c.ID)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		for _, peer := range e.Clusters {
+			if peer != c {
+				if err := e.WriteKubeconfig(peer, filepath.Join(dir, peer.ID+".yaml")); err != nil {
+					return nil, err
+				}
+			}
+		}
+		dirs[c.ID] = dir
+	}
+	return dirs, nil
+}

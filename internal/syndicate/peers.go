@@ -1,0 +1,281 @@
+package syndicate
+
+import (
+	"context"
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var peerUp = func() *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "clustermap_syndicate_peer_up",
+		Help: "1 when a peer cluster's API server answers and its caches are synced, 0 otherwise.",
+	}, []string{"peer"})
+	metrics.Registry.MustRegister(g)
+	return g
+}()
+
+// Peer is one cluster from the peers directory: a cache of its Services
+// and EndpointSlices for reads, a direct client for writes.
+type Peer struct {
+	Name   string
+	Client client.Client // reads from the cache
+	Writer client.Client // reads and writes at the API server
+	cache  cache.Cache
+	probe  *kubernetes.Clientset
+	hash   [32]byte
+	stop   context.CancelFunc
+	up     bool
+}
+
+// Peers watches a directory of kubeconfig files, one peer each, named by
+// the file name without extension: the peer's own --cluster-name.
+type Peers struct {
+	Dir    string
+	Scheme *runtime.Scheme
+	Log    logr.Logger
+	// OnObject is told of every peer Service or EndpointSlice change, by the
+	// Service's namespace and name; OnChange of peers coming and going.
+	OnObject func(ns, name string)
+	OnChange func()
+
+	mu    sync.Mutex
+	peers map[string]*Peer
+}
+
+// Start polls the directory and the peers' health until ctx ends. Polling
+// (every 2 s) also sees kubeconfigs mounted from Secrets, which change by
+// symlink swaps.
+func (ps *Peers) Start(ctx context.Context) error {
+	ps.mu.Lock()
+	ps.peers = map[string]*Peer{}
+	ps.mu.Unlock()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		ps.scan(ctx)
+		ps.checkHealth(ctx)
+		select {
+		case <-ctx.Done():
+			ps.mu.Lock()
+			for _, p := range ps.peers {
+				p.stop()
+			}
+			ps.mu.Unlock()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (ps *Peers) scan(ctx context.Context) {
+	files := map[string][]byte{}
+	entries, err := os.ReadDir(ps.Dir)
+	if err != nil && !os.IsNotExist(err) {
+		ps.Log.Error(err, "reading the peers directory", "dir", ps.Dir)
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		path := filepath.Join(ps.Dir, e.Name())
+		if fi, err := os.Stat(path); err != nil || fi.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		files[strings.TrimSuffix(e.Name(), filepath.Ext(e.Name()))] = data
+	}
+	changed := false
+	ps.mu.Lock()
+	for name, p := range ps.peers {
+		if data, ok := files[name]; !ok || sha256.Sum256(data) != p.hash {
+			p.stop()
+			delete(ps.peers, name)
+			peerUp.DeleteLabelValues(name)
+			if !ok {
+				ps.Log.Info("peer removed from the directory; its replicas here go after the grace period", "peer", name)
+			}
+			changed = true
+		}
+	}
+	ps.mu.Unlock()
+	for name, data := range files {
+		ps.mu.Lock()
+		_, running := ps.peers[name]
+		ps.mu.Unlock()
+		if running {
+			continue
+		}
+		p, err := ps.start(ctx, name, data)
+		if err != nil {
+			ps.Log.Error(err, "peer kubeconfig unusable; fix the file", "peer", name, "file", filepath.Join(ps.Dir, name))
+			continue
+		}
+		ps.mu.Lock()
+		ps.peers[name] = p
+		ps.mu.Unlock()
+		ps.Log.Info("peer added", "peer", name)
+		changed = true
+	}
+	if changed && ps.OnChange != nil {
+		ps.OnChange()
+	}
+}
+
+func (ps *Peers) start(ctx context.Context, name string, kubeconfig []byte) (*Peer, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst, cfg.Timeout = 200, 400, 10*time.Second
+	c, err := cache.New(cfg, cache.Options{Scheme: ps.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: ps.Scheme, Cache: &client.CacheOptions{Reader: c}})
+	if err != nil {
+		return nil, err
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: ps.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	probeCfg := *cfg
+	probeCfg.Timeout = 2 * time.Second
+	probe, err := kubernetes.NewForConfig(&probeCfg)
+	if err != nil {
+		return nil, err
+	}
+	pctx, stop := context.WithCancel(ctx)
+	notify := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { ps.notify(o) },
+		UpdateFunc: func(_, o any) { ps.notify(o) },
+		DeleteFunc: func(o any) { ps.notify(o) },
+	}
+	for _, obj := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}} {
+		inf, err := c.GetInformer(pctx, obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(notify); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	go func() {
+		if err := c.Start(pctx); err != nil {
+			ps.Log.Error(err, "peer cache stopped", "peer", name)
+		}
+	}()
+	return &Peer{Name: name, Client: cl, Writer: direct, cache: c, probe: probe, hash: sha256.Sum256(kubeconfig), stop: stop}, nil
+}
+
+func (ps *Peers) notify(o any) {
+	if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	obj, ok := o.(client.Object)
+	if !ok || ps.OnObject == nil {
+		return
+	}
+	name := obj.GetName()
+	if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		name = s.Labels[discoveryv1.LabelServiceName]
+	}
+	if name != "" {
+		ps.OnObject(obj.GetNamespace(), name)
+	}
+}
+
+// checkHealth probes every peer; one coming back triggers a full resync,
+// since what changed here while it was down was not written there.
+func (ps *Peers) checkHealth(ctx context.Context) {
+	ps.mu.Lock()
+	peers := make([]*Peer, 0, len(ps.peers))
+	for _, p := range ps.peers {
+		peers = append(peers, p)
+	}
+	ps.mu.Unlock()
+	back := false
+	for _, p := range peers {
+		_, err := p.probe.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		up := err == nil && p.cache.WaitForCacheSync(quick(ctx))
+		ps.mu.Lock()
+		if up && !p.up {
+			back = true
+			ps.Log.Info("peer reachable", "peer", p.Name)
+		} else if !up && p.up {
+			ps.Log.Error(err, "peer unreachable; its replicas are kept as they are and retried", "peer", p.Name)
+		}
+		p.up = up
+		ps.mu.Unlock()
+		peerUp.WithLabelValues(p.Name).Set(map[bool]float64{true: 1}[up])
+	}
+	if back && ps.OnChange != nil {
+		ps.OnChange()
+	}
+}
+
+func quick(ctx context.Context) context.Context {
+	c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	go func() { <-c.Done(); cancel() }()
+	return c
+}
+
+// Reachable lists the peers that answer, by name.
+func (ps *Peers) Reachable() []*Peer {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var out []*Peer
+	for _, p := range ps.peers {
+		if p.up {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Down lists configured peers that do not answer.
+func (ps *Peers) Down() []string {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var out []string
+	for _, p := range ps.peers {
+		if !p.up {
+			out = append(out, p.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Configured reports whether a peer is in the directory (up or down).
+func (ps *Peers) Configured(name string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	_, ok := ps.peers[name]
+	return ok
+}

@@ -1,0 +1,473 @@
+// Package syndicate replicates Services and their ready endpoints straight
+// between peer clusters, with the migration modes of k8s-endpoints-sync-
+// controller (source, receiver, union, singular).
+//
+// Every cluster's controller pushes its own contribution: the ready pods of
+// a Service, as an EndpointSlice of its own in every cluster that serves the
+// name (peers, and itself when clustermap removed the local selector), and
+// a selector-less replica Service in peers that lack one. A slice no longer
+// wanted stays until its cluster has other ready endpoints for the name, so
+// that no migration step leaves a cluster without any.
+package syndicate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+const (
+	// AnnotationMode is the original's key; AnnotationModeAlias is accepted too.
+	AnnotationMode      = "vmware.com/syndicate-mode"
+	AnnotationModeAlias = "syndicate.clustermap.io/mode"
+	// AnnotationSelector keeps a selector clustermap removed (receiver, union).
+	AnnotationSelector = "syndicate.clustermap.io/selector"
+	// AnnotationUnionSelector, on replicas of a union Service: every cluster
+	// serves its own pods matching it.
+	AnnotationUnionSelector = "syndicate.clustermap.io/union-selector"
+	// LabelSourceCluster marks replicas and slices with the cluster they come
+	// from; a replica is never replicated onward.
+	LabelSourceCluster = "syndicate.clustermap.io/source-cluster"
+	// ManagedBy is the EndpointSlice managed-by of clustermap's slices.
+	ManagedBy = "syndicate.clustermap.io"
+	// Once a selector is removed, the EndpointSlice controller's slices and
+	// the slices mirrored from the orphaned Endpoints object would keep the
+	// old pods forever; clustermap retires them like its own.
+	kubeSliceManager    = "endpointslice-controller.k8s.io"
+	mirroredSliceManger = "endpointslicemirroring-controller.k8s.io"
+)
+
+// Mode is a Service's migration mode.
+type Mode string
+
+const (
+	ModeDefault  Mode = ""
+	ModeSource   Mode = "source"
+	ModeReceiver Mode = "receiver"
+	ModeUnion    Mode = "union"
+	ModeSingular Mode = "singular"
+)
+
+// ModeOf reads a Service's mode; an unknown value is reported by Valid.
+func ModeOf(svc *corev1.Service) Mode {
+	if svc == nil {
+		return ModeDefault
+	}
+	if m, ok := svc.Annotations[AnnotationMode]; ok {
+		return Mode(m)
+	}
+	return Mode(svc.Annotations[AnnotationModeAlias])
+}
+
+// ValidMode says whether a mode is one clustermap knows.
+func ValidMode(m Mode) bool {
+	return m == ModeDefault || m == ModeSource || m == ModeReceiver || m == ModeUnion || m == ModeSingular
+}
+
+func setMode(svc *corev1.Service, m Mode) {
+	if svc.Annotations == nil {
+		svc.Annotations = map[string]string{}
+	}
+	svc.Annotations[AnnotationMode] = string(m)
+	if _, ok := svc.Annotations[AnnotationModeAlias]; ok {
+		svc.Annotations[AnnotationModeAlias] = string(m)
+	}
+}
+
+// Cluster is what one cluster holds for a Service name.
+type Cluster struct {
+	Name    string
+	Service *corev1.Service // nil when absent
+	Pods    []corev1.Pod    // the namespace's pods (local cluster only)
+	Slices  []discoveryv1.EndpointSlice
+}
+
+// Changes are the writes to one cluster, applied in order: slices upserted,
+// Service written, then slices and Service deleted.
+type Changes struct {
+	Cluster         string
+	Namespace, Name string
+	Upsert          []*discoveryv1.EndpointSlice
+	Service         *corev1.Service // created (no resourceVersion) or updated
+	DeleteService   bool
+	DeleteUID       types.UID // the replica read, deleted only if still the same
+	Delete          []string  // slice names
+	// DeleteEndpoints removes the Endpoints object left from a selector.
+	DeleteEndpoints bool
+}
+
+func (c Changes) Empty() bool {
+	return len(c.Upsert) == 0 && c.Service == nil && !c.DeleteService && len(c.Delete) == 0 && !c.DeleteEndpoints
+}
+
+// Event is said on the local Service.
+type Event struct{ Type, Reason, Message string }
+
+// Plan is every write for one Service name.
+type Plan struct {
+	Local  Changes
+	Peers  []Changes
+	Events []Event
+}
+
+// Compute plans one Service name from the local cluster and its reachable
+// peers (an unreachable peer is left out, so nothing is planned for it).
+func Compute(ns, name string, local Cluster, peers []Cluster) Plan {
+	p := Plan{Local: Changes{Cluster: local.Name, Namespace: ns, Name: name}}
+	L := local.Service
+	mode := ModeOf(L)
+	if L != nil && !ValidMode(mode) {
+		p.Events = append(p.Events, Event{corev1.EventTypeWarning, "InvalidMode", fmt.Sprintf(
+			"%s=%q is not one of source, receiver, union, singular; replication of this Service is unchanged", AnnotationMode, mode)})
+		return p
+	}
+	isReplica := L != nil && L.Labels[LabelSourceCluster] != ""
+	// A Service that has a selector of its own owns replicas in peers.
+	owner := L != nil && !isReplica && L.DeletionTimestamp == nil && (mode == ModeDefault || mode == ModeSource || mode == ModeUnion)
+	owner = owner && (len(L.Spec.Selector) > 0 || L.Annotations[AnnotationSelector] != "")
+
+	newL := L.DeepCopy()
+	localChanged := false
+	peerSvc := map[string]*corev1.Service{}
+
+	// Singular set on a replica of ours stops replication from here.
+	if owner {
+		for _, peer := range peers {
+			if isOurReplica(peer.Service, local.Name) && ModeOf(peer.Service) == ModeSingular {
+				setMode(newL, ModeSingular)
+				localChanged, owner, mode = true, false, ModeSingular
+				p.Events = append(p.Events, Event{corev1.EventTypeNormal, "ModeChanged", "singular set on the replica in " + peer.Name + ": replication stopped, replicas removed"})
+				break
+			}
+		}
+	}
+	// Receiver and union hand the selector over to clustermap, which keeps
+	// serving its pods through a slice written before the selector goes.
+	if L != nil && (mode == ModeReceiver || mode == ModeUnion) && len(L.Spec.Selector) > 0 {
+		sel, _ := json.Marshal(L.Spec.Selector)
+		metav1.SetMetaDataAnnotation(&newL.ObjectMeta, AnnotationSelector, string(sel))
+		newL.Spec.Selector = nil
+		localChanged = true
+		p.Events = append(p.Events, Event{corev1.EventTypeNormal, "ModeChanged", fmt.Sprintf("%s: selector removed, its pods are served through clustermap's EndpointSlices", mode)})
+	}
+	// Receiver: our replicas become sources (the stateful hand-over).
+	if mode == ModeReceiver {
+		for _, peer := range peers {
+			if isOurReplica(peer.Service, local.Name) {
+				s := peer.Service.DeepCopy()
+				delete(s.Labels, LabelSourceCluster)
+				setMode(s, ModeSource)
+				peerSvc[peer.Name] = s
+				p.Events = append(p.Events, Event{corev1.EventTypeNormal, "ModeChanged", "receiver: the Service in " + peer.Name + " is now the source"})
+			}
+		}
+	}
+	// Source set on a replica: it becomes a source, its origin a receiver.
+	if isReplica && mode == ModeSource {
+		from := L.Labels[LabelSourceCluster]
+		delete(newL.Labels, LabelSourceCluster)
+		localChanged = true
+		for _, peer := range peers {
+			if peer.Name == from && peer.Service != nil && ModeOf(peer.Service) != ModeReceiver {
+				s := peer.Service.DeepCopy()
+				setMode(s, ModeReceiver)
+				peerSvc[peer.Name] = s
+			}
+		}
+		p.Events = append(p.Events, Event{corev1.EventTypeNormal, "ModeChanged", "source: this Service is now the source, the one in " + from + " the receiver"})
+	}
+	if localChanged {
+		p.Local.Service = newL
+	}
+
+	// What this cluster contributes: its ready pods matching a selector.
+	sel, contributes := contributionSelector(newL, mode)
+	if contributes && mode == ModeReceiver && othersReady(local.Slices, local.Name) {
+		contributes = false // the new side serves: the bridge ends
+	}
+	var eps []discoveryv1.Endpoint
+	var ports []discoveryv1.EndpointPort
+	if contributes {
+		eps, ports = endpointsOf(L, local.Pods, sel)
+	}
+	sliceName := SliceName(name, local.Name)
+
+	// Local cluster: our slice when the Service has no selector of its own.
+	if L != nil {
+		want := contributes && len(newL.Spec.Selector) == 0 && mode != ModeSingular
+		p.Local.Upsert, p.Local.Delete = slicesFor(local.Slices, L, local.Name, sliceName, want, eps, ports, len(newL.Spec.Selector) == 0)
+		for _, s := range local.Slices {
+			if s.Labels[discoveryv1.LabelManagedBy] == mirroredSliceManger && slices.Contains(p.Local.Delete, s.Name) {
+				p.Local.DeleteEndpoints = true
+			}
+		}
+	}
+
+	for _, peer := range peers {
+		c := Changes{Cluster: peer.Name, Namespace: ns, Name: name, Service: peerSvc[peer.Name]}
+		ps := peer.Service
+		ours := isOurReplica(ps, local.Name)
+		switch {
+		case owner && ps == nil:
+			c.Service = replicaOf(L, newL, local.Name)
+			p.Events = append(p.Events, Event{corev1.EventTypeNormal, "Replicated", "replicated to " + peer.Name})
+		case owner && ours && c.Service == nil:
+			if r := replicaOf(L, newL, local.Name); !sameReplica(ps, r) {
+				r.ObjectMeta = *ps.ObjectMeta.DeepCopy()
+				r.Labels, r.Annotations = mergeMaps(ps.Labels, replicaOf(L, newL, local.Name).Labels), replicaAnnotations(ps.Annotations, newL)
+				if (ps.Spec.ClusterIP == corev1.ClusterIPNone) != (r.Spec.ClusterIP == corev1.ClusterIPNone) {
+					c.DeleteService, c.DeleteUID = true, ps.UID // headless or not cannot change in place: recreated next time
+				} else {
+					r.Spec.ClusterIP, r.Spec.ClusterIPs, r.Spec.IPFamilies, r.Spec.IPFamilyPolicy = ps.Spec.ClusterIP, ps.Spec.ClusterIPs, ps.Spec.IPFamilies, ps.Spec.IPFamilyPolicy
+					c.Service = r
+				}
+			}
+		case !owner && ours && (L == nil || mode == ModeSingular || L.DeletionTimestamp != nil || isReplica):
+			c.DeleteService, c.DeleteUID = true, ps.UID
+		case owner && ps != nil && ownService(ps, local.Name):
+			p.Events = append(p.Events, Event{corev1.EventTypeWarning, "NameClash", fmt.Sprintf(
+				"%s has its own Service %s/%s with a selector; it is left alone and not replicated to", peer.Name, ps.Namespace, ps.Name)})
+		}
+		if c.DeleteService {
+			p.Peers = append(p.Peers, c)
+			continue
+		}
+		serves := ps != nil || c.Service != nil
+		want := contributes && serves && ModeOf(ps) != ModeSingular && !(ps != nil && ownService(ps, local.Name))
+		target := ps
+		if target == nil {
+			target = c.Service
+		}
+		c.Upsert, c.Delete = slicesFor(peer.Slices, target, local.Name, sliceName, want, eps, ports, false)
+		if ps == nil && c.Service == nil {
+			c.Upsert = nil
+		}
+		if !c.Empty() {
+			p.Peers = append(p.Peers, c)
+		}
+	}
+	return p
+}
+
+// ownService is a peer's Service of its own, not part of a migration: it
+// is never written to.
+func ownService(ps *corev1.Service, us string) bool {
+	m := ModeOf(ps)
+	return !isOurReplica(ps, us) && len(ps.Spec.Selector) > 0 && (m == ModeDefault || m == ModeSingular)
+}
+
+func isOurReplica(s *corev1.Service, cluster string) bool {
+	return s != nil && s.Labels[LabelSourceCluster] == cluster
+}
+
+// contributionSelector is the selector of the pods this cluster serves.
+func contributionSelector(svc *corev1.Service, mode Mode) (labels.Selector, bool) {
+	if svc == nil || svc.DeletionTimestamp != nil || mode == ModeSingular {
+		return nil, false
+	}
+	var m map[string]string
+	switch {
+	case len(svc.Spec.Selector) > 0:
+		m = svc.Spec.Selector
+	case (mode == ModeReceiver || mode == ModeUnion) && svc.Annotations[AnnotationSelector] != "":
+		_ = json.Unmarshal([]byte(svc.Annotations[AnnotationSelector]), &m)
+	case svc.Annotations[AnnotationUnionSelector] != "":
+		_ = json.Unmarshal([]byte(svc.Annotations[AnnotationUnionSelector]), &m)
+	}
+	if len(m) == 0 {
+		return nil, false
+	}
+	return labels.SelectorFromSet(m), true
+}
+
+// othersReady: another cluster already serves ready endpoints here.
+func othersReady(slices []discoveryv1.EndpointSlice, us string) bool {
+	for _, s := range slices {
+		if src := s.Labels[LabelSourceCluster]; src != "" && src != us && hasReady(s) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasReady(s discoveryv1.EndpointSlice) bool {
+	for _, e := range s.Endpoints {
+		if e.Conditions.Ready == nil || *e.Conditions.Ready {
+			return true
+		}
+	}
+	return false
+}
+
+// slicesFor plans our slice in one cluster. A slice we no longer want, and
+// (where the selector was removed) the EndpointSlice controller's orphaned
+// slices, go only once another slice there has ready endpoints, or the
+// Service is gone.
+func slicesFor(existing []discoveryv1.EndpointSlice, svc *corev1.Service, us, name string, want bool, eps []discoveryv1.Endpoint, ports []discoveryv1.EndpointPort, dropKube bool) (upsert []*discoveryv1.EndpointSlice, del []string) {
+	var cur *discoveryv1.EndpointSlice
+	for i := range existing {
+		if existing[i].Name == name {
+			cur = &existing[i]
+		}
+	}
+	var retiring []string
+	if want {
+		s := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svc.Namespace, Labels: map[string]string{
+				discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: ManagedBy, LabelSourceCluster: us}},
+			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: eps, Ports: ports,
+		}
+		if cur == nil || !equality.Semantic.DeepEqual(cur.Endpoints, s.Endpoints) || !equality.Semantic.DeepEqual(cur.Ports, s.Ports) || !maps.Equal(cur.Labels, s.Labels) {
+			if cur != nil {
+				s.ResourceVersion = cur.ResourceVersion
+				s.OwnerReferences = cur.OwnerReferences
+			}
+			upsert = append(upsert, s)
+		}
+	} else if cur != nil {
+		retiring = append(retiring, cur.Name)
+	}
+	if dropKube {
+		for _, s := range existing {
+			if m := s.Labels[discoveryv1.LabelManagedBy]; m == kubeSliceManager || m == mirroredSliceManger {
+				retiring = append(retiring, s.Name)
+			}
+		}
+	}
+	if len(retiring) == 0 {
+		return upsert, nil
+	}
+	othersServe := len(upsert) > 0 && len(eps) > 0
+	for _, s := range existing {
+		if !slices.Contains(retiring, s.Name) && hasReady(s) {
+			othersServe = true
+		}
+	}
+	if othersServe || svc == nil || svc.DeletionTimestamp != nil || ModeOf(svc) == ModeSingular {
+		return upsert, retiring
+	}
+	return upsert, nil
+}
+
+// endpointsOf lists the ready pods matching sel, with the Service's ports
+// resolved against them.
+func endpointsOf(svc *corev1.Service, pods []corev1.Pod, sel labels.Selector) ([]discoveryv1.Endpoint, []discoveryv1.EndpointPort) {
+	var eps []discoveryv1.Endpoint
+	var matched []corev1.Pod
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || !sel.Matches(labels.Set(pod.Labels)) || !podReady(pod) {
+			continue
+		}
+		matched = append(matched, pod)
+		ep := discoveryv1.Endpoint{Addresses: []string{pod.Status.PodIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+		if pod.Spec.Hostname != "" {
+			ep.Hostname = ptr.To(pod.Spec.Hostname)
+		}
+		eps = append(eps, ep)
+	}
+	sort.Slice(eps, func(i, j int) bool { return eps[i].Addresses[0] < eps[j].Addresses[0] })
+	var ports []discoveryv1.EndpointPort
+	for _, sp := range svc.Spec.Ports {
+		port := sp.TargetPort.IntVal
+		if sp.TargetPort.StrVal != "" {
+			port = namedPort(matched, sp.TargetPort.StrVal)
+		} else if port == 0 {
+			port = sp.Port
+		}
+		ports = append(ports, discoveryv1.EndpointPort{Name: ptr.To(sp.Name), Protocol: ptr.To(sp.Protocol), Port: ptr.To(port), AppProtocol: sp.AppProtocol})
+	}
+	return eps, ports
+}
+
+func namedPort(pods []corev1.Pod, name string) int32 {
+	for _, pod := range pods {
+		for _, c := range pod.Spec.Containers {
+			for _, p := range c.Ports {
+				if p.Name == name {
+					return p.ContainerPort
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func podReady(pod corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// replicaOf is the selector-less copy of a source Service for a peer.
+func replicaOf(L, newL *corev1.Service, us string) *corev1.Service {
+	r := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: L.Name, Namespace: L.Namespace,
+			Labels:      map[string]string{LabelSourceCluster: us},
+			Annotations: replicaAnnotations(nil, newL)},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, SessionAffinity: L.Spec.SessionAffinity, PublishNotReadyAddresses: L.Spec.PublishNotReadyAddresses},
+	}
+	if L.Spec.ClusterIP == corev1.ClusterIPNone {
+		r.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	for _, p := range L.Spec.Ports {
+		r.Spec.Ports = append(r.Spec.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, AppProtocol: p.AppProtocol})
+	}
+	return r
+}
+
+// replicaAnnotations carries a union's selector to replicas.
+func replicaAnnotations(cur map[string]string, newL *corev1.Service) map[string]string {
+	out := maps.Clone(cur)
+	if out == nil {
+		out = map[string]string{}
+	}
+	delete(out, AnnotationUnionSelector)
+	if ModeOf(newL) == ModeUnion {
+		out[AnnotationUnionSelector] = newL.Annotations[AnnotationSelector]
+	}
+	return out
+}
+
+func sameReplica(cur, want *corev1.Service) bool {
+	if cur.Annotations[AnnotationUnionSelector] != want.Annotations[AnnotationUnionSelector] ||
+		(cur.Spec.ClusterIP == corev1.ClusterIPNone) != (want.Spec.ClusterIP == corev1.ClusterIPNone) || len(cur.Spec.Ports) != len(want.Spec.Ports) {
+		return false
+	}
+	for i, p := range want.Spec.Ports {
+		c := cur.Spec.Ports[i]
+		if c.Name != p.Name || c.Protocol != p.Protocol || c.Port != p.Port {
+			return false
+		}
+	}
+	return true
+}
+
+func mergeMaps(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, b)
+	return out
+}
+
+// SliceName is the name of the slice a cluster writes for a Service.
+func SliceName(service, cluster string) string {
+	h := sha256.Sum256([]byte(cluster))
+	return fmt.Sprintf("%.50s-syn-%s", service, hex.EncodeToString(h[:4]))
+}

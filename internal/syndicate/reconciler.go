@@ -1,0 +1,360 @@
+package syndicate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+var writes = func() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clustermap_syndicate_writes_total",
+		Help: "Writes of replicas and EndpointSlices, by cluster (local or a peer's name) and result (ok or error).",
+	}, []string{"cluster", "result"})
+	metrics.Registry.MustRegister(c)
+	return c
+}()
+
+// Reconciler replicates the local cluster's Services to its peers.
+type Reconciler struct {
+	Client     client.Client
+	Cluster    string
+	Peers      *Peers
+	Recorder   record.EventRecorder
+	Namespaces func(string) bool
+	// CreateNamespaces lets replication create a namespace a peer lacks.
+	CreateNamespaces bool
+	// Grace is how long replicas from a peer removed from the directory stay.
+	Grace time.Duration
+
+	kick   chan event.GenericEvent
+	absent map[string]time.Time // source clusters of local replicas that are not peers
+}
+
+// SetupWithManager reconciles a Service name on local Service, Pod and
+// EndpointSlice changes, on peer changes, and every 30 s.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.kick = make(chan event.GenericEvent, 4096)
+	r.absent = map[string]time.Time{}
+	r.Peers.OnObject = func(ns, name string) {
+		if r.Namespaces(ns) {
+			r.enqueue(ns, name)
+		}
+	}
+	r.Peers.OnChange = func() { r.resyncAll(context.Background()) }
+	byServiceName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if name := o.GetLabels()[discoveryv1.LabelServiceName]; name != "" {
+			return []reconcile.Request{{NamespacedName: ktypes.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+		}
+		return nil
+	})
+	// A pod change concerns the Services of its namespace that select it.
+	byPod := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		svcs := &corev1.ServiceList{}
+		if err := r.Client.List(ctx, svcs, client.InNamespace(o.GetNamespace())); err != nil {
+			return nil
+		}
+		var reqs []reconcile.Request
+		for i := range svcs.Items {
+			if sel, ok := contributionSelector(&svcs.Items[i], ModeOf(&svcs.Items[i])); ok && sel.Matches(labels.Set(o.GetLabels())) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&svcs.Items[i])})
+			}
+		}
+		return reqs
+	})
+	if err := mgr.Add(manager.RunnableFunc(r.Peers.Start)); err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(r.periodic)); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("peers", func(*http.Request) error {
+		if down := r.Peers.Down(); len(down) > 0 {
+			return fmt.Errorf("peers unreachable: %s", strings.Join(down, ", "))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("syndicate").
+		For(&corev1.Service{}).
+		Watches(&discoveryv1.EndpointSlice{}, byServiceName).
+		Watches(&corev1.Pod{}, byPod).
+		WatchesRawSource(source.Channel(r.kick, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
+		Complete(r)
+}
+
+func (r *Reconciler) enqueue(ns, name string) {
+	r.kick <- event.GenericEvent{Object: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+}
+
+// resyncAll reconciles every local Service and every name a peer holds.
+func (r *Reconciler) resyncAll(ctx context.Context) {
+	seen := map[ktypes.NamespacedName]bool{}
+	lists := []client.Reader{r.Client}
+	for _, p := range r.Peers.Reachable() {
+		lists = append(lists, p.Client)
+	}
+	for _, c := range lists {
+		svcs := &corev1.ServiceList{}
+		if err := c.List(ctx, svcs); err != nil {
+			continue
+		}
+		for _, s := range svcs.Items {
+			k := client.ObjectKeyFromObject(&s)
+			if !seen[k] && r.Namespaces(s.Namespace) {
+				seen[k] = true
+				r.enqueue(k.Namespace, k.Name)
+			}
+		}
+	}
+}
+
+// periodic resyncs every 30 s and removes replicas of peers gone from the
+// directory for longer than the grace period.
+func (r *Reconciler) periodic(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if n%6 == 5 {
+			r.resyncAll(ctx)
+		}
+		if err := r.collectGone(ctx); err != nil {
+			log.FromContext(ctx).Error(err, "removing replicas of removed peers")
+		}
+	}
+}
+
+func (r *Reconciler) collectGone(ctx context.Context) error {
+	svcs := &corev1.ServiceList{}
+	if err := r.Client.List(ctx, svcs, client.HasLabels{LabelSourceCluster}); err != nil {
+		return err
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := r.Client.List(ctx, slices, client.MatchingLabels{discoveryv1.LabelManagedBy: ManagedBy}); err != nil {
+		return err
+	}
+	var objs []client.Object
+	for i := range svcs.Items {
+		objs = append(objs, &svcs.Items[i])
+	}
+	for i := range slices.Items {
+		objs = append(objs, &slices.Items[i])
+	}
+	present := map[string]bool{}
+	var errs []error
+	for _, o := range objs {
+		from := o.GetLabels()[LabelSourceCluster]
+		if from == "" || from == r.Cluster || r.Peers.Configured(from) || !r.Namespaces(o.GetNamespace()) {
+			continue
+		}
+		present[from] = true
+		since, ok := r.absent[from]
+		if !ok {
+			r.absent[from] = time.Now()
+			continue
+		}
+		if time.Since(since) < r.Grace {
+			continue
+		}
+		if err := r.Client.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, err)
+		} else if svc, ok := o.(*corev1.Service); ok {
+			r.Recorder.Eventf(svc, corev1.EventTypeNormal, "PeerRemoved", "removed: %s left the peers directory %v ago", from, r.Grace)
+		}
+	}
+	for from := range r.absent {
+		if !present[from] {
+			delete(r.absent, from)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if !r.Namespaces(req.Namespace) {
+		return reconcile.Result{}, nil
+	}
+	local, err := r.read(ctx, r.Client, r.Cluster, req, true)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	var peers []Cluster
+	clients := map[string]*Peer{}
+	for _, p := range r.Peers.Reachable() {
+		c, err := r.read(ctx, p.Client, p.Name, req, false)
+		if err != nil {
+			continue // its cache is not ready: left out, so nothing is planned there
+		}
+		peers = append(peers, c)
+		clients[p.Name] = p
+	}
+	plan := Compute(req.Namespace, req.Name, local, peers)
+	for _, e := range plan.Events {
+		if local.Service != nil {
+			r.Recorder.Event(local.Service, e.Type, e.Reason, e.Message)
+		}
+	}
+	var errs []error
+	if err := r.apply(ctx, r.Client, r.Client, plan.Local); err != nil {
+		errs = append(errs, err)
+	}
+	for _, ch := range plan.Peers {
+		p := clients[ch.Cluster]
+		if err := r.apply(ctx, p.Writer, p.Client, ch); err != nil {
+			errs = append(errs, fmt.Errorf("peer %s: %w", ch.Cluster, err))
+			if local.Service != nil {
+				r.Recorder.Eventf(local.Service, corev1.EventTypeWarning, "ReplicationFailed", "writing to %s: %v; retrying", ch.Cluster, err)
+			}
+		}
+	}
+	if len(errs) > 0 && allConflicts(errs) {
+		// Our cache was behind our own last write: read again shortly.
+		return reconcile.Result{RequeueAfter: 20 * time.Millisecond}, nil
+	}
+	return reconcile.Result{}, errors.Join(errs...)
+}
+
+func allConflicts(errs []error) bool {
+	for _, err := range errs {
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			return false
+		}
+	}
+	return true
+}
+
+// read gathers what one cluster holds for a Service name.
+func (r *Reconciler) read(ctx context.Context, c client.Reader, name string, req reconcile.Request, pods bool) (Cluster, error) {
+	out := Cluster{Name: name}
+	svc := &corev1.Service{}
+	switch err := c.Get(ctx, req.NamespacedName, svc); {
+	case err == nil:
+		out.Service = svc
+	case !apierrors.IsNotFound(err):
+		return out, err
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := c.List(ctx, slices, client.InNamespace(req.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: req.Name}); err != nil {
+		return out, err
+	}
+	out.Slices = slices.Items
+	if pods && out.Service != nil {
+		list := &corev1.PodList{}
+		if err := c.List(ctx, list, client.InNamespace(req.Namespace)); err != nil {
+			return out, err
+		}
+		out.Pods = list.Items
+	}
+	return out, nil
+}
+
+// apply writes one cluster's changes: a new Service first (its slices need
+// its UID), otherwise slices first so the selector goes only once
+// clustermap's slice serves; deletions last.
+func (r *Reconciler) apply(ctx context.Context, w client.Client, reader client.Reader, ch Changes) (err error) {
+	defer func() {
+		writes.WithLabelValues(ch.Cluster, map[bool]string{true: "ok", false: "error"}[err == nil]).Inc()
+	}()
+	if ch.Empty() {
+		return nil
+	}
+	var svc *corev1.Service
+	if ch.Service != nil && ch.Service.ResourceVersion == "" {
+		if err := r.ensureNamespace(ctx, w, ch.Service.Namespace); err != nil {
+			return err
+		}
+		if err := w.Create(ctx, ch.Service); err != nil {
+			return err
+		}
+		svc = ch.Service
+	}
+	for _, s := range ch.Upsert {
+		if svc == nil {
+			svc = &corev1.Service{}
+			if err := reader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Labels[discoveryv1.LabelServiceName]}, svc); err != nil {
+				return err
+			}
+		}
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}}
+		if s.ResourceVersion == "" {
+			err = w.Create(ctx, s)
+		} else {
+			err = w.Update(ctx, s)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if ch.Service != nil && ch.Service.ResourceVersion != "" {
+		if err := w.Update(ctx, ch.Service); err != nil {
+			return err
+		}
+	}
+	for _, name := range ch.Delete {
+		s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ch.Namespace, Name: name}}
+		if err := w.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	if ch.DeleteEndpoints {
+		e := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: ch.Namespace, Name: ch.Name}} //nolint:staticcheck // the orphan the mirroring controller copies
+		if err := w.Delete(ctx, e); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	if ch.DeleteService {
+		// Only the replica of ours that was read, not one made since.
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ch.Namespace, Name: ch.Name}}
+		if err := w.Delete(ctx, s, client.Preconditions{UID: &ch.DeleteUID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) ensureNamespace(ctx context.Context, w client.Client, ns string) error {
+	err := w.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	if !r.CreateNamespaces {
+		return fmt.Errorf("namespace %s does not exist there; create it, or run with --create-namespaces", ns)
+	}
+	return client.IgnoreAlreadyExists(w.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+}
+
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=endpoints,verbs=delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;create
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete
