@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/syndicate"
+)
+
+// BenchmarkSyndicate: 3 clusters replicating to each other, 500 Services
+// of 2 pods in cluster-1. Prints the time from a new pod's address in the
+// source cluster's EndpointSlice to clustermap's EndpointSlices in both
+// peers. Target (issue 5): p99 under 1 s.
+func BenchmarkSyndicate(b *testing.B) {
+	const namespaces, perNamespace, replicas = 5, 100, 2
+	const services = namespaces * perNamespace
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := devenv.ForTest(b, 3)
+	dirs, err := env.PeerDirs(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cm := devenv.CloudMapForTest(b, cloudmaplocal.Options{}) // unused by this mode; StartControllers wants an endpoint
+	wait := env.StartControllers(ctx, cm.URL, func(*devenv.Cluster) logr.Logger { return logr.Discard() }, func(o *controller.Options) {
+		for _, c := range env.Clusters {
+			if c.Config == o.Config {
+				o.ClusterName, o.PeersDir = c.ID, dirs[c.ID]
+			}
+		}
+		o.MCS, o.Syndicate, o.CreateNamespaces = false, true, true
+	})
+	defer func() { cancel(); _ = wait() }()
+	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	type key struct{ ns, name string }
+	var keys []key
+	for n := 0; n < namespaces; n++ {
+		ns := fmt.Sprintf("bench-%d", n)
+		if err := src.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			b.Fatal(err)
+		}
+		for s := 0; s < perNamespace; s++ {
+			name := fmt.Sprintf("svc-%d", s)
+			keys = append(keys, key{ns, name})
+			labels := map[string]string{"app": name}
+			if err := src.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}},
+			}}); err != nil {
+				b.Fatal(err)
+			}
+			if err := src.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.ServiceSpec{
+				Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	source := track(ctx, b, env.Clusters[0], "endpointslice-controller.k8s.io", discoveryv1.LabelServiceName)
+	peers := []*importTracker{
+		track(ctx, b, env.Clusters[1], syndicate.ManagedBy, discoveryv1.LabelServiceName),
+		track(ctx, b, env.Clusters[2], syndicate.ManagedBy, discoveryv1.LabelServiceName),
+	}
+	// Everything replicated before the clock starts.
+	setup := time.Now()
+	for done := 0; done < services; {
+		done = 0
+		for _, k := range keys {
+			svc := k.ns + "/" + k.name
+			if len(source.ips(svc)) == replicas && len(peers[0].ips(svc)) == replicas && len(peers[1].ips(svc)) == replicas {
+				done++
+			}
+		}
+		if time.Since(setup) > 10*time.Minute {
+			b.Fatalf("%d of %d Services replicated", done, services)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	b.Logf("%d Services x %d pods replicated to 2 peers %v after creation", services, replicas, time.Since(setup).Round(time.Second))
+	b.ResetTimer()
+
+	// One more pod for 100 Services in turn, at random gaps.
+	var lat []time.Duration
+	for i := 0; i < 100; i++ {
+		k := keys[i*len(keys)/100]
+		svc := k.ns + "/" + k.name
+		old := source.ips(svc)
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			dep := &appsv1.Deployment{}
+			if err := src.Get(ctx, client.ObjectKey{Namespace: k.ns, Name: k.name}, dep); err != nil {
+				return err
+			}
+			dep.Spec.Replicas = ptr.To(*dep.Spec.Replicas + 1)
+			return src.Update(ctx, dep)
+		}); err != nil {
+			b.Fatal(err)
+		}
+		var ip string
+		var seen time.Time
+		for start := time.Now(); ip == ""; time.Sleep(time.Millisecond) {
+			for a := range source.ips(svc) {
+				if !old[a] {
+					ip, seen = a, time.Now()
+				}
+			}
+			if time.Since(start) > time.Minute {
+				b.Fatalf("no new pod address for %s", svc)
+			}
+		}
+		for !peers[0].ips(svc)[ip] || !peers[1].ips(svc)[ip] {
+			if time.Since(seen) > time.Minute {
+				b.Fatalf("%s of %s not in both peers a minute after it appeared", ip, svc)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		lat = append(lat, time.Since(seen))
+		time.Sleep(time.Duration(rand.Float64() * float64(200*time.Millisecond)))
+	}
+	b.StopTimer()
+	fmt.Printf("Direct replication (syndicate), 3 clusters, %d Services x %d pods in cluster-1, %d cores:\n", services, replicas, runtimeCores())
+	fmt.Printf("  new pod in the source EndpointSlice -> clustermap's EndpointSlice in both peers (100 changes): p50 %v  p99 %v  max %v\n",
+		percentile(lat, 50).Round(time.Millisecond), percentile(lat, 99).Round(time.Millisecond), percentile(lat, 100).Round(time.Millisecond))
+	b.ReportMetric(float64(percentile(lat, 99).Milliseconds()), "podchange-p99-ms")
+}
