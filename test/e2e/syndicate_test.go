@@ -216,7 +216,9 @@ func (w *world) noGap(t *testing.T, ns, name string) (stop func()) {
 
 func setMode(t *testing.T, cl client.Client, ns, name string, m syndicate.Mode) {
 	t.Helper()
-	updateService(t, cl, ns, name, func(s *corev1.Service) { metav1.SetMetaDataAnnotation(&s.ObjectMeta, syndicate.AnnotationMode, string(m)) })
+	updateService(t, cl, ns, name, func(s *corev1.Service) {
+		metav1.SetMetaDataAnnotation(&s.ObjectMeta, syndicate.AnnotationMode, string(m))
+	})
 }
 
 func updateService(t *testing.T, cl client.Client, ns, name string, change func(*corev1.Service)) {
