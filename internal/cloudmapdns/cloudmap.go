@@ -124,9 +124,6 @@ func (m CloudMap) FindService(ctx context.Context, ns Namespace, name string) (S
 	return Service{}, false, nil
 }
 
-// Recheck reads who holds a service now.
-func (m CloudMap) Recheck(ctx context.Context, svc *Service) error { return m.readClaim(ctx, svc) }
-
 func (m CloudMap) readClaim(ctx context.Context, svc *Service) error {
 	tags, err := m.c.ListTagsForResource(ctx, &sd.ListTagsForResourceInput{ResourceARN: aws.String(svc.ARN)})
 	if err != nil {

@@ -267,17 +267,18 @@ func (r *Reconciler) claim(ctx context.Context, svc *corev1.Service, target Targ
 		return nil, reconcile.Result{}, err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if got.Holder != owner {
 		if r.waiting[target] == nil {
 			r.waiting[target] = map[ktypes.NamespacedName]bool{}
 		}
 		r.waiting[target][key] = true
+		r.mu.Unlock()
 		r.report(ctx, svc, metav1.ConditionFalse, ReasonDomainConflict, fmt.Sprintf(
 			"%s already claimed by %s; this Service is not registered and takes over when that one lets go", target, got.Holder))
 		// Waiters in this cluster are woken on release; others poll.
 		return nil, reconcile.Result{RequeueAfter: 15 * time.Second}, nil
 	}
+	defer r.mu.Unlock()
 	delete(r.waiting[target], key)
 	e = &entry{target: target, svc: got, stale: true}
 	r.entries[key] = e

@@ -35,14 +35,16 @@ var peerUp = func() *prometheus.GaugeVec {
 // Peer is one cluster from the peers directory: a cache of its Services
 // and EndpointSlices for reads, a direct client for writes.
 type Peer struct {
-	Name   string
-	Client client.Client // reads from the cache
-	Writer client.Client // reads and writes at the API server
-	cache  cache.Cache
-	probe  *kubernetes.Clientset
-	hash   [32]byte
-	stop   context.CancelFunc
-	up     bool
+	Name    string
+	Client  client.Client // reads from the cache
+	Writer  client.Client // reads and writes at the API server
+	cache   cache.Cache
+	probe   *kubernetes.Clientset
+	hash    [32]byte
+	stop    context.CancelFunc
+	up      bool
+	wasDown bool
+	config  []byte
 }
 
 // Peers watches a directory of kubeconfig files, one peer each, named by
@@ -189,7 +191,7 @@ func (ps *Peers) start(ctx context.Context, name string, kubeconfig []byte) (*Pe
 			ps.Log.Error(err, "peer cache stopped", "peer", name)
 		}
 	}()
-	return &Peer{Name: name, Client: cl, Writer: direct, cache: c, probe: probe, hash: sha256.Sum256(kubeconfig), stop: stop}, nil
+	return &Peer{Name: name, Client: cl, Writer: direct, cache: c, probe: probe, hash: sha256.Sum256(kubeconfig), stop: stop, config: kubeconfig}, nil
 }
 
 func (ps *Peers) notify(o any) {
@@ -221,6 +223,12 @@ func (ps *Peers) checkHealth(ctx context.Context) {
 	back := false
 	for _, p := range peers {
 		_, err := p.probe.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err == nil && p.wasDown {
+			// Informers that lost their server back off for up to 30 s and
+			// serve stale objects meanwhile: start afresh instead.
+			ps.restart(ctx, p)
+			continue
+		}
 		up := err == nil && p.cache.WaitForCacheSync(quick(ctx))
 		ps.mu.Lock()
 		if up && !p.up {
@@ -228,6 +236,7 @@ func (ps *Peers) checkHealth(ctx context.Context) {
 			ps.Log.Info("peer reachable", "peer", p.Name)
 		} else if !up && p.up {
 			ps.Log.Error(err, "peer unreachable; its replicas are kept as they are and retried", "peer", p.Name)
+			p.wasDown = true
 		}
 		p.up = up
 		ps.mu.Unlock()
@@ -236,6 +245,24 @@ func (ps *Peers) checkHealth(ctx context.Context) {
 	if back && ps.OnChange != nil {
 		ps.OnChange()
 	}
+}
+
+// restart replaces a peer's caches with new ones; it turns up once they
+// are synced.
+func (ps *Peers) restart(ctx context.Context, old *Peer) {
+	p, err := ps.start(ctx, old.Name, old.config)
+	if err != nil {
+		ps.Log.Error(err, "restarting peer", "peer", old.Name)
+		return
+	}
+	old.stop()
+	ps.mu.Lock()
+	if ps.peers[old.Name] == old {
+		ps.peers[old.Name] = p
+	} else {
+		p.stop()
+	}
+	ps.mu.Unlock()
 }
 
 func quick(ctx context.Context) context.Context {

@@ -293,25 +293,27 @@ func (r *Reconciler) apply(ctx context.Context, w client.Client, reader client.R
 		if err := r.ensureNamespace(ctx, w, ch.Service.Namespace); err != nil {
 			return err
 		}
-		if err := w.Create(ctx, ch.Service); err != nil {
+		svc = ch.Service
+		if err := w.Create(ctx, ch.Service); apierrors.IsAlreadyExists(err) {
+			svc = nil // the cache is behind: the slices below find it at the server
+		} else if err != nil {
 			return err
 		}
-		svc = ch.Service
 	}
 	for _, s := range ch.Upsert {
 		if svc == nil {
 			svc = &corev1.Service{}
-			if err := reader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Labels[discoveryv1.LabelServiceName]}, svc); err != nil {
+			key := client.ObjectKey{Namespace: s.Namespace, Name: s.Labels[discoveryv1.LabelServiceName]}
+			err := reader.Get(ctx, key, svc)
+			if apierrors.IsNotFound(err) {
+				err = w.Get(ctx, key, svc)
+			}
+			if err != nil {
 				return err
 			}
 		}
 		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}}
-		if s.ResourceVersion == "" {
-			err = w.Create(ctx, s)
-		} else {
-			err = w.Update(ctx, s)
-		}
-		if err != nil {
+		if err := upsertSlice(ctx, w, s); err != nil {
 			return err
 		}
 	}
@@ -340,6 +342,27 @@ func (r *Reconciler) apply(ctx context.Context, w client.Client, reader client.R
 		}
 	}
 	return nil
+}
+
+// upsertSlice writes a slice planned from a cache that may lag (a peer's
+// informer can take its backoff, up to 30 s, to catch up after an outage):
+// on a conflict it takes the server's resourceVersion and writes again.
+func upsertSlice(ctx context.Context, w client.Client, s *discoveryv1.EndpointSlice) error {
+	var err error
+	if s.ResourceVersion == "" {
+		err = w.Create(ctx, s)
+	} else {
+		err = w.Update(ctx, s)
+	}
+	if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	cur := &discoveryv1.EndpointSlice{}
+	if err := w.Get(ctx, client.ObjectKeyFromObject(s), cur); err != nil {
+		return err
+	}
+	s.ResourceVersion = cur.ResourceVersion
+	return w.Update(ctx, s)
 }
 
 func (r *Reconciler) ensureNamespace(ctx context.Context, w client.Client, ns string) error {

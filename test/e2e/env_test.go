@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -146,11 +147,13 @@ func exportService(t *testing.T, cl client.Client, ns, name string) {
 // readyPodIPs lists the ready addresses the cluster's own EndpointSlice
 // controller publishes for a Service.
 func readyPodIPs(cl client.Client, ns, name string) ([]string, error) {
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := cl.List(context.Background(), slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}); err != nil {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := cl.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}); err != nil {
 		return nil, err
 	}
-	return readyIPs(slices.Items), nil
+	// Distinct: kwok hands a deleted pod's address to its replacement, so
+	// for a moment two endpoints can share one.
+	return slices.Compact(readyIPs(list.Items)), nil
 }
 
 func readyIPs(slices []discoveryv1.EndpointSlice) []string {

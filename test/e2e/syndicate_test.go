@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -36,7 +38,7 @@ func TestSyndicate(t *testing.T) {
 				o.ClusterName, o.PeersDir = c.ID, dirs[c.ID]
 			}
 		}
-		o.MCS, o.Syndicate, o.CreateNamespaces = false, true, false
+		o.MCS, o.Syndicate, o.CreateNamespaces, o.PeerGrace = false, true, false, 3*time.Second
 		o.Namespaces = []string{"web", "mig", "ns-in", "private"}
 		o.ExcludeNamespaces = append(o.ExcludeNamespaces, "private")
 	}))
@@ -50,6 +52,7 @@ func TestSyndicate(t *testing.T) {
 	t.Run("stateless migration", w.unionMigration)
 	t.Run("singular", w.singular)
 	t.Run("peer down", w.peerDown)
+	t.Run("peer removed", func(t *testing.T) { w.peerRemoved(t, dirs) })
 }
 
 // servedIPs is every ready address a cluster's EndpointSlices give a
@@ -427,4 +430,23 @@ func (w *world) peerDown(t *testing.T) {
 	for _, cl := range []client.Client{one, three} {
 		mustDo(t, replicaOf(cl, "web", "from2", "cluster-2", false, ips2)())
 	}
+}
+
+// peerRemoved: cluster-1 and cluster-3 drop each other from their peers
+// directories; after the grace period each has removed the other's replicas,
+// while cluster-2 keeps both.
+func (w *world) peerRemoved(t *testing.T, dirs map[string]string) {
+	one, two, three := w.clients[0], w.clients[1], w.clients[2]
+	app(t, three, "web", "from3", 1, false, httpPort(80, 8080))
+	ips3 := waitPods(t, three, "web", "from3", 1)
+	eventually(t, importDeadline, "from3 in cluster-1", replicaOf(one, "web", "from3", "cluster-3", false, ips3))
+	mustDo(t, os.Remove(filepath.Join(dirs["cluster-1"], "cluster-3.yaml")))
+	mustDo(t, os.Remove(filepath.Join(dirs["cluster-3"], "cluster-1.yaml")))
+	removed := time.Now()
+	eventually(t, 30*time.Second, "cluster-3's replica gone from cluster-1", gone(one, "web", "from3"))
+	eventually(t, 30*time.Second, "cluster-1's replica gone from cluster-3", gone(three, "web", "from1"))
+	if d := time.Since(removed); d < 3*time.Second {
+		t.Errorf("replicas removed %v after the peer, before the 3 s grace period", d)
+	}
+	eventually(t, importDeadline, "cluster-2 keeps from3", replicaOf(two, "web", "from3", "cluster-3", false, ips3))
 }
