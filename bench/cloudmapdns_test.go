@@ -65,15 +65,8 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for {
-		out, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: op.OperationId})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if out.Operation.Status == "SUCCESS" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	if _, err := cloudmapclient.WaitOperation(ctx, c, op.OperationId); err != nil {
+		b.Fatal(err)
 	}
 	wait := env.StartControllers(ctx, cm.URL, func(*devenv.Cluster) logr.Logger { return logr.Discard() }, func(o *controller.Options) {
 		o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, drift

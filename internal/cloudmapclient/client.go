@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
@@ -15,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/time/rate"
@@ -121,4 +123,28 @@ func credentialsConfigured() bool {
 	home, _ := os.UserHomeDir()
 	_, err := os.Stat(home + "/.aws/credentials")
 	return err == nil
+}
+
+// WaitOperation polls an asynchronous operation (namespace, service or
+// instance changes) until it succeeds or fails, backing off from 20 ms to 2 s.
+func WaitOperation(ctx context.Context, c *sd.Client, id *string) (*types.Operation, error) {
+	delay := 20 * time.Millisecond
+	for {
+		out, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: id})
+		if err != nil {
+			return nil, err
+		}
+		switch out.Operation.Status {
+		case types.OperationStatusSuccess:
+			return out.Operation, nil
+		case types.OperationStatusFail:
+			return nil, fmt.Errorf("operation %s failed: %s %s", aws.ToString(id), aws.ToString(out.Operation.ErrorCode), aws.ToString(out.Operation.ErrorMessage))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
 }

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 )
 
 // Tags on Cloud Map services. The claim is how two Kubernetes Services, in
@@ -200,7 +201,7 @@ func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(stri
 			defer func() { <-sem }()
 			op, err := f(id)
 			if err == nil && wait && op != nil {
-				err = m.wait(ctx, op)
+				_, err = cloudmapclient.WaitOperation(ctx, m.c, op)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -239,28 +240,6 @@ func (m CloudMap) Release(ctx context.Context, svc Service, owner string) error 
 		return nil
 	}
 	return err
-}
-
-func (m CloudMap) wait(ctx context.Context, id *string) error {
-	delay := 20 * time.Millisecond
-	for {
-		out, err := m.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: id})
-		if err != nil {
-			return err
-		}
-		switch out.Operation.Status {
-		case types.OperationStatusSuccess:
-			return nil
-		case types.OperationStatusFail:
-			return fmt.Errorf("operation %s failed: %s", aws.ToString(id), aws.ToString(out.Operation.ErrorMessage))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, time.Second)
-	}
 }
 
 // IsServiceGone reports a service deleted behind our back.

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 )
@@ -81,19 +82,11 @@ func (d *dnsWorld) ecsNamespace(t *testing.T) {
 
 func waitOp(t *testing.T, c *sd.Client, id *string) map[string]string {
 	t.Helper()
-	var targets map[string]string
-	eventually(t, 10*time.Second, "operation "+aws.ToString(id), func() error {
-		out, err := c.GetOperation(context.Background(), &sd.GetOperationInput{OperationId: id})
-		if err != nil {
-			return err
-		}
-		if out.Operation.Status != sdtypes.OperationStatusSuccess {
-			return fmt.Errorf("status %s", out.Operation.Status)
-		}
-		targets = out.Operation.Targets
-		return nil
-	})
-	return targets
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	op, err := cloudmapclient.WaitOperation(ctx, c, id)
+	mustDo(t, err)
+	return op.Targets
 }
 
 // annotated deploys an app whose headless Service asks to be registered.

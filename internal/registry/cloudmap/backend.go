@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/go-logr/logr"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
@@ -260,7 +260,7 @@ func (b *Backend) ensureNamespace(ctx context.Context, name string) (string, err
 		case err != nil:
 			return "", fmt.Errorf("creating Cloud Map namespace %s: %w", name, err)
 		default:
-			op, err := b.waitOperation(ctx, out.OperationId)
+			op, err := cloudmapclient.WaitOperation(ctx, b.c, out.OperationId)
 			if err != nil {
 				return "", fmt.Errorf("creating Cloud Map namespace %s: %w", name, err)
 			}
@@ -287,29 +287,6 @@ func (b *Backend) findNamespace(ctx context.Context, name string) (string, error
 		}
 	}
 	return "", nil
-}
-
-// waitOperation waits for an asynchronous operation to finish.
-func (b *Backend) waitOperation(ctx context.Context, id *string) (*types.Operation, error) {
-	delay := 50 * time.Millisecond
-	for {
-		out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: id})
-		if err != nil {
-			return nil, err
-		}
-		switch out.Operation.Status {
-		case types.OperationStatusSuccess:
-			return out.Operation, nil
-		case types.OperationStatusFail:
-			return nil, fmt.Errorf("operation %s failed: %s %s", aws.ToString(id), aws.ToString(out.Operation.ErrorCode), aws.ToString(out.Operation.ErrorMessage))
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 2*time.Second)
-	}
 }
 
 // ensureService finds or creates a service. A service not in the cache is
