@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,19 +79,10 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 	}
 	for s := 0; s < services; s++ {
 		name := fmt.Sprintf("svc-%d", s)
-		labels := map[string]string{"app": name}
-		if err := cl.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench"}, Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}},
-		}}); err != nil {
-			b.Fatal(err)
-		}
-		if err := cl.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench", Annotations: map[string]string{
-			cloudmapdns.AnnotationNamespace: "test-namespace", cloudmapdns.AnnotationHostname: name}},
-			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-		}); err != nil {
-			b.Fatal(err)
-		}
+		createApp(ctx, b, cl, "bench", name, replicas, func(s *corev1.Service) {
+			s.Annotations = map[string]string{cloudmapdns.AnnotationNamespace: "test-namespace", cloudmapdns.AnnotationHostname: name}
+			s.Spec.ClusterIP = corev1.ClusterIPNone
+		})
 	}
 	// Every Cloud Map service created and holding its pods before timing.
 	ids := map[string]string{}
@@ -192,15 +180,7 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 		nextCycle()
 	}
 	after := emulatorCalls(b, cm.AdminURL)
-	var calls float64
-	var byOp []string
-	for op, v := range after {
-		if d := v - before[op]; d > 0 {
-			calls += d
-			byOp = append(byOp, fmt.Sprintf("%s %.0f", op, d))
-		}
-	}
-	sort.Strings(byOp)
+	calls, byOp := callsBetween(before, after)
 	if changed := counter(b, "clustermap_cloudmapdns_instances_total") - repairsBefore; changed != 0 {
 		b.Fatalf("%.0f instances changed during drift checks that should find nothing", changed)
 	}
@@ -210,7 +190,7 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 	fmt.Printf("  new pod ready in its EndpointSlice -> instance in Cloud Map (50 changes): p50 %v  p99 %v  max %v\n",
 		percentile(lat, 50).Round(time.Millisecond), percentile(lat, 99).Round(time.Millisecond), percentile(lat, 100).Round(time.Millisecond))
 	fmt.Printf("  drift check finding nothing: %.1f Cloud Map calls per cycle for %d Services (target <= %d) [%d cycles: %s]\n",
-		calls/cycles, services, services, cycles, strings.Join(byOp, ", "))
+		calls/cycles, services, services, cycles, byOp)
 	b.ReportMetric(float64(percentile(lat, 99).Milliseconds()), "ready-to-instance-p99-ms")
 	b.ReportMetric(calls/cycles, "calls/drift-cycle")
 }

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -179,18 +178,7 @@ func BenchmarkMCS(b *testing.B) {
 		for s := 0; s < perNamespace; s++ {
 			name := fmt.Sprintf("svc-%d", s)
 			keys = append(keys, svcKey{ns, name})
-			labels := map[string]string{"app": name}
-			if err := src.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DeploymentSpec{
-				Replicas: ptr.To[int32](replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}},
-			}}); err != nil {
-				b.Fatal(err)
-			}
-			if err := src.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.ServiceSpec{
-				Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
-			}}); err != nil {
-				b.Fatal(err)
-			}
+			createApp(ctx, b, src, ns, name, replicas, nil)
 		}
 	}
 	// All pods ready before the clock starts: the benchmark times clustermap, not kwok.
@@ -310,15 +298,7 @@ func BenchmarkMCS(b *testing.B) {
 	before := emulatorCalls(b, cm.AdminURL)
 	time.Sleep(time.Minute)
 	after := emulatorCalls(b, cm.AdminURL)
-	var idle float64
-	var byOp []string
-	for op, v := range after {
-		if d := v - before[op]; d > 0 {
-			idle += d
-			byOp = append(byOp, fmt.Sprintf("%s %.0f", op, d))
-		}
-	}
-	sort.Strings(byOp)
+	idle, byOp := callsBetween(before, after)
 	b.StopTimer()
 
 	fmt.Printf("MCS over Cloud Map (emulator), 1 exporting + 2 importing clusters, %d services x %d endpoints, %d cores:\n", services, replicas, runtimeCores())
@@ -329,7 +309,7 @@ func BenchmarkMCS(b *testing.B) {
 	fmt.Printf("  (from the scale request, kwok's pod start included: p50 %v  p99 %v)\n",
 		percentile(scaleLat, 50).Round(time.Millisecond), percentile(scaleLat, 99).Round(time.Millisecond))
 	fmt.Printf("  idle Cloud Map calls in one minute, 3 clusters: %.0f (%.1f per cluster; target <= %d) [%s]\n",
-		idle, idle/3, services/10, strings.Join(byOp, ", "))
+		idle, idle/3, services/10, byOp)
 	b.ReportMetric(float64(percentile(exportLat, 99).Milliseconds()), "export-p99-ms")
 	b.ReportMetric(float64(percentile(podLat, 99).Milliseconds()), "podchange-p99-ms")
 	b.ReportMetric(idle/3, "idle-calls/min/cluster")

@@ -1,5 +1,54 @@
 package bench
 
-import "runtime"
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
 
 func runtimeCores() int { return runtime.NumCPU() }
+
+// createApp makes a Deployment of replicas pods labelled app=name and a
+// Service selecting them on port 80 -> 8080; shape adjusts the Service.
+func createApp(ctx context.Context, b *testing.B, cl client.Client, ns, name string, replicas int32, shape func(*corev1.Service)) {
+	labels := map[string]string{"app": name}
+	if err := cl.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}},
+	}}); err != nil {
+		b.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.ServiceSpec{
+		Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+	}}
+	if shape != nil {
+		shape(svc)
+	}
+	if err := cl.Create(ctx, svc); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// callsBetween sums the emulator's calls between two readings of
+// emulatorCalls, and lists them by operation.
+func callsBetween(before, after map[string]float64) (total float64, byOp string) {
+	var ops []string
+	for op, v := range after {
+		if d := v - before[op]; d > 0 {
+			total += d
+			ops = append(ops, fmt.Sprintf("%s %.0f", op, d))
+		}
+	}
+	sort.Strings(ops)
+	return total, strings.Join(ops, ", ")
+}
