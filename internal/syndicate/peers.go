@@ -229,7 +229,7 @@ func (ps *Peers) checkHealth(ctx context.Context) {
 			ps.restart(ctx, p)
 			continue
 		}
-		up := err == nil && p.cache.WaitForCacheSync(quick(ctx))
+		up := err == nil && synced(ctx, p.cache)
 		ps.mu.Lock()
 		if up && !p.up {
 			back = true
@@ -265,10 +265,11 @@ func (ps *Peers) restart(ctx context.Context, old *Peer) {
 	ps.mu.Unlock()
 }
 
-func quick(ctx context.Context) context.Context {
-	c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	go func() { <-c.Done(); cancel() }()
-	return c
+// synced reports whether a cache's informers have synced, waiting 100 ms at most.
+func synced(ctx context.Context, c cache.Cache) bool {
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	return c.WaitForCacheSync(sctx)
 }
 
 // Reachable lists the peers that answer, by name.

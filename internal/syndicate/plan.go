@@ -215,18 +215,25 @@ func Compute(ns, name string, local Cluster, peers []Cluster) Plan {
 		}
 	}
 
+	var replica *corev1.Service
+	if owner {
+		replica = replicaOf(L, newL, local.Name)
+	}
 	for _, peer := range peers {
 		c := Changes{Cluster: peer.Name, Namespace: ns, Name: name, Service: peerSvc[peer.Name]}
 		ps := peer.Service
 		ours := isOurReplica(ps, local.Name)
 		switch {
 		case owner && ps == nil:
-			c.Service = replicaOf(L, newL, local.Name)
+			c.Service = replica.DeepCopy()
 			p.Events = append(p.Events, Event{corev1.EventTypeNormal, "Replicated", "replicated to " + peer.Name})
 		case owner && ours && c.Service == nil:
-			if r := replicaOf(L, newL, local.Name); !sameReplica(ps, r) {
+			if !sameReplica(ps, replica) {
+				// Ours, so its labels already name us; only the spec and the
+				// union selector change.
+				r := replica.DeepCopy()
 				r.ObjectMeta = *ps.ObjectMeta.DeepCopy()
-				r.Labels, r.Annotations = mergeMaps(ps.Labels, replicaOf(L, newL, local.Name).Labels), replicaAnnotations(ps.Annotations, newL)
+				r.Annotations = replicaAnnotations(ps.Annotations, newL)
 				if (ps.Spec.ClusterIP == corev1.ClusterIPNone) != (r.Spec.ClusterIP == corev1.ClusterIPNone) {
 					c.DeleteService, c.DeleteUID = true, ps.UID // headless or not cannot change in place: recreated next time
 				} else {
@@ -455,15 +462,6 @@ func sameReplica(cur, want *corev1.Service) bool {
 		}
 	}
 	return true
-}
-
-func mergeMaps(a, b map[string]string) map[string]string {
-	out := maps.Clone(a)
-	if out == nil {
-		out = map[string]string{}
-	}
-	maps.Copy(out, b)
-	return out
 }
 
 // SliceName is the name of the slice a cluster writes for a Service.

@@ -244,9 +244,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, errors.Join(errs...)
 }
 
+// allConflicts: only Service updates lost to a newer version (slices and
+// creates recover from the server's copy in apply).
 func allConflicts(errs []error) bool {
 	for _, err := range errs {
-		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+		if !apierrors.IsConflict(err) {
 			return false
 		}
 	}
