@@ -283,17 +283,25 @@ func allServe(t *testing.T, w *world, step, ns, name string, ips []string) {
 	}
 }
 
+// migrationStart deploys name (2 pods) in cluster-1, served everywhere, and
+// Deployment newName (2 pods labelled newLabels) in cluster-2; it returns
+// both sets of addresses and starts the gap sampler on name.
+func (w *world) migrationStart(t *testing.T, name, newName string, newLabels map[string]string) (old, fresh []string, stop func()) {
+	t.Helper()
+	app(t, w.clients[0], "mig", name, 2, false, httpPort(80, 8080))
+	old = waitPods(t, w.clients[0], "mig", name, 2)
+	allServe(t, w, "before", "mig", name, old)
+	deploy(t, w.clients[1], "mig", newName, 2, newLabels)
+	fresh = podIPs(t, w.clients[1], "mig", newLabels, 2)
+	return old, fresh, w.noGap(t, "mig", name)
+}
+
 // statefulMigration follows the seed: new pods in the target, `receiver` on
 // the source, then the right selector on the target.
 func (w *world) statefulMigration(t *testing.T) {
 	a, b := w.clients[0], w.clients[1]
-	app(t, a, "mig", "stateful", 2, false, httpPort(80, 8080))
-	old := waitPods(t, a, "mig", "stateful", 2)
-	allServe(t, w, "before", "mig", "stateful", old)
 	// The new pods in the target cluster: not yet serving.
-	deploy(t, b, "mig", "stateful-new", 2, map[string]string{"app": "stateful-new"})
-	fresh := podIPs(t, b, "mig", map[string]string{"app": "stateful-new"}, 2)
-	stop := w.noGap(t, "mig", "stateful")
+	old, fresh, stop := w.migrationStart(t, "stateful", "stateful-new", map[string]string{"app": "stateful-new"})
 	defer stop()
 
 	setMode(t, a, "mig", "stateful", syndicate.ModeReceiver)
@@ -336,13 +344,8 @@ func (w *world) statefulMigration(t *testing.T) {
 // source (both serve old and new), `source` on the target, then its selector.
 func (w *world) unionMigration(t *testing.T) {
 	a, b := w.clients[0], w.clients[1]
-	app(t, a, "mig", "stateless", 2, false, httpPort(80, 8080))
-	old := waitPods(t, a, "mig", "stateless", 2)
-	allServe(t, w, "before", "mig", "stateless", old)
 	// The new pods carry the source's labels.
-	deploy(t, b, "mig", "stateless-b", 2, map[string]string{"app": "stateless"})
-	fresh := podIPs(t, b, "mig", map[string]string{"app": "stateless"}, 2)
-	stop := w.noGap(t, "mig", "stateless")
+	old, fresh, stop := w.migrationStart(t, "stateless", "stateless-b", map[string]string{"app": "stateless"})
 	defer stop()
 
 	setMode(t, a, "mig", "stateless", syndicate.ModeUnion)
