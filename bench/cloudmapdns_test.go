@@ -9,12 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -124,29 +121,7 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 	var lat []time.Duration
 	for i := 0; i < 50; i++ {
 		name := fmt.Sprintf("svc-%d", i*services/50)
-		old := source.ips("bench/" + name)
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			dep := &appsv1.Deployment{}
-			if err := cl.Get(ctx, client.ObjectKey{Namespace: "bench", Name: name}, dep); err != nil {
-				return err
-			}
-			dep.Spec.Replicas = ptr.To(*dep.Spec.Replicas + 1)
-			return cl.Update(ctx, dep)
-		}); err != nil {
-			b.Fatal(err)
-		}
-		var ip string
-		var seen time.Time
-		for start := time.Now(); ip == ""; time.Sleep(2 * time.Millisecond) {
-			for a := range source.ips("bench/" + name) {
-				if !old[a] {
-					ip, seen = a, time.Now()
-				}
-			}
-			if time.Since(start) > time.Minute {
-				b.Fatalf("no new pod address for %s", name)
-			}
-		}
+		ip, seen := addPod(ctx, b, cl, source, "bench", name)
 		for registered := false; !registered; time.Sleep(5 * time.Millisecond) {
 			out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: aws.String(ids[name])})
 			if err != nil {

@@ -13,13 +13,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -257,31 +254,8 @@ func BenchmarkMCS(b *testing.B) {
 	for i := 0; i < 50; i++ {
 		k := keys[i*(len(keys)/50)]
 		svc := k.ns + "/" + k.name
-		old := source.ips(svc)
 		requested := time.Now()
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			dep := &appsv1.Deployment{}
-			if err := src.Get(ctx, client.ObjectKey{Namespace: k.ns, Name: k.name}, dep); err != nil {
-				return err
-			}
-			dep.Spec.Replicas = ptr.To(*dep.Spec.Replicas + 1)
-			return src.Update(ctx, dep)
-		}); err != nil {
-			b.Fatal(err)
-		}
-		var ip string
-		var seen time.Time
-		for ip == "" {
-			for a := range source.ips(svc) {
-				if !old[a] {
-					ip, seen = a, time.Now()
-				}
-			}
-			if time.Since(requested) > time.Minute {
-				b.Fatalf("no new pod address for %s", svc)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+		ip, seen := addPod(ctx, b, src, source, k.ns, k.name)
 		for !trackers[0].ips(svc)[ip] || !trackers[1].ips(svc)[ip] {
 			if time.Since(seen) > time.Minute {
 				b.Fatalf("%s of %s not imported a minute after it appeared", ip, svc)

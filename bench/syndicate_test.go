@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -91,29 +88,7 @@ func BenchmarkSyndicate(b *testing.B) {
 	for i := 0; i < 100; i++ {
 		k := keys[i*len(keys)/100]
 		svc := k.ns + "/" + k.name
-		old := source.ips(svc)
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			dep := &appsv1.Deployment{}
-			if err := src.Get(ctx, client.ObjectKey{Namespace: k.ns, Name: k.name}, dep); err != nil {
-				return err
-			}
-			dep.Spec.Replicas = ptr.To(*dep.Spec.Replicas + 1)
-			return src.Update(ctx, dep)
-		}); err != nil {
-			b.Fatal(err)
-		}
-		var ip string
-		var seen time.Time
-		for start := time.Now(); ip == ""; time.Sleep(time.Millisecond) {
-			for a := range source.ips(svc) {
-				if !old[a] {
-					ip, seen = a, time.Now()
-				}
-			}
-			if time.Since(start) > time.Minute {
-				b.Fatalf("no new pod address for %s", svc)
-			}
-		}
+		ip, seen := addPod(ctx, b, src, source, k.ns, k.name)
 		for !peers[0].ips(svc)[ip] || !peers[1].ips(svc)[ip] {
 			if time.Since(seen) > time.Minute {
 				b.Fatalf("%s of %s not in both peers a minute after it appeared", ip, svc)

@@ -7,11 +7,13 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -51,4 +53,31 @@ func callsBetween(before, after map[string]float64) (total float64, byOp string)
 	}
 	sort.Strings(ops)
 	return total, strings.Join(ops, ", ")
+}
+
+// addPod scales a Deployment up by one and waits for the new pod's address
+// in the source cluster's EndpointSlices; it returns the address and when
+// it appeared there.
+func addPod(ctx context.Context, b *testing.B, cl client.Client, source *importTracker, ns, name string) (string, time.Time) {
+	old := source.ips(ns + "/" + name)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		dep := &appsv1.Deployment{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dep); err != nil {
+			return err
+		}
+		dep.Spec.Replicas = ptr.To(*dep.Spec.Replicas + 1)
+		return cl.Update(ctx, dep)
+	}); err != nil {
+		b.Fatal(err)
+	}
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		for a := range source.ips(ns + "/" + name) {
+			if !old[a] {
+				return a, time.Now()
+			}
+		}
+		if time.Since(start) > time.Minute {
+			b.Fatalf("no new pod address for %s/%s", ns, name)
+		}
+	}
 }
