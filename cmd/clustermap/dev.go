@@ -6,11 +6,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/devenv/ipam"
 )
 
 const defaultDevDir = ".clustermap/dev"
@@ -73,8 +77,33 @@ func newDev() *cobra.Command {
 	demo.Flags().StringVar(&opts.BinDir, "bin-dir", devenv.BinDir(), "directory of the pinned tools (make tools)")
 	demo.Flags().StringVar(&cloudMapAddr, "cloudmap-listen", "127.0.0.1:4566", "address of the demo's Cloud Map emulator")
 
+	up.Flags().StringVar(&opts.IPFamily, "ip-family", devenv.DualStack, "address families of pods and services: ipv4, ipv6 or dual")
+
+	var ipamKubeconfig string
+	ipamCmd := &cobra.Command{
+		Use:    "ipam",
+		Short:  "Assign pod addresses in one local cluster (run by kwokctl as a cluster component)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg, err := clientcmd.BuildConfigFromFlags("", ipamKubeconfig)
+			if err != nil {
+				return err
+			}
+			cfg.QPS, cfg.Burst = 200, 400
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			return ipam.Run(ctx, cs)
+		},
+	}
+	ipamCmd.Flags().StringVar(&ipamKubeconfig, "kubeconfig", "", "kubeconfig of the cluster")
+
 	dev.PersistentFlags().StringVar(&stateIn, "state-dir", defaultDevDir, "directory holding the environment's files")
-	dev.AddCommand(up, down, demo)
+	dev.AddCommand(up, down, demo, ipamCmd)
 	return dev
 }
 
@@ -85,7 +114,7 @@ func printUsage(cmd *cobra.Command, env *devenv.Env) {
 	fmt.Fprintf(w, "\n%d clusters of clusterset %s are ready. Use them with:\n", len(env.Clusters), env.ClusterSet)
 	fmt.Fprintf(w, "  export KUBECONFIG=%s\n", abs)
 	for _, c := range env.Clusters {
-		fmt.Fprintf(w, "  kubectl --context %s get clusterproperties    # pods %s, services %s\n", c.ID, c.PodCIDR, c.ServiceCIDRs[0])
+		fmt.Fprintf(w, "  kubectl --context %s get clusterproperties    # pods %s, services %s\n", c.ID, strings.Join(c.PodCIDRs, ","), strings.Join(c.ServiceCIDRs, ","))
 	}
 	fmt.Fprintln(w, "Stop them with: clustermap dev down")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,6 +70,20 @@ func (fs *faultState) inject(ctx context.Context, op string) *apiError {
 	}
 	if f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
 		return errorf("InternalFailure", "An internal error occurred (injected)")
+	}
+	return nil
+}
+
+// failRead fails DiscoverInstances of the services FailReadsOf names.
+func (fs *faultState) failRead(op string, decoded any) *apiError {
+	if op != "DiscoverInstances" {
+		return nil
+	}
+	in, _ := decoded.(map[string]any)
+	ns, _ := in["NamespaceName"].(string)
+	name, _ := in["ServiceName"].(string)
+	if slices.Contains(fs.get().FailReadsOf, ns+"/"+name) {
+		return errorf("InternalFailure", "An internal error occurred reading %s/%s (injected)", ns, name)
 	}
 	return nil
 }

@@ -210,6 +210,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		code = writeError(w, aerr)
 		return
 	}
+	if aerr := s.faults.failRead(op, decoded); aerr != nil {
+		code = writeError(w, aerr)
+		return
+	}
 	out, err := spec.call(r.Context(), s, body)
 	if err != nil {
 		aerr, ok := err.(*apiError)
@@ -255,6 +259,9 @@ type Faults struct {
 	// RateLimits are token buckets per operation; "*" applies to every
 	// operation without its own.
 	RateLimits map[string]RateLimit `json:"rateLimits"`
+	// FailReadsOf are services, as "namespace name/service name", whose
+	// DiscoverInstances calls answer 500 InternalFailure.
+	FailReadsOf []string `json:"failReadsOf,omitempty"`
 }
 
 // RateLimit is a token bucket: Rate calls per second, bursts up to Burst.

@@ -222,6 +222,7 @@ func setupMCS(mgr manager.Manager, sd *servicediscovery.Client, o Options, inSco
 		backend := cloudmap.New(sd, id.ClusterSet, id.ClusterID, "clustermap "+version.Version, log.WithName("cloudmap"))
 		watcher := cloudmap.NewWatcher(backend, view.Set, o.Watch)
 		watcher.OnSynced = view.MarkSynced
+		watcher.OnUnreadable = view.SetUnreadable
 		gate.Open(id, backend, watcher.Notify)
 		log.Info("cluster identity known; exporting and importing", "cluster", id.ClusterID, "clusterset", id.ClusterSet)
 		return watcher.Start(ctx)

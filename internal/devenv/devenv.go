@@ -31,7 +31,8 @@ const (
 )
 
 // Binaries are the tools kwokctl's binary runtime needs, all from ./bin.
-var Binaries = []string{"kwokctl", "kwok", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"}
+// clustermap itself assigns the pods' addresses (dev ipam).
+var Binaries = []string{"kwokctl", "kwok", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "clustermap"}
 
 // Options say what environment to start.
 type Options struct {
@@ -46,6 +47,9 @@ type Options struct {
 	ClusterSet string
 	// Nodes is the number of simulated nodes per cluster.
 	Nodes int
+	// IPFamily is ipv4, ipv6 or dual (the default): the families of every
+	// pod's and Service's addresses.
+	IPFamily string
 	// PortBase, when set, fixes cluster i's apiserver port at PortBase+i; keep
 	// it below kwokctl's own picks, which count down from 32767.
 	PortBase int
@@ -85,6 +89,12 @@ func (o *Options) defaults() error {
 	if o.Nodes == 0 {
 		o.Nodes = DefaultNodes
 	}
+	if o.Nodes < 1 || o.Nodes > MaxNodes {
+		return fmt.Errorf("--nodes must be between 1 and %d, got %d", MaxNodes, o.Nodes)
+	}
+	if o.IPFamily == "" {
+		o.IPFamily = DualStack
+	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -110,7 +120,7 @@ func CheckBinaries(binDir string) error {
 	for _, b := range Binaries {
 		p := filepath.Join(binDir, b)
 		if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return fmt.Errorf("%s is missing: run `make tools` in the clustermap checkout (or pass the directory holding it)", p)
+			return fmt.Errorf("%s is missing: run `make tools build` in the clustermap checkout (or pass the directory holding it)", p)
 		}
 	}
 	return nil
@@ -137,7 +147,7 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	specs, err := Layout(opts.Prefix, opts.Clusters, opts.PortBase)
+	specs, err := Layout(opts.Prefix, opts.Clusters, opts.PortBase, opts.IPFamily)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +200,8 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 
 func startCluster(ctx context.Context, opts Options, s ClusterSpec) (*Cluster, error) {
 	cfgPath := filepath.Join(opts.StateDir, s.ID+".kwok.yaml")
-	if err := os.WriteFile(cfgPath, []byte(kwokConfig(s)), 0o644); err != nil {
+	kubeconfig := filepath.Join(kwokClusterDir(opts.StateDir, s.KwokName), "kubeconfig.yaml")
+	if err := os.WriteFile(cfgPath, []byte(kwokConfig(s, filepath.Join(opts.BinDir, "clustermap"), kubeconfig)), 0o644); err != nil {
 		return nil, err
 	}
 	args := []string{"create", "cluster", "--name", s.KwokName, "--runtime", "binary",
@@ -257,9 +268,12 @@ func createWatched(ctx context.Context, opts Options, s ClusterSpec, args []stri
 	return nil
 }
 
-// kwokConfig gives the apiserver its service ranges, kwok its pod range,
-// and lifts the components' client rate limits.
-func kwokConfig(s ClusterSpec) string {
+// kwokConfig gives the apiserver its service ranges, lifts the components'
+// client rate limits, runs clustermap's pod IPAM as a component of the
+// cluster (started and stopped with it), and replaces kwok's pod stages by
+// ones that wait for the IPAM's addresses: kwok's own allocator is
+// IPv4-only and reuses addresses at once.
+func kwokConfig(s ClusterSpec, clustermap, kubeconfig string) string {
 	return fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
 options:
@@ -275,12 +289,77 @@ componentsPatches:
   extraArgs:
   - key: service-cluster-ip-range
     value: %[1]s
+components:
+- name: clustermap-ipam
+  links: [kube-apiserver]
+  binary: %[2]s
+  args: [dev, ipam, --kubeconfig, %[3]s]
 ---
-apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  cidr: %[2]s
-`, strings.Join(s.ServiceCIDRs, ","), s.PodCIDR)
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.podIP'
+      operator: 'Exists'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Pending']
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Initialized
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: ContainersReady
+      {{ range .spec.readinessGates }}
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: {{ .conditionType | Quote }}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+  next:
+    finalizers:
+      empty: true
+    delete: true
+`, strings.Join(s.ServiceCIDRs, ","), clustermap, kubeconfig)
 }
 
 func kwokWorkdir(stateDir string) string { return filepath.Join(stateDir, "kwok") }

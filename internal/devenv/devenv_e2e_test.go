@@ -2,6 +2,7 @@ package devenv_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -54,18 +55,29 @@ func TestThreeClustersServeEndpointSlices(t *testing.T) {
 				}
 				svcIPs[ip] = c.ID
 			}
-			for _, ip := range waitEndpoints(ctx, t, cl, 3) {
-				if !netip.MustParsePrefix(c.PodCIDR).Contains(netip.MustParseAddr(ip)) {
-					t.Errorf("%s: pod IP %s outside %s", c.ID, ip, c.PodCIDR)
-				}
+			if len(svc.Spec.ClusterIPs) != 2 {
+				t.Errorf("%s: a PreferDualStack Service got %v", c.ID, svc.Spec.ClusterIPs)
+			}
+			// One endpoint per pod and family: 3 IPv4 and 3 IPv6 addresses.
+			for _, ip := range waitEndpoints(ctx, t, cl, 6) {
 				if other, dup := podIPs[ip]; dup {
 					t.Errorf("pod IP %s in %s and %s", ip, other, c.ID)
 				}
 				podIPs[ip] = c.ID
 			}
+			pods := &corev1.PodList{}
+			if err := cl.List(ctx, pods, client.InNamespace("default")); err != nil {
+				t.Fatal(err)
+			}
+			nodes := nodeCIDRs(ctx, t, cl)
+			for _, p := range pods.Items {
+				if err := checkPodIPs(c, &p, nodes[p.Spec.NodeName]); err != nil {
+					t.Error(err)
+				}
+			}
 		}
-		if len(podIPs) != 9 {
-			t.Errorf("want 9 distinct pod IPs over 3 clusters, got %d", len(podIPs))
+		if len(podIPs) != 18 {
+			t.Errorf("want 18 distinct pod IPs over 3 clusters, got %d", len(podIPs))
 		}
 	})
 	// The subtest's cleanup has stopped the clusters by now.
@@ -133,8 +145,9 @@ func deployWeb(ctx context.Context, t *testing.T, cl client.Client) *corev1.Serv
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
 		Spec: corev1.ServiceSpec{
-			Selector: labels,
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			Selector:       labels,
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
+			Ports:          []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
 		},
 	}
 	for _, o := range []client.Object{dep, svc} {
@@ -142,7 +155,40 @@ func deployWeb(ctx context.Context, t *testing.T, cl client.Client) *corev1.Serv
 			t.Fatal(err)
 		}
 	}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
+		t.Fatal(err)
+	}
 	return svc
+}
+
+// nodeCIDRs maps each node to its pod ranges.
+func nodeCIDRs(ctx context.Context, t *testing.T, cl client.Client) map[string][]netip.Prefix {
+	nodes := &corev1.NodeList{}
+	if err := cl.List(ctx, nodes); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]netip.Prefix{}
+	for _, n := range nodes.Items {
+		for _, c := range n.Spec.PodCIDRs {
+			out[n.Name] = append(out[n.Name], netip.MustParsePrefix(c))
+		}
+	}
+	return out
+}
+
+// checkPodIPs: a running pod has one address per family of its cluster, each
+// in its node's range of that family, and none is the network address.
+func checkPodIPs(c *devenv.Cluster, p *corev1.Pod, ranges []netip.Prefix) error {
+	if len(p.Status.PodIPs) != len(c.PodCIDRs) || len(ranges) != len(c.PodCIDRs) || p.Status.PodIP != p.Status.PodIPs[0].IP {
+		return fmt.Errorf("%s: pod %s has podIP %q podIPs %v (node ranges %v), want one per family of %v", c.ID, p.Name, p.Status.PodIP, p.Status.PodIPs, ranges, c.PodCIDRs)
+	}
+	for i, ip := range p.Status.PodIPs {
+		a := netip.MustParseAddr(ip.IP)
+		if !ranges[i].Contains(a) || a == ranges[i].Addr() {
+			return fmt.Errorf("%s: pod %s address %s not a host address of its node's range %s", c.ID, p.Name, a, ranges[i])
+		}
+	}
+	return nil
 }
 
 // waitEndpoints waits for the Service's EndpointSlices to list n ready pod IPs.

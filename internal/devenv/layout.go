@@ -2,10 +2,22 @@ package devenv
 
 import (
 	"fmt"
+	"net/netip"
 )
 
 // MaxClusters bounds N so that every cluster's CIDRs stay distinct.
 const MaxClusters = 50
+
+// MaxNodes bounds the nodes of a cluster: node i gets the i-th /24 (IPv4)
+// and /64 (IPv6) of its cluster's pod ranges.
+const MaxNodes = 255
+
+// IP families of an environment's clusters.
+const (
+	IPv4      = "ipv4"
+	IPv6      = "ipv6"
+	DualStack = "dual"
+)
 
 // ClusterSpec is what one local cluster is to be: its identity and the
 // address ranges that keep it apart from its siblings.
@@ -16,9 +28,10 @@ type ClusterSpec struct {
 	// KwokName is kwokctl's name for the cluster; it carries a prefix so that
 	// several environments (a demo and tests) can share a machine.
 	KwokName string `json:"kwokName"`
-	// PodCIDR is the range kwok assigns pod IPs from.
-	PodCIDR string `json:"podCIDR"`
-	// ServiceCIDRs are the apiserver's service ranges, IPv4 then IPv6.
+	// PodCIDRs are the cluster's pod ranges, IPv4 first; each node gets its
+	// own slice of each (NodePodCIDRs).
+	PodCIDRs []string `json:"podCIDRs"`
+	// ServiceCIDRs are the apiserver's service ranges, IPv4 first.
 	ServiceCIDRs []string `json:"serviceCIDRs"`
 	// APIServerPort is fixed when the environment has a port base, else 0
 	// (kwokctl picks a free one).
@@ -26,21 +39,30 @@ type ClusterSpec struct {
 }
 
 // Layout computes the clusters of an environment. Cluster i (from 1) gets
-// pods from 10.(100+i).0.0/16 and services from 10.(200+i).0.0/16 and
-// fd00:10:(200+i)::/108, so no two clusters share an address.
-func Layout(prefix string, n, portBase int) ([]ClusterSpec, error) {
+// pods from 10.(100+i).0.0/16 and fd00:10:(100+i)::/56 and services from
+// 10.(200+i).0.0/16 and fd00:10:(200+i)::/108, those of the chosen
+// families, so no two clusters share an address.
+func Layout(prefix string, n, portBase int, family string) ([]ClusterSpec, error) {
 	if n < 1 || n > MaxClusters {
 		return nil, fmt.Errorf("--clusters must be between 1 and %d, got %d", MaxClusters, n)
 	}
 	if prefix == "" {
 		return nil, fmt.Errorf("an environment needs a name prefix")
 	}
+	v4, v6 := family == IPv4 || family == DualStack, family == IPv6 || family == DualStack
+	if !v4 && !v6 {
+		return nil, fmt.Errorf("--ip-family must be %s, %s or %s, got %q", IPv4, IPv6, DualStack, family)
+	}
 	specs := make([]ClusterSpec, n)
 	for i := 1; i <= n; i++ {
-		s := ClusterSpec{
-			ID:           fmt.Sprintf("cluster-%d", i),
-			PodCIDR:      fmt.Sprintf("10.%d.0.0/16", 100+i),
-			ServiceCIDRs: []string{fmt.Sprintf("10.%d.0.0/16", 200+i), fmt.Sprintf("fd00:10:%d::/108", 200+i)},
+		s := ClusterSpec{ID: fmt.Sprintf("cluster-%d", i)}
+		if v4 {
+			s.PodCIDRs = append(s.PodCIDRs, fmt.Sprintf("10.%d.0.0/16", 100+i))
+			s.ServiceCIDRs = append(s.ServiceCIDRs, fmt.Sprintf("10.%d.0.0/16", 200+i))
+		}
+		if v6 {
+			s.PodCIDRs = append(s.PodCIDRs, fmt.Sprintf("fd00:10:%d::/56", 100+i))
+			s.ServiceCIDRs = append(s.ServiceCIDRs, fmt.Sprintf("fd00:10:%d::/108", 200+i))
 		}
 		s.KwokName = prefix + "-" + s.ID
 		if portBase > 0 {
@@ -49,4 +71,19 @@ func Layout(prefix string, n, portBase int) ([]ClusterSpec, error) {
 		specs[i-1] = s
 	}
 	return specs, nil
+}
+
+// NodePodCIDRs are node n's (1..MaxNodes) slices of the cluster's pod
+// ranges, 8 bits longer than the range, as a real cluster's node IPAM hands
+// them out: 10.101.n.0/24, fd00:10:101:n::/64.
+func (s ClusterSpec) NodePodCIDRs(n int) []string {
+	var out []string
+	for _, c := range s.PodCIDRs {
+		p := netip.MustParsePrefix(c)
+		b := p.Addr().AsSlice()
+		b[p.Bits()/8] = byte(n)
+		a, _ := netip.AddrFromSlice(b)
+		out = append(out, netip.PrefixFrom(a, p.Bits()+8).String())
+	}
+	return out
 }

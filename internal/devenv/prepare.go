@@ -72,7 +72,7 @@ func prepare(ctx context.Context, c *Cluster, opts Options) error {
 		}
 	}
 	for i := 1; i <= opts.Nodes; i++ {
-		if err := cl.Create(ctx, fakeNode(fmt.Sprintf("%s-node-%d", c.ID, i))); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := cl.Create(ctx, fakeNode(fmt.Sprintf("%s-node-%d", c.ID, i), c.NodePodCIDRs(i))); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
@@ -106,13 +106,17 @@ func prepare(ctx context.Context, c *Cluster, opts Options) error {
 	})
 }
 
-// fakeNode is a node kwok simulates (it manages nodes with this annotation).
-func fakeNode(name string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name:        name,
-		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
-		Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
-	}}
+// fakeNode is a node kwok simulates (it manages nodes with this
+// annotation), with its own pod ranges: the IPAM assigns from them.
+func fakeNode(name string, podCIDRs []string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+			Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+		},
+		Spec: corev1.NodeSpec{PodCIDR: podCIDRs[0], PodCIDRs: podCIDRs},
+	}
 }
 
 // InstallCRDs creates the CRDs of config/crd and waits until they are served.

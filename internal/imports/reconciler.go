@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,9 @@ import (
 type View struct {
 	mu      sync.RWMutex
 	exports map[registry.Key][]registry.Export
+	// unreadable are services whose last read failed: their imports stay
+	// as they are.
+	unreadable map[registry.Key]bool
 	events  chan event.GenericEvent
 	// synced is set once the whole registry was read: before that an
 	// empty view means "not read yet", not "exported nowhere".
@@ -48,12 +52,27 @@ func (v *View) MarkSynced() { v.synced.Store(true) }
 
 // NewView makes an empty view.
 func NewView() *View {
-	return &View{exports: map[registry.Key][]registry.Export{}, events: make(chan event.GenericEvent, 4096)}
+	return &View{exports: map[registry.Key][]registry.Export{}, unreadable: map[registry.Key]bool{}, events: make(chan event.GenericEvent, 4096)}
+}
+
+// SetUnreadable says a service could not be read: nothing of its import is
+// changed or removed until Set says what it is.
+func (v *View) SetUnreadable(key registry.Key) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.unreadable[key] = true
+}
+
+func (v *View) isUnreadable(key registry.Key) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.unreadable[key]
 }
 
 // Set records a service's exports (none: not exported anywhere).
 func (v *View) Set(key registry.Key, exports []registry.Export) {
 	v.mu.Lock()
+	delete(v.unreadable, key)
 	if len(exports) == 0 {
 		delete(v.exports, key)
 	} else {
@@ -90,6 +109,10 @@ type Reconciler struct {
 	View       *View
 	Recorder   record.EventRecorder
 	Namespaces func(string) bool
+
+	// invalidSaid remembers, per import, the skipped records last reported,
+	// so that each is said once, not at every reconcile.
+	invalidSaid sync.Map
 }
 
 // SetupWithManager reconciles on view changes, on changes to what we
@@ -150,6 +173,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// as after a restart.
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
+	if r.View.isUnreadable(key) {
+		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
+	}
 	exports := r.View.Get(key)
 	if len(exports) == 0 {
 		return reconcile.Result{}, r.remove(ctx, key)
@@ -161,6 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	r.reportInvalid(si, key, m.Exports)
 	var ips []string
 	if d.Service != nil {
 		svc, err := r.applyService(ctx, si, d.Service)
@@ -318,6 +345,25 @@ func (r *Reconciler) deleteDerived(ctx context.Context, key registry.Key) error 
 		return nil
 	}
 	return client.IgnoreNotFound(r.Client.Delete(ctx, svc))
+}
+
+// reportInvalid says, with a Warning Event on the import, which registry
+// records were skipped: the valid endpoints import without them.
+func (r *Reconciler) reportInvalid(si *mcsv1beta1.ServiceImport, key registry.Key, exports []registry.Export) {
+	var msgs []string
+	for _, e := range exports {
+		for _, inv := range e.Invalid {
+			msgs = append(msgs, fmt.Sprintf("cluster %s exports a record that was skipped: instance %s: %s (fix or deregister that instance)", e.Cluster, inv.ID, inv.Reason))
+		}
+	}
+	sig := strings.Join(msgs, "\n")
+	if old, _ := r.invalidSaid.Load(key); old == sig || (old == nil && sig == "") {
+		return
+	}
+	r.invalidSaid.Store(key, sig)
+	for _, m := range msgs {
+		r.Recorder.Event(si, corev1.EventTypeWarning, "InvalidRecord", m)
+	}
 }
 
 // reportConflicts sets the Conflict condition on this cluster's export of

@@ -5,6 +5,7 @@
 package merge
 
 import (
+	"maps"
 	"reflect"
 	"sort"
 	"strings"
@@ -74,6 +75,8 @@ func Merge(exports []registry.Export) Result {
 		}
 	}
 
+	// Ports are unioned; any difference between the exports' port sets is
+	// a conflict, also a port one cluster has and another lacks.
 	var ports []mcsv1beta1.ServicePort
 	for _, e := range ex {
 		for _, p := range e.Ports {
@@ -82,6 +85,14 @@ func Merge(exports []registry.Export) Result {
 			} else if !reflect.DeepEqual(ports[i], p) {
 				conflicts[mcsv1beta1.ServiceExportReasonPortConflict] = true
 			}
+		}
+	}
+	for _, e := range ex {
+		if e.Foreign && len(e.Ports) == 0 {
+			continue // the AWS controller's export without endpoints says nothing of its ports
+		}
+		if len(e.Ports) != len(ports) {
+			conflicts[mcsv1beta1.ServiceExportReasonPortConflict] = true
 		}
 	}
 	sort.Slice(ports, func(i, j int) bool {
@@ -119,12 +130,16 @@ func Merge(exports []registry.Export) Result {
 			check(mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict, e.InternalTrafficPolicy, w.InternalTrafficPolicy)
 			check(mcsv1beta1.ServiceExportReasonTrafficDistributionConflict, e.TrafficDistribution, w.TrafficDistribution)
 		}
-		var c bool
-		if r.Labels, c = mergeMaps(own, func(e registry.Export) map[string]string { return e.Labels }); c {
-			conflicts[mcsv1beta1.ServiceExportReasonLabelsConflict] = true
-		}
-		if r.Annotations, c = mergeMaps(own, func(e registry.Export) map[string]string { return e.Annotations }); c {
-			conflicts[mcsv1beta1.ServiceExportReasonAnnotationsConflict] = true
+		// Exported labels and annotations are taken whole from the oldest
+		// export, never unioned.
+		r.Labels, r.Annotations = maps.Clone(w.Labels), maps.Clone(w.Annotations)
+		for _, e := range own[1:] {
+			if !maps.Equal(e.Labels, w.Labels) {
+				conflicts[mcsv1beta1.ServiceExportReasonLabelsConflict] = true
+			}
+			if !maps.Equal(e.Annotations, w.Annotations) {
+				conflicts[mcsv1beta1.ServiceExportReasonAnnotationsConflict] = true
+			}
 		}
 	}
 	if r.Spec.SessionAffinity == "" {
@@ -162,24 +177,4 @@ func samePort(ports []mcsv1beta1.ServicePort, p mcsv1beta1.ServicePort) int {
 		}
 	}
 	return -1
-}
-
-// mergeMaps unions the maps, the oldest export's value winning a key the
-// exports disagree on (a conflict).
-func mergeMaps(ex []registry.Export, get func(registry.Export) map[string]string) (map[string]string, bool) {
-	var out map[string]string
-	conflict := false
-	for _, e := range ex {
-		for k, v := range get(e) {
-			if out == nil {
-				out = map[string]string{}
-			}
-			if old, ok := out[k]; !ok {
-				out[k] = v
-			} else if old != v {
-				conflict = true
-			}
-		}
-	}
-	return out, conflict
 }

@@ -42,9 +42,16 @@ func TestMerge(t *testing.T) {
 					t.Errorf("clusters %v, oldest first %s", r.Clusters(), r.Exports[0].Cluster)
 				}
 			}},
-		{name: "ports are unioned", exports: []registry.Export{export("c1", 1, nil), export("c2", 2, func(e *registry.Export) {
+		{name: "ports are unioned, and differing port sets are a conflict", exports: []registry.Export{export("c1", 1, nil), export("c2", 2, func(e *registry.Export) {
 			e.Ports = append(e.Ports, mcsv1beta1.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53})
-		})}, wantType: mcsv1beta1.ClusterSetIP, wantPorts: []int32{53, 80}, conflicts: "NoConflicts"},
+		})}, wantType: mcsv1beta1.ClusterSetIP, wantPorts: []int32{53, 80}, conflicts: "PortConflict"},
+		{name: "the same ports in another order agree", exports: []registry.Export{
+			export("c1", 1, func(e *registry.Export) {
+				e.Ports = []mcsv1beta1.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}, e.Ports[0]}
+			}),
+			export("c2", 2, func(e *registry.Export) {
+				e.Ports = append(e.Ports, mcsv1beta1.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53})
+			})}, wantType: mcsv1beta1.ClusterSetIP, wantPorts: []int32{53, 80}, conflicts: "NoConflicts"},
 		{name: "a port defined differently goes to the oldest", exports: []registry.Export{
 			export("young", 1, func(e *registry.Export) { e.Ports[0].Port = 8080 }), export("old", 5, nil)},
 			wantType: mcsv1beta1.ClusterSetIP, wantPorts: []int32{80}, conflicts: "PortConflict"},
@@ -67,8 +74,17 @@ func TestMerge(t *testing.T) {
 				if r.Spec.SessionAffinity != corev1.ServiceAffinityNone || r.Spec.InternalTrafficPolicy != nil {
 					t.Errorf("the oldest export's properties should win: %+v", r.Spec)
 				}
-				if !reflect.DeepEqual(r.Labels, map[string]string{"team": "a", "extra": "1"}) {
-					t.Errorf("labels: %v", r.Labels)
+				if !reflect.DeepEqual(r.Labels, map[string]string{"team": "a"}) {
+					t.Errorf("labels are the oldest export's, not a union: %v", r.Labels)
+				}
+			}},
+		{name: "exported annotations: the oldest's set, a key only one export has is a conflict", exports: []registry.Export{
+			export("young", 1, func(e *registry.Export) { e.Annotations = map[string]string{"a": "1", "b": "2"} }),
+			export("old", 5, func(e *registry.Export) { e.Annotations = map[string]string{"a": "1"} })},
+			wantType: mcsv1beta1.ClusterSetIP, wantPorts: []int32{80}, conflicts: "AnnotationsConflict",
+			check: func(t *testing.T, r Result) {
+				if !reflect.DeepEqual(r.Annotations, map[string]string{"a": "1"}) || r.Labels != nil {
+					t.Errorf("annotations %v labels %v", r.Annotations, r.Labels)
 				}
 			}},
 		{name: "an export of the AWS controller has no opinion on service properties", exports: []registry.Export{

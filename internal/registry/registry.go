@@ -38,6 +38,14 @@ type Export struct {
 	// Map MCS controller), whose service-level fields are derived from its
 	// endpoint records.
 	Foreign bool
+	// Invalid lists the registry records of this export that were skipped
+	// because they do not decode to a valid endpoint or service.
+	Invalid []InvalidRecord
+}
+
+// InvalidRecord is a registry record that was skipped, and why.
+type InvalidRecord struct {
+	ID, Reason string
 }
 
 // Endpoint is one address and port of an exported service; the registry

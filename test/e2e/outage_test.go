@@ -1,11 +1,18 @@
 package e2e
 
 import (
+	"context"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
 
 const faultDuration = 60 * time.Second
@@ -81,5 +88,38 @@ func TestRestartDuringOutageKeepsImports(t *testing.T) {
 	}
 	w.cm.SetFaults(cloudmaplocal.Faults{})
 	scale(t, w.clients[0], ns, name, 3)
-	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", waitPods(t, w.clients[0], ns, name, 3))
+	ips = waitPods(t, w.clients[0], ns, name, 3)
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
+
+	// One service whose reads keep failing through a restart: its imports
+	// stay as they are, and block neither the first sync nor other imports.
+	stop()
+	w.cm.SetFaults(cloudmaplocal.Faults{FailReadsOf: []string{ns + "/" + name}})
+	stop = w.startControllers(t, nil)
+	fresh := w.exportApp(t, ns, "fresh", 2)
+	scale(t, w.clients[0], ns, name, 1)
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+		for i, cl := range w.clients {
+			if slices, err := importSlices(cl, ns, name); err != nil || !reflect.DeepEqual(readyIPs(slices), ips) {
+				t.Fatalf("%s's import of the unreadable service changed: %v %v", w.env.Clusters[i].ID, readyIPs(slices), err)
+			}
+		}
+	}
+	w.cm.SetFaults(cloudmaplocal.Faults{})
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", waitPods(t, w.clients[0], ns, name, 1))
+
+	// A record that decodes to no valid endpoint is skipped with a Warning
+	// Event naming its cluster and instance; the valid endpoints import.
+	c := w.cloudMap(t)
+	out, err := c.RegisterInstance(context.Background(), &sd.RegisterInstanceInput{
+		ServiceId: aws.String(w.serviceID(t, c, ns, "fresh")), InstanceId: aws.String("bad-record"),
+		Attributes: map[string]string{cloudmap.AttrIPv4: "10.9.9.9", cloudmap.AttrPort: "8080", cloudmap.AttrHostname: "Not_A_Label",
+			cloudmap.AttrClusterID: "cluster-9", cloudmap.AttrClusterSetID: devenv.DefaultClusterSet},
+	})
+	mustDo(t, err)
+	waitOp(t, c, out.OperationId)
+	w.importedEverywhere(t, importDeadline, ns, "fresh", "cluster-1,cluster-9", fresh)
+	for _, cl := range w.clients {
+		eventually(t, importDeadline, "the InvalidRecord Event", wantEvent(cl, ns, "fresh", "InvalidRecord", corev1.EventTypeWarning, "cluster cluster-9 exports a record that was skipped: instance bad-record"))
+	}
 }

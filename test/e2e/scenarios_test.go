@@ -17,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -202,6 +203,72 @@ func (w *world) conflicts(t *testing.T) {
 				return fmt.Errorf("type %s ips %v", si.Spec.Type, si.Spec.IPs)
 			}
 			return nil
+		})
+	}
+}
+
+// differingSets: port sets that differ without clashing are unioned with
+// PortConflict on both exports; exported labels and annotations come whole
+// from the oldest export, with the conflict on both; agreeing again clears it.
+func (w *world) differingSets(t *testing.T) {
+	const ns = "conflicts-sets"
+	w.allNamespaces(t, ns)
+	c1, c2 := w.clients[0], w.clients[1]
+	metrics := corev1.ServicePort{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090, TargetPort: intstr.FromInt32(9090)}
+	exportInTurn(t, ns, "ports", "True/PortConflict",
+		func() { app(t, c1, ns, "ports", 1, false, httpPort(80, 8080)) }, c1,
+		func() { app(t, c2, ns, "ports", 1, false, httpPort(80, 8080), metrics) }, c2)
+	w.eachImport(t, ns, "ports", "the union of the ports", func(si *mcsv1beta1.ServiceImport) error {
+		if len(si.Spec.Ports) != 2 || si.Spec.Ports[0].Port != 80 || si.Spec.Ports[1].Port != 9090 {
+			return fmt.Errorf("ports %+v", si.Spec.Ports)
+		}
+		return nil
+	})
+	updateService(t, c2, ns, "ports", func(s *corev1.Service) { s.Spec.Ports = s.Spec.Ports[:1] })
+	for _, cl := range []client.Client{c1, c2} {
+		eventually(t, importDeadline, "the port conflict cleared", wantCondition(cl, ns, "ports", "Conflict", "False/NoConflicts"))
+	}
+
+	setExported := func(cl client.Client, labels, annotations map[string]string) {
+		mustDo(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			se := &mcsv1beta1.ServiceExport{}
+			if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "labels"}, se); err != nil {
+				return err
+			}
+			se.Spec.ExportedLabels, se.Spec.ExportedAnnotations = labels, annotations
+			return cl.Update(context.Background(), se)
+		}))
+	}
+	exportInTurn(t, ns, "labels", "False/NoConflicts",
+		func() { app(t, c1, ns, "labels", 1, false, httpPort(80, 8080)) }, c1,
+		func() { app(t, c2, ns, "labels", 1, false, httpPort(80, 8080)) }, c2)
+	setExported(c1, map[string]string{"team": "a"}, map[string]string{"note": "old"})
+	setExported(c2, map[string]string{"team": "b", "extra": "1"}, map[string]string{"note": "old", "more": "x"})
+	for _, cl := range []client.Client{c1, c2} {
+		eventually(t, importDeadline, "the label conflict", wantCondition(cl, ns, "labels", "Conflict", "True/LabelsConflict,AnnotationsConflict"))
+	}
+	w.eachImport(t, ns, "labels", "the oldest export's labels and annotations only", func(si *mcsv1beta1.ServiceImport) error {
+		if si.Labels["team"] != "a" || si.Labels["extra"] != "" || si.Annotations["note"] != "old" || si.Annotations["more"] != "" {
+			return fmt.Errorf("labels %v annotations %v", si.Labels, si.Annotations)
+		}
+		return nil
+	})
+	setExported(c2, map[string]string{"team": "a"}, map[string]string{"note": "old"})
+	for _, cl := range []client.Client{c1, c2} {
+		eventually(t, importDeadline, "the label conflict cleared", wantCondition(cl, ns, "labels", "Conflict", "False/NoConflicts"))
+	}
+}
+
+// eachImport waits until every cluster's import passes check.
+func (w *world) eachImport(t *testing.T, ns, name, what string, check func(*mcsv1beta1.ServiceImport) error) {
+	t.Helper()
+	for i, cl := range w.clients {
+		eventually(t, importDeadline, what+" in "+w.env.Clusters[i].ID, func() error {
+			si, err := getImport(cl, ns, name)
+			if err != nil {
+				return err
+			}
+			return check(si)
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/registry"
@@ -229,19 +231,24 @@ func Decode(key registry.Key, instances []Instance) []registry.Export {
 			e.Type = mcsv1beta1.ServiceImportType(a[AttrServiceType])
 		}
 		if a[AttrRecord] == recordValue {
-			decodeRecord(e, a)
+			if err := decodeRecord(e, a); err != nil {
+				e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
+			}
 			continue
 		}
-		ep, ok := decodeEndpoint(a)
-		if ok {
-			e.Endpoints = append(e.Endpoints, ep)
+		ep, err := decodeEndpoint(a)
+		if err != nil {
+			e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
+			continue
 		}
+		e.Endpoints = append(e.Endpoints, ep)
 	}
 	out := make([]registry.Export, 0, len(byCluster))
 	for _, e := range byCluster {
-		if e.Foreign {
+		if e.Foreign || e.Ports == nil {
 			e.Ports = portsOf(e.Endpoints)
 		}
+		sort.Slice(e.Invalid, func(i, j int) bool { return e.Invalid[i].ID < e.Invalid[j].ID })
 		sort.Slice(e.Endpoints, func(i, j int) bool {
 			a, b := e.Endpoints[i], e.Endpoints[j]
 			if a.IP != b.IP {
@@ -255,9 +262,15 @@ func Decode(key registry.Key, instances []Instance) []registry.Export {
 	return out
 }
 
-func decodeRecord(e *registry.Export, a Attrs) {
+// decodeRecord reads a service record; what does not decode is left out
+// (ports then come from the endpoint records) and reported.
+func decodeRecord(e *registry.Export, a Attrs) error {
 	e.Foreign = false
-	_ = json.Unmarshal([]byte(a[AttrServicePorts]), &e.Ports)
+	var errs []error
+	if err := json.Unmarshal([]byte(a[AttrServicePorts]), &e.Ports); err != nil {
+		e.Ports = nil
+		errs = append(errs, fmt.Errorf("%s: %w", AttrServicePorts, err))
+	}
 	e.SessionAffinity = corev1.ServiceAffinity(a[AttrSessionAffinity])
 	if t, err := strconv.Atoi(a[AttrSessionAffinityTime]); err == nil {
 		sec := int32(t)
@@ -276,23 +289,41 @@ func decodeRecord(e *registry.Export, a Attrs) {
 		e.TrafficDistribution = &v
 	}
 	if v := a[AttrExportedLabels]; v != "" {
-		_ = json.Unmarshal([]byte(v), &e.Labels)
+		if err := json.Unmarshal([]byte(v), &e.Labels); err != nil {
+			e.Labels = nil
+			errs = append(errs, fmt.Errorf("%s: %w", AttrExportedLabels, err))
+		}
 	}
 	if v := a[AttrExportedAnnotations]; v != "" {
-		_ = json.Unmarshal([]byte(v), &e.Annotations)
+		if err := json.Unmarshal([]byte(v), &e.Annotations); err != nil {
+			e.Annotations = nil
+			errs = append(errs, fmt.Errorf("%s: %w", AttrExportedAnnotations, err))
+		}
 	}
+	return errors.Join(errs...)
 }
 
-func decodeEndpoint(a Attrs) (registry.Endpoint, bool) {
-	ip := a[AttrIPv4]
+// decodeEndpoint reads an endpoint record; one that Kubernetes would refuse
+// in an EndpointSlice is an error, so that it cannot fail the others' write.
+func decodeEndpoint(a Attrs) (registry.Endpoint, error) {
+	ip, fam := a[AttrIPv4], AttrIPv4
 	if ip == "" {
-		ip = a[AttrIPv6]
+		ip, fam = a[AttrIPv6], AttrIPv6
+	}
+	addr, err := netip.ParseAddr(ip)
+	if err != nil || addr.Zone() != "" || addr.Is4() != (fam == AttrIPv4) || addr.Is4In6() || addr.IsUnspecified() {
+		return registry.Endpoint{}, fmt.Errorf("%s %q is not a valid address", fam, ip)
 	}
 	port, err := strconv.Atoi(a[AttrPort])
-	if ip == "" || err != nil {
-		return registry.Endpoint{}, false
+	if err != nil || port < 1 || port > 65535 {
+		return registry.Endpoint{}, fmt.Errorf("%s %q is not a port number", AttrPort, a[AttrPort])
 	}
-	svcPort, _ := strconv.Atoi(a[AttrServicePort])
+	svcPort := 0
+	if v := a[AttrServicePort]; v != "" {
+		if svcPort, err = strconv.Atoi(v); err != nil || svcPort < 1 || svcPort > 65535 {
+			return registry.Endpoint{}, fmt.Errorf("%s %q is not a port number", AttrServicePort, v)
+		}
+	}
 	proto := corev1.Protocol(a[AttrEndpointProtocol])
 	if proto == "" {
 		proto = corev1.ProtocolTCP
@@ -301,12 +332,27 @@ func decodeEndpoint(a Attrs) (registry.Endpoint, bool) {
 	if svcProto == "" {
 		svcProto = proto
 	}
+	for _, p := range []corev1.Protocol{proto, svcProto} {
+		if p != corev1.ProtocolTCP && p != corev1.ProtocolUDP && p != corev1.ProtocolSCTP {
+			return registry.Endpoint{}, fmt.Errorf("protocol %q is not TCP, UDP or SCTP", p)
+		}
+	}
+	if h := a[AttrHostname]; h != "" {
+		if errs := validation.IsDNS1123Label(h); len(errs) > 0 {
+			return registry.Endpoint{}, fmt.Errorf("%s %q: %s", AttrHostname, h, strings.Join(errs, "; "))
+		}
+	}
+	if n := a[AttrEndpointPortName]; n != "" {
+		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+			return registry.Endpoint{}, fmt.Errorf("%s %q: %s", AttrEndpointPortName, n, strings.Join(errs, "; "))
+		}
+	}
 	return registry.Endpoint{
 		IP: ip, Port: int32(port), PortName: a[AttrEndpointPortName], Protocol: proto,
 		Ready: a[AttrReady] != "false", Hostname: a[AttrHostname], NodeName: a[AttrNodeName],
 		ServicePort: mcsv1beta1.ServicePort{Name: a[AttrServicePortName], Protocol: svcProto, Port: int32(svcPort)},
 		TargetPort:  a[AttrServiceTargetPort],
-	}, true
+	}, nil
 }
 
 // portsOf derives service ports from endpoint records, for exports written

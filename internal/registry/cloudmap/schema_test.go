@@ -149,3 +149,56 @@ func TestPlanChangesOnlyTheDifference(t *testing.T) {
 		t.Errorf("deregister: %v", dereg)
 	}
 }
+
+// Records that would fail an EndpointSlice or do not decode are skipped and
+// reported by id; the valid ones stay.
+func TestDecodeSkipsInvalidRecords(t *testing.T) {
+	enc, err := Encode(sampleExport("c1"), "clustermap test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var instances []Instance
+	for id, a := range enc {
+		instances = append(instances, Instance{ID: id, Attrs: a})
+	}
+	good := len(sampleExport("c1").Endpoints)
+	base := Attrs{AttrClusterID: "c1", AttrClusterSetID: "set", AttrPort: "8080", AttrIPv4: "10.0.0.9"}
+	bad := map[string]func(Attrs){
+		"bad-port":     func(a Attrs) { a[AttrPort] = "70000" },
+		"bad-address":  func(a Attrs) { a[AttrIPv4] = "10.0.0.300" },
+		"v6-as-v4":     func(a Attrs) { a[AttrIPv4] = "fd00::9" },
+		"bad-hostname": func(a Attrs) { a[AttrHostname] = "Not_A_Label" },
+		"bad-protocol": func(a Attrs) { a[AttrEndpointProtocol] = "ICMP" },
+	}
+	for id, mutate := range bad {
+		a := Attrs{}
+		for k, v := range base {
+			a[k] = v
+		}
+		mutate(a)
+		instances = append(instances, Instance{ID: id, Attrs: a})
+	}
+	for i := range instances {
+		if instances[i].Attrs[AttrRecord] == recordValue {
+			instances[i].Attrs[AttrExportedLabels] = "{not json"
+		}
+	}
+	out := Decode(registry.Key{Namespace: "ns", Name: "web"}, instances)
+	if len(out) != 1 {
+		t.Fatalf("want one export, got %d", len(out))
+	}
+	e := out[0]
+	if len(e.Endpoints) != good || e.Labels != nil || len(e.Ports) != 2 {
+		t.Errorf("endpoints %d (want %d), labels %v, ports %v", len(e.Endpoints), good, e.Labels, e.Ports)
+	}
+	var ids []string
+	for _, inv := range e.Invalid {
+		ids = append(ids, inv.ID)
+		if inv.Reason == "" {
+			t.Errorf("%s: no reason", inv.ID)
+		}
+	}
+	if len(ids) != len(bad)+1 || !strings.Contains(strings.Join(ids, ","), "bad-port") {
+		t.Errorf("invalid records %v, want the %d bad endpoints and the service record", e.Invalid, len(bad))
+	}
+}

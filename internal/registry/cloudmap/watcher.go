@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/clustermap/clustermap/internal/registry"
 )
@@ -32,6 +33,10 @@ type WatchOptions struct {
 	// then ready), and the burst's tail need not wait a whole PollInterval.
 	// Idle clusters never poll faster than PollInterval.
 	FastInterval, ActiveWindow time.Duration
+	// ConfirmAbsence is how long after a read that finds a service exported
+	// nowhere a second read must confirm it before its imports go: Cloud
+	// Map's reads are eventually consistent.
+	ConfirmAbsence time.Duration
 }
 
 func (o *WatchOptions) defaults() {
@@ -53,6 +58,9 @@ func (o *WatchOptions) defaults() {
 	if o.ActiveWindow == 0 {
 		o.ActiveWindow = 5 * time.Second
 	}
+	if o.ConfirmAbsence == 0 {
+		o.ConfirmAbsence = 5 * time.Second
+	}
 }
 
 // Watcher turns Cloud Map changes into Sink calls.
@@ -60,19 +68,27 @@ type Watcher struct {
 	b    *Backend
 	sink Sink
 	opts WatchOptions
-	// OnSynced, when set, is called once: after the first complete read of
-	// every service.
+	// OnSynced, when set, is called once: after the first listing, once
+	// every service was read or its read failed.
 	OnSynced func()
+	// OnUnreadable, when set, hears of a service whose read failed: what
+	// this cluster imports of it must stay as it is until a read succeeds.
+	OnUnreadable func(registry.Key)
 
-	notify    chan registry.Key
-	dirty     map[registry.Key]bool
-	seen      map[string]time.Time // operation ids already handled
-	revisions map[registry.Key]int64
-	exported  map[registry.Key]bool // keys the sink last heard exports for
-	lastPoll  time.Time
-	lastFull  time.Time // last poll with the whole overlap
-	lastSeen  time.Time // last poll that found a change
-	synced    bool
+	notify chan registry.Key
+	// dirty holds the services to read, each with the time before which
+	// not to: a read that fails backs off per service.
+	dirty      map[registry.Key]time.Time
+	backoff    workqueue.TypedRateLimiter[registry.Key]
+	absent     map[registry.Key]time.Time // first read that found an exported service gone
+	unreadable map[registry.Key]bool
+	seen       map[string]time.Time // operation ids already handled
+	revisions  map[registry.Key]int64
+	exported   map[registry.Key]bool // keys the sink last heard exports for
+	lastPoll   time.Time
+	lastFull   time.Time // last poll with the whole overlap
+	lastSeen   time.Time // last poll that found a change
+	synced     bool
 }
 
 // NewWatcher watches the clusterset of a backend.
@@ -80,8 +96,9 @@ func NewWatcher(b *Backend, sink Sink, opts WatchOptions) *Watcher {
 	opts.defaults()
 	return &Watcher{
 		b: b, sink: sink, opts: opts, notify: make(chan registry.Key, 1024),
-		dirty: map[registry.Key]bool{}, seen: map[string]time.Time{}, revisions: map[registry.Key]int64{},
-		exported: map[registry.Key]bool{},
+		dirty: map[registry.Key]time.Time{}, seen: map[string]time.Time{}, revisions: map[registry.Key]int64{},
+		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
+		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
 	}
 }
 
@@ -115,7 +132,9 @@ func (w *Watcher) Start(ctx context.Context) error {
 			}
 		}
 		w.fetchDirty(ctx)
-		if w.synced && len(w.dirty) == 0 && w.OnSynced != nil {
+		// Every service was tried once: those whose read failed are
+		// unreadable, not gone, and block no other import.
+		if w.synced && w.OnSynced != nil {
 			w.OnSynced()
 			w.OnSynced = nil
 		}
@@ -128,7 +147,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 			return nil
 		case <-time.After(wait):
 		case key := <-w.notify:
-			w.dirty[key] = true
+			w.dirty[key] = time.Time{}
 		}
 	}
 }
@@ -147,9 +166,8 @@ func (w *Watcher) list(ctx context.Context, all bool) error {
 		}
 		for _, ns := range page.Namespaces {
 			nsName, nsID := aws.ToString(ns.Name), aws.ToString(ns.Id)
-			if aws.ToInt32(ns.ServiceCount) == 0 {
-				continue
-			}
+			// ServiceCount is not consulted: it lags, and a namespace
+			// skipped would make its services look gone.
 			w.b.mu.Lock()
 			w.b.namespaces[nsName] = nsID
 			w.b.mu.Unlock()
@@ -166,15 +184,17 @@ func (w *Watcher) list(ctx context.Context, all bool) error {
 					w.b.remember(key, aws.ToString(s.Id))
 					listed[key] = true
 					if all {
-						w.dirty[key] = true
+						w.dirty[key] = time.Time{}
 					}
 				}
 			}
 		}
 	}
+	// A service missing from the listing is read again: only reads that
+	// confirm its absence remove its imports.
 	for key := range w.exported {
-		if !listed[key] {
-			w.report(key, nil)
+		if _, pending := w.dirty[key]; !listed[key] && !pending {
+			w.dirty[key] = time.Time{}
 		}
 	}
 	return nil
@@ -186,8 +206,8 @@ func (w *Watcher) sweep(ctx context.Context) {
 		out, err := w.b.c.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
 			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name),
 		})
-		if err != nil || aws.ToInt64(out.InstancesRevision) != rev {
-			w.dirty[key] = true
+		if _, pending := w.dirty[key]; !pending && (err != nil || aws.ToInt64(out.InstancesRevision) != rev) {
+			w.dirty[key] = time.Time{}
 		}
 	}
 }
@@ -230,7 +250,7 @@ func (w *Watcher) pollOperations(ctx context.Context) error {
 			w.seen[id] = now
 			w.lastSeen = now
 			if key != (registry.Key{}) {
-				w.dirty[key] = true
+				w.dirty[key] = time.Time{}
 			}
 		}
 	}
@@ -238,7 +258,9 @@ func (w *Watcher) pollOperations(ctx context.Context) error {
 		// Polls failed for longer than the overlap: changes may have been
 		// missed, so read every known service again.
 		for key := range w.revisions {
-			w.dirty[key] = true
+			if _, pending := w.dirty[key]; !pending {
+				w.dirty[key] = time.Time{}
+			}
 		}
 	}
 	w.lastPoll = now
@@ -295,14 +317,44 @@ func (w *Watcher) operationKey(ctx context.Context, opID string) (registry.Key, 
 	return key, nil
 }
 
-// fetchDirty reads the services marked changed; a failed read stays marked.
+// fetchDirty reads the services marked changed whose time has come. A
+// failed read is retried with a backoff of its own; a read that finds an
+// exported service gone is confirmed by another ConfirmAbsence later.
 func (w *Watcher) fetchDirty(ctx context.Context) {
-	for key := range w.dirty {
-		exports, rev, err := w.fetch(ctx, key)
-		if err != nil {
-			w.b.log.Error(err, "reading a Cloud Map service failed; its import stays as it is", "service", key.String())
+	now := time.Now()
+	for key, notBefore := range w.dirty {
+		if now.Before(notBefore) {
 			continue
 		}
+		exports, rev, err := w.fetch(ctx, key)
+		if err != nil {
+			retry := w.backoff.When(key)
+			w.dirty[key] = now.Add(retry)
+			w.b.log.Error(err, "reading a Cloud Map service failed; its import stays as it is", "service", key.String(), "retryIn", retry)
+			if w.OnUnreadable != nil {
+				w.OnUnreadable(key)
+			}
+			w.unreadable[key] = true
+			continue
+		}
+		w.backoff.Forget(key)
+		if len(exports) == 0 && w.exported[key] {
+			first, seen := w.absent[key]
+			if !seen {
+				first = now
+				w.absent[key] = now
+			}
+			if now.Sub(first) < w.opts.ConfirmAbsence {
+				w.dirty[key] = first.Add(w.opts.ConfirmAbsence)
+				continue
+			}
+		}
+		if w.unreadable[key] {
+			// The sink must hear the answer, whatever it is.
+			delete(w.unreadable, key)
+			w.exported[key] = true
+		}
+		delete(w.absent, key)
 		delete(w.dirty, key)
 		if exports == nil {
 			delete(w.revisions, key)
