@@ -56,7 +56,29 @@ func (s *Server) complete(op *operationRec) {
 	op.Pending = nil
 	op.DueAt = time.Time{}
 	op.UpdateDate = time.Now()
+	s.finished = append(s.finished, op.Id)
+	s.prune()
 	s.changed()
+}
+
+// prune forgets the oldest finished operations past MaxOperations, and
+// the idempotency keys that named them; in batches of a tenth, so that the
+// copy is paid once per many operations. Callers hold s.mu.
+func (s *Server) prune() {
+	if len(s.finished) <= s.opts.MaxOperations+s.opts.MaxOperations/10 {
+		return
+	}
+	n := len(s.finished) - s.opts.MaxOperations
+	for _, id := range s.finished[:n] {
+		if op := s.st.Operations[id]; op != nil {
+			delete(s.st.Operations, id)
+			if op.CreatorKey != "" && s.st.Creators[op.CreatorKey] == id {
+				delete(s.st.Creators, op.CreatorKey)
+			}
+		}
+	}
+	// A fresh array, so that the pruned ids do not stay referenced.
+	s.finished = append([]string(nil), s.finished[n:]...)
 }
 
 func (s *Server) apply(op *operationRec) *apiError {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +32,10 @@ type Options struct {
 	// Quotas the service lets accounts raise.
 	MaxNamespaces            int
 	MaxInstancesPerNamespace int
+	// MaxOperations bounds the finished operations kept (oldest go first),
+	// so that memory, ListOperations and the snapshot stay flat; default
+	// 10,000, enough for any UPDATE_DATE window a poller reads.
+	MaxOperations int
 	// Credentials, when set, turn on SigV4 checking: access key -> secret.
 	Credentials map[string]string
 	Faults      Faults
@@ -61,6 +66,9 @@ type Server struct {
 	done    chan struct{}
 	wg      sync.WaitGroup
 	timers  map[string]*time.Timer
+	// finished are the ids of finished operations, oldest first: pruned
+	// past MaxOperations.
+	finished []string
 }
 
 // New loads any saved state and starts the server's background work.
@@ -79,6 +87,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxOperations == 0 {
+		opts.MaxOperations = 10000
 	}
 	st := newState()
 	if opts.DataDir != "" {
@@ -102,8 +113,14 @@ func New(opts Options) (*Server, error) {
 	for _, op := range st.Operations {
 		if op.Pending != nil {
 			s.schedule(op)
+		} else {
+			s.finished = append(s.finished, op.Id)
 		}
 	}
+	slices.SortFunc(s.finished, func(a, b string) int {
+		return st.Operations[a].UpdateDate.Compare(st.Operations[b].UpdateDate)
+	})
+	s.prune()
 	s.mu.Unlock()
 	if opts.DataDir != "" {
 		s.wg.Add(1)

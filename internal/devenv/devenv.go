@@ -293,6 +293,7 @@ components:
 - name: clustermap-ipam
   links: [kube-apiserver]
   binary: %[2]s
+  workDir: %[4]s
   args: [dev, ipam, --kubeconfig, %[3]s]
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
@@ -359,7 +360,7 @@ spec:
     finalizers:
       empty: true
     delete: true
-`, strings.Join(s.ServiceCIDRs, ","), clustermap, kubeconfig)
+`, strings.Join(s.ServiceCIDRs, ","), clustermap, kubeconfig, filepath.Dir(kubeconfig))
 }
 
 func kwokWorkdir(stateDir string) string { return filepath.Join(stateDir, "kwok") }

@@ -47,7 +47,7 @@ func TestThreeClustersServeEndpointSlices(t *testing.T) {
 			checkIdentity(ctx, t, cl, c, env.ClusterSet)
 			svc := deployWeb(ctx, t, cl)
 			for _, ip := range svc.Spec.ClusterIPs {
-				if !prefixOf(c.ServiceCIDRs).Contains(netip.MustParseAddr(ip)) {
+				if !anyContains(c.ServiceCIDRs, ip) {
 					t.Errorf("%s: service IP %s outside %v", c.ID, ip, c.ServiceCIDRs)
 				}
 				if other, dup := svcIPs[ip]; dup {
@@ -88,7 +88,14 @@ func TestThreeClustersServeEndpointSlices(t *testing.T) {
 	}
 }
 
-func prefixOf(cidrs []string) netip.Prefix { return netip.MustParsePrefix(cidrs[0]) }
+func anyContains(cidrs []string, ip string) bool {
+	for _, c := range cidrs {
+		if netip.MustParsePrefix(c).Contains(netip.MustParseAddr(ip)) {
+			return true
+		}
+	}
+	return false
+}
 
 func checkKubeconfig(t *testing.T, env *devenv.Env) {
 	kc, err := clientcmd.LoadFromFile(env.Kubeconfig)
