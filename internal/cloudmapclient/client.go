@@ -125,9 +125,16 @@ func credentialsConfigured() bool {
 	return err == nil
 }
 
+// OperationTimeout bounds WaitOperation: Cloud Map finishes operations in
+// seconds, so one still running after this is reported, not waited on.
+const OperationTimeout = 2 * time.Minute
+
 // WaitOperation polls an asynchronous operation (namespace, service or
-// instance changes) until it succeeds or fails, backing off from 20 ms to 2 s.
+// instance changes) until it succeeds or fails, backing off from 20 ms to 2 s,
+// for at most OperationTimeout.
 func WaitOperation(ctx context.Context, c *sd.Client, id *string) (*types.Operation, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, OperationTimeout, fmt.Errorf("operation %s did not finish within %v", aws.ToString(id), OperationTimeout))
+	defer cancel()
 	delay := 20 * time.Millisecond
 	for {
 		out, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: id})
@@ -142,7 +149,7 @@ func WaitOperation(ctx context.Context, c *sd.Client, id *string) (*types.Operat
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, context.Cause(ctx)
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 2*time.Second)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -402,5 +403,34 @@ func TestMetricsCountCalls(t *testing.T) {
 	}
 	if n := counter(t, admin.URL, "ListNamespaces", "OK"); n != 7 {
 		t.Errorf("ListNamespaces counted %d times, want 7", n)
+	}
+}
+
+// Finished operations past MaxOperations are pruned, oldest first, so
+// ListOperations and the snapshot stay bounded; the newest stay readable.
+func TestOperationsArePruned(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	_, c, _ := emulator(t, cloudmaplocal.Options{DataDir: dir, MaxOperations: 50}, cloudmapclient.Options{})
+	svc := httpService(t, c, "prune", "web")
+	var ids []string
+	for i := 0; i < 200; i++ {
+		out := must[*sd.RegisterInstanceOutput](t)(register(ctx, c, svc, fmt.Sprint("i-", i%10), map[string]string{"AWS_INSTANCE_IPV4": fmt.Sprint("10.1.0.", i%10)}))
+		ids = append(ids, aws.ToString(out.OperationId))
+	}
+	n := 0
+	p := sd.NewListOperationsPaginator(c, &sd.ListOperationsInput{})
+	for p.HasMorePages() {
+		n += len(must[*sd.ListOperationsOutput](t)(p.NextPage(ctx)).Operations)
+	}
+	if n < 50 || n > 55 {
+		t.Errorf("ListOperations lists %d operations, want 50 (+ a tenth before a prune)", n)
+	}
+	if _, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(ids[len(ids)-1])}); err != nil {
+		t.Errorf("the newest operation: %v", err)
+	}
+	var missing *types.OperationNotFound
+	if _, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(ids[0])}); !errors.As(err, &missing) {
+		t.Errorf("the oldest operation should be pruned: %v", err)
 	}
 }

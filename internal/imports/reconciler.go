@@ -41,7 +41,7 @@ type View struct {
 	// unreadable are services whose last read failed: their imports stay
 	// as they are.
 	unreadable map[registry.Key]bool
-	events  chan event.GenericEvent
+	events     chan event.GenericEvent
 	// synced is set once the whole registry was read: before that an
 	// empty view means "not read yet", not "exported nowhere".
 	synced atomic.Bool

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
@@ -36,8 +37,14 @@ type Backend struct {
 	services   map[registry.Key]string // -> Cloud Map service id
 	keys       map[string]registry.Key // Cloud Map service id -> key
 	// ownOps are operations this cluster started, so that the change feed
-	// knows their service without asking.
-	ownOps map[string]registry.Key
+	// knows their service without asking; entries the feed never sees (an
+	// operation that failed) expire.
+	ownOps map[string]ownOp
+}
+
+type ownOp struct {
+	key     registry.Key
+	started time.Time
 }
 
 // New returns the backend for one cluster of a clusterset.
@@ -45,7 +52,7 @@ func New(c *sd.Client, clusterSet, cluster, controller string, log logr.Logger) 
 	return &Backend{
 		c: c, clusterSet: clusterSet, cluster: cluster, controller: controller, log: log,
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
-		ownOps: map[string]registry.Key{},
+		ownOps: map[string]ownOp{},
 	}
 }
 
@@ -372,7 +379,18 @@ func (b *Backend) forget(key registry.Key) {
 func (b *Backend) ownOp(id *string, key registry.Key) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.ownOps[aws.ToString(id)] = key
+	b.ownOps[aws.ToString(id)] = ownOp{key: key, started: time.Now()}
+}
+
+// expireOwnOps forgets operations started before cutoff.
+func (b *Backend) expireOwnOps(cutoff time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, op := range b.ownOps {
+		if op.started.Before(cutoff) {
+			delete(b.ownOps, id)
+		}
+	}
 }
 
 // each runs f for 0..n-1, a few at a time, and returns the first error.

@@ -272,23 +272,25 @@ func (w *Watcher) pollOperations(ctx context.Context) error {
 			delete(w.seen, id)
 		}
 	}
+	// An operation of ours not seen succeed by now failed, or was missed.
+	w.b.expireOwnOps(now.Add(-10 * w.opts.Overlap))
 	return nil
 }
 
 // operationKey finds the service an operation changed.
 func (w *Watcher) operationKey(ctx context.Context, opID string) (registry.Key, error) {
 	w.b.mu.Lock()
-	key, own := w.b.ownOps[opID]
+	op, own := w.b.ownOps[opID]
 	delete(w.b.ownOps, opID)
 	w.b.mu.Unlock()
 	if own {
-		return key, nil
+		return op.key, nil
 	}
-	op, err := w.b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(opID)})
+	out, err := w.b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(opID)})
 	if err != nil {
 		return registry.Key{}, err
 	}
-	svcID := op.Operation.Targets[string(types.OperationTargetTypeService)]
+	svcID := out.Operation.Targets[string(types.OperationTargetTypeService)]
 	w.b.mu.Lock()
 	key, known := w.b.keys[svcID]
 	w.b.mu.Unlock()
