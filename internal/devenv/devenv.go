@@ -274,6 +274,13 @@ func createWatched(ctx context.Context, opts Options, s ClusterSpec, args []stri
 // ones that wait for the IPAM's addresses: kwok's own allocator is
 // IPv4-only and reuses addresses at once.
 func kwokConfig(s ClusterSpec, clustermap, kubeconfig string) string {
+	// The apiserver's address must be of the primary service family: kwok
+	// gives it 192.0.2.2, so an IPv6-only cluster gets the IPv6
+	// documentation address instead (nothing dials it).
+	advertise := ""
+	if strings.Contains(s.ServiceCIDRs[0], ":") {
+		advertise = "\n  - key: advertise-address\n    value: 2001:db8::2"
+	}
 	return fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
 options:
@@ -284,7 +291,7 @@ componentsPatches:
 - name: kube-apiserver
   extraArgs:
   - key: service-cluster-ip-range
-    value: %[1]s
+    value: %[1]s%[5]s
 - name: kube-controller-manager
   extraArgs:
   - key: service-cluster-ip-range
@@ -360,7 +367,7 @@ spec:
     finalizers:
       empty: true
     delete: true
-`, strings.Join(s.ServiceCIDRs, ","), clustermap, kubeconfig, filepath.Dir(kubeconfig))
+`, strings.Join(s.ServiceCIDRs, ","), clustermap, kubeconfig, filepath.Dir(kubeconfig), advertise)
 }
 
 func kwokWorkdir(stateDir string) string { return filepath.Join(stateDir, "kwok") }

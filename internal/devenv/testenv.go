@@ -34,6 +34,13 @@ func BinDir() string {
 // when the test ends, whether it passed or not.
 func ForTest(t testing.TB, n int) *Env {
 	t.Helper()
+	return ForTestWith(t, Options{Clusters: n})
+}
+
+// ForTestWith starts clusters as opts say (its directories, tools and
+// prefix are the test's own).
+func ForTestWith(t testing.TB, opts Options) *Env {
+	t.Helper()
 	// A short directory of its own: kwokctl keeps sockets and pid files there.
 	dir, err := os.MkdirTemp("", "cm-")
 	if err != nil {
@@ -43,16 +50,11 @@ func ForTest(t testing.TB, n int) *Env {
 	_, _ = rand.Read(suffix)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	env, err := Up(ctx, Options{
-		Clusters: n,
-		BinDir:   BinDir(),
-		StateDir: dir,
-		Prefix:   "t" + hex.EncodeToString(suffix),
-		Log:      testLog{t},
-	})
+	opts.BinDir, opts.StateDir, opts.Prefix, opts.Log = BinDir(), dir, "t"+hex.EncodeToString(suffix), testLog{t}
+	env, err := Up(ctx, opts)
 	if err != nil {
 		os.RemoveAll(dir)
-		t.Fatalf("starting %d local clusters: %v", n, err)
+		t.Fatalf("starting %d local clusters: %v", opts.Clusters, err)
 	}
 	t.Cleanup(func() {
 		if err := env.Down(context.Background()); err != nil {

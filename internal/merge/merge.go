@@ -67,10 +67,16 @@ func Merge(exports []registry.Export) Result {
 		return r
 	}
 	conflicts := map[mcsv1beta1.ServiceExportConditionReason]bool{}
-	win := ex[0]
-	r.Spec.Type = win.Type
-	for _, e := range ex[1:] {
-		if e.Type != win.Type {
+	// An export whose records say no type (all of them invalid) has no
+	// opinion on it; with none at all, the import is ClusterSetIP.
+	r.Spec.Type = mcsv1beta1.ClusterSetIP
+	typed := false
+	for _, e := range ex {
+		switch {
+		case e.Type == "":
+		case !typed:
+			r.Spec.Type, typed = e.Type, true
+		case e.Type != r.Spec.Type:
 			conflicts[mcsv1beta1.ServiceExportReasonTypeConflict] = true
 		}
 	}

@@ -58,6 +58,10 @@ func TestMerge(t *testing.T) {
 		{name: "type conflict: the oldest wins", exports: []registry.Export{
 			export("young", 1, nil), export("old", 5, func(e *registry.Export) { e.Type = mcsv1beta1.Headless })},
 			wantType: mcsv1beta1.Headless, wantPorts: []int32{80}, conflicts: "TypeConflict"},
+		{name: "an export without a type (its records all invalid) has no say on it", exports: []registry.Export{
+			export("young", 1, func(e *registry.Export) { e.Type = mcsv1beta1.Headless }),
+			export("broken", 9, func(e *registry.Export) { e.Type = ""; e.Foreign = true; e.Ports = nil })},
+			wantType: mcsv1beta1.Headless, wantPorts: []int32{80}, conflicts: "NoConflicts"},
 		{name: "ties go to the lower cluster id", exports: []registry.Export{
 			export("b", 3, func(e *registry.Export) { e.Type = mcsv1beta1.Headless }), export("a", 3, nil)},
 			wantType: mcsv1beta1.ClusterSetIP, wantPorts: []int32{80}, conflicts: "TypeConflict"},

@@ -50,6 +50,12 @@ func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
 func worldWithoutControllers(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
 	t.Helper()
 	w := &world{env: devenv.ForTest(t, n), cm: devenv.CloudMapForTest(t, cmOpts)}
+	w.connect(t)
+	return w
+}
+
+// connect makes a client per cluster.
+func (w *world) connect(t *testing.T) {
 	for _, c := range w.env.Clusters {
 		cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
 		if err != nil {
@@ -57,7 +63,6 @@ func worldWithoutControllers(t *testing.T, n int, cmOpts cloudmaplocal.Options) 
 		}
 		w.clients = append(w.clients, cl)
 	}
-	return w
 }
 
 // startControllers runs a controller per cluster, in MCS mode unless tune

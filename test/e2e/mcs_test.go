@@ -29,6 +29,7 @@ func TestMCS(t *testing.T) {
 	t.Run("exports of two clusters are merged", w.twoExporters)
 	t.Run("port and type conflicts: the oldest wins", w.conflicts)
 	t.Run("differing port sets, labels and annotations", w.differingSets)
+	t.Run("a dual-stack export", w.dualStack)
 	t.Run("unexport removes imports and cleans Cloud Map", w.unexport)
 	t.Run("ExternalName and missing Services are rejected", w.invalid)
 	t.Run("a namespace missing in a cluster is imported once created", w.lateNamespace)
