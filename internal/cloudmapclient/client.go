@@ -28,9 +28,16 @@ type Options struct {
 	// and AWS_ENDPOINT_URL are honoured too, as the SDK does).
 	Endpoint string
 	Region   string
-	// QPS and Burst bound this client's calls; 0 means unlimited.
+	// QPS and Burst bound this client's control-plane calls (every call
+	// but DiscoverInstances and DiscoverInstancesRevision); 0 means
+	// unlimited.
 	QPS   float64
 	Burst int
+	// DataQPS and DataBurst bound the data-plane calls, Discover*, which
+	// AWS limits apart (1,000 and 3,000 per second per account): they are
+	// never starved by control-plane work. 0 means unlimited.
+	DataQPS   float64
+	DataBurst int
 	// MaxAttempts of the standard retryer (the SDK's default is 3).
 	MaxAttempts int
 	// OnCall, when set, hears of every HTTP attempt: the operation and its
@@ -86,19 +93,32 @@ func NewFromConfig(cfg aws.Config, o Options) *sd.Client {
 					}), middleware.Before)
 			})
 		}
-		if o.QPS > 0 {
-			lim := rate.NewLimiter(rate.Limit(o.QPS), max(o.Burst, 1))
-			so.APIOptions = append(so.APIOptions, func(st *middleware.Stack) error {
-				return st.Initialize.Add(middleware.InitializeMiddlewareFunc("ClientRateLimit",
-					func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-						if err := lim.Wait(ctx); err != nil {
-							return middleware.InitializeOutput{}, middleware.Metadata{}, err
-						}
-						return next.HandleInitialize(ctx, in)
-					}), middleware.Before)
-			})
-		}
+		control, data := limiter(o.QPS, o.Burst), limiter(o.DataQPS, o.DataBurst)
+		so.APIOptions = append(so.APIOptions, func(st *middleware.Stack) error {
+			// The stack's id is the operation's name.
+			lim := control
+			if st.ID() == "DiscoverInstances" || st.ID() == "DiscoverInstancesRevision" {
+				lim = data
+			}
+			if lim == nil {
+				return nil
+			}
+			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("ClientRateLimit",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if err := lim.Wait(ctx); err != nil {
+						return middleware.InitializeOutput{}, middleware.Metadata{}, err
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
 	})
+}
+
+func limiter(qps float64, burst int) *rate.Limiter {
+	if qps <= 0 {
+		return nil
+	}
+	return rate.NewLimiter(rate.Limit(qps), max(burst, 1))
 }
 
 func disableHostPrefix(st *middleware.Stack) error {

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 )
@@ -191,14 +192,10 @@ func (m CloudMap) Apply(ctx context.Context, serviceID string, p Plan, wait bool
 func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(string) (*string, error)) (ok []string, err error) {
 	var mu sync.Mutex
 	var errs []error
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
+	var g errgroup.Group
+	g.SetLimit(8)
 	for _, id := range ids {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			op, err := f(id)
 			if err == nil && wait && op != nil {
 				_, err = cloudmapclient.WaitOperation(ctx, m.c, op)
@@ -207,12 +204,13 @@ func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(stri
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("instance %s: %w", id, err))
-				return
+				return nil
 			}
 			ok = append(ok, id)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return ok, errors.Join(errs...)
 }
 

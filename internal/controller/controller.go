@@ -50,6 +50,8 @@ type Options struct {
 	CloudMapEndpoint, Region string
 	CloudMapQPS              float64
 	CloudMapBurst            int
+	CloudMapDataQPS          float64
+	CloudMapDataBurst        int
 	Watch                    cloudmap.WatchOptions
 
 	MetricsAddr, ProbeAddr  string
@@ -99,6 +101,17 @@ func countCall(op string, err error) {
 	}
 	cloudMapCalls.WithLabelValues(op, result).Inc()
 }
+
+// Shipped Cloud Map call budgets, per controller. Control-plane limits are
+// unpublished: 20 calls/s is the conservative default. Data-plane
+// (Discover*) limits are 1,000 and 3,000 calls/s per account: 200/s leaves
+// room for five clusters at full speed.
+const (
+	DefaultCloudMapQPS       = 20
+	DefaultCloudMapBurst     = 40
+	DefaultCloudMapDataQPS   = 200
+	DefaultCloudMapDataBurst = 400
+)
 
 // DefaultExcludeNamespaces are the system namespaces left alone by default.
 var DefaultExcludeNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
@@ -168,6 +181,7 @@ func Run(ctx context.Context, o Options) error {
 	var sd *servicediscovery.Client
 	if o.MCS || o.CloudMapDNS {
 		if sd, err = cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
+			DataQPS: o.CloudMapDataQPS, DataBurst: o.CloudMapDataBurst,
 			OnCall: countCall}); err != nil {
 			return err
 		}

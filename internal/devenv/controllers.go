@@ -17,6 +17,9 @@ func (e *Env) StartControllers(ctx context.Context, cloudMapURL string, log func
 	for _, c := range e.Clusters {
 		o := controller.Options{
 			Config: c.Config, CloudMapEndpoint: cloudMapURL, Region: "us-east-1", MCS: true,
+			// The shipped call budgets: the lab runs as users do.
+			CloudMapQPS: controller.DefaultCloudMapQPS, CloudMapBurst: controller.DefaultCloudMapBurst,
+			CloudMapDataQPS: controller.DefaultCloudMapDataQPS, CloudMapDataBurst: controller.DefaultCloudMapDataBurst,
 			MetricsAddr: "0", ProbeAddr: "0", ExcludeNamespaces: controller.DefaultExcludeNamespaces,
 			Log: log(c).WithName(c.ID),
 		}

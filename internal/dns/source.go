@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -14,8 +16,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/controller"
 )
+
+// scheme holds only what the DNS server reads: it needs neither the
+// controllers nor the AWS SDK.
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(discoveryv1.AddToScheme(s))
+	utilruntime.Must(mcsv1beta1.AddToScheme(s))
+	return s
+}()
 
 // source keeps a Handler's index current from informers on ServiceImports,
 // MCS-labelled EndpointSlices and Namespaces. Changes are coalesced: the
@@ -34,7 +45,7 @@ func (s *source) Run(ctx context.Context, cfg *rest.Config) error {
 		return err
 	}
 	ca, err := cache.New(cfg, cache.Options{
-		Scheme: controller.Scheme(),
+		Scheme: scheme,
 		ByObject: map[client.Object]cache.ByObject{
 			&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*mcs)},
 		},

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +27,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/registry"
-	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/status"
 )
 
 // Finalizer keeps a ServiceExport until its records left the registry.
@@ -81,12 +82,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	key := registry.Key{Namespace: se.Namespace, Name: se.Name}
+	// Conditions unchanged from what was read are not written again.
+	before := se.Status.DeepCopy()
 	if !se.DeletionTimestamp.IsZero() {
 		if !controllerutil.ContainsFinalizer(se, Finalizer) {
 			return reconcile.Result{}, nil
 		}
 		if err := reg.Withdraw(ctx, key); err != nil {
-			return r.retry(ctx, se, err)
+			return r.retry(ctx, se, before, err)
 		}
 		notify(key)
 		controllerutil.RemoveFinalizer(se, Finalizer)
@@ -104,12 +107,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	err := r.Client.Get(ctx, req.NamespacedName, svc)
 	switch {
 	case apierrors.IsNotFound(err):
-		return r.invalid(ctx, se, reg, notify, mcsv1beta1.ServiceExportReasonNoService,
+		return r.invalid(ctx, se, before, reg, notify, mcsv1beta1.ServiceExportReasonNoService,
 			fmt.Sprintf("Service %s does not exist: create it, or delete this ServiceExport", key))
 	case err != nil:
 		return reconcile.Result{}, err
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:
-		return r.invalid(ctx, se, reg, notify, mcsv1beta1.ServiceExportReasonInvalidServiceType,
+		return r.invalid(ctx, se, before, reg, notify, mcsv1beta1.ServiceExportReasonInvalidServiceType,
 			fmt.Sprintf("Service %s is of type ExternalName, which cannot be exported", key))
 	}
 	slices := &discoveryv1.EndpointSliceList{}
@@ -119,7 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	e := Build(id, se, svc, slices.Items)
 	setCondition(se, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonValid, "the Service can be exported")
 	if err := reg.Publish(ctx, e); err != nil {
-		return r.retry(ctx, se, err)
+		return r.retry(ctx, se, before, err)
 	}
 	notify(key)
 	ready := 0
@@ -130,12 +133,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonExported,
 		fmt.Sprintf("exported to clusterset %s with %d endpoint records (%d ready)", id.ClusterSet, len(e.Endpoints), ready))
-	return reconcile.Result{}, r.updateStatus(ctx, se)
+	return reconcile.Result{}, r.updateStatus(ctx, se, before)
 }
 
 // invalid reports a ServiceExport that cannot be exported and withdraws
 // whatever it had published: its Service is gone or cannot be exported.
-func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, reg registry.Registry, notify func(registry.Key),
+func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus, reg registry.Registry, notify func(registry.Key),
 	reason mcsv1beta1.ServiceExportConditionReason, msg string) (reconcile.Result, error) {
 	if setCondition(se, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse, reason, msg) {
 		r.Recorder.Event(se, corev1.EventTypeWarning, string(reason), msg)
@@ -143,37 +146,42 @@ func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, 
 	}
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, msg)
 	key := registry.Key{Namespace: se.Namespace, Name: se.Name}
-	if err := reg.Withdraw(ctx, key); err != nil && !errors.Is(err, cloudmap.ErrPending) {
-		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se))
+	if err := reg.Withdraw(ctx, key); err != nil && !errors.Is(err, registry.ErrPending) {
+		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se, before))
 	}
 	notify(key)
-	return reconcile.Result{}, r.updateStatus(ctx, se)
+	return reconcile.Result{}, r.updateStatus(ctx, se, before)
 }
 
 // retry reports a registry failure on the export and tries again later:
 // quota errors wait for a change, the rest back off.
-func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, err error) (reconcile.Result, error) {
-	var limit *cloudmap.LimitError
+func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus, err error) (reconcile.Result, error) {
+	var limit *registry.LimitError
 	switch {
-	case errors.Is(err, cloudmap.ErrPending):
+	case errors.Is(err, registry.ErrPending):
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	case errors.As(err, &limit):
 		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, limit.Reason) {
 			r.Recorder.Event(se, corev1.EventTypeWarning, "CloudMapQuota", limit.Reason)
 		}
 		log.FromContext(ctx).Info("export exceeds a Cloud Map quota", "serviceexport", client.ObjectKeyFromObject(se).String(), "reason", limit.Reason)
-		return reconcile.Result{RequeueAfter: time.Minute}, r.updateStatus(ctx, se)
+		return reconcile.Result{RequeueAfter: time.Minute}, r.updateStatus(ctx, se, before)
 	default:
 		msg := "publishing to Cloud Map failed, retrying: " + err.Error()
 		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonPending, msg) {
 			r.Recorder.Event(se, corev1.EventTypeWarning, "CloudMapError", msg)
 		}
-		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se))
+		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se, before))
 	}
 }
 
-func (r *Reconciler) updateStatus(ctx context.Context, se *mcsv1beta1.ServiceExport) error {
-	return client.IgnoreNotFound(r.Client.Status().Update(ctx, se))
+// updateStatus applies Valid and Ready, when they changed, as the export
+// side's own conditions (the import side owns Conflict).
+func (r *Reconciler) updateStatus(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus) error {
+	if equality.Semantic.DeepEqual(before.Conditions, se.Status.Conditions) {
+		return nil
+	}
+	return status.Apply(ctx, r.Client, se, status.ExportManager, mcsv1beta1.ServiceExportConditionValid, mcsv1beta1.ServiceExportConditionReady)
 }
 
 // setCondition sets a condition and tells whether it changed.

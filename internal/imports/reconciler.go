@@ -30,6 +30,7 @@ import (
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/merge"
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/status"
 )
 
 // View is what this cluster knows of the clusterset's exports, changed
@@ -394,11 +395,7 @@ func (r *Reconciler) reportConflicts(ctx context.Context, key registry.Key, m me
 	if cond.Status == metav1.ConditionTrue {
 		r.Recorder.Event(se, corev1.EventTypeWarning, "Conflict", cond.Message)
 	}
-	if err := r.Client.Status().Update(ctx, se); apierrors.IsConflict(err) {
-		return fmt.Errorf("retrying the Conflict condition: %w", err)
-	} else {
-		return client.IgnoreNotFound(err)
-	}
+	return status.Apply(ctx, r.Client, se, status.ImportManager, mcsv1beta1.ServiceExportConditionConflict)
 }
 
 // The permissions the import side needs (generated into config/rbac by make generate).

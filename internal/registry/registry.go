@@ -5,6 +5,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,3 +74,13 @@ type Registry interface {
 	// registry's service and namespace when they are empty and ours.
 	Withdraw(ctx context.Context, key Key) error
 }
+
+// ErrPending says an asynchronous registry change has not finished yet:
+// come back soon.
+var ErrPending = errors.New("waiting for the registry to finish deregistering")
+
+// LimitError reports an export the registry cannot hold (a quota); it
+// stays refused until the export changes.
+type LimitError struct{ Reason string }
+
+func (e *LimitError) Error() string { return e.Reason }

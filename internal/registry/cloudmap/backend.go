@@ -11,6 +11,7 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -144,7 +145,7 @@ func (b *Backend) Withdraw(ctx context.Context, key registry.Key) error {
 }
 
 // ErrPending says an asynchronous Cloud Map change has not finished yet.
-var ErrPending = errors.New("waiting for Cloud Map to finish deregistering")
+var ErrPending = registry.ErrPending
 
 func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) error {
 	svc, err := b.c.GetService(ctx, &sd.GetServiceInput{Id: aws.String(svcID)})
@@ -382,6 +383,16 @@ func (b *Backend) ownOp(id *string, key registry.Key) {
 	b.ownOps[aws.ToString(id)] = ownOp{key: key, started: time.Now()}
 }
 
+// takeOwnOp tells whether this cluster started an operation, and on
+// which service; it is forgotten then.
+func (b *Backend) takeOwnOp(id string) (registry.Key, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	op, ok := b.ownOps[id]
+	delete(b.ownOps, id)
+	return op.key, ok
+}
+
 // expireOwnOps forgets operations started before cutoff.
 func (b *Backend) expireOwnOps(cutoff time.Time) {
 	b.mu.Lock()
@@ -393,22 +404,19 @@ func (b *Backend) expireOwnOps(cutoff time.Time) {
 	}
 }
 
-// each runs f for 0..n-1, a few at a time, and returns the first error.
+// each runs f for 0..n-1, 8 at a time, every one of them, and returns
+// their errors joined.
 func (b *Backend) each(ctx context.Context, n int, f func(context.Context, int) error) error {
-	const parallel = 8
-	sem := make(chan struct{}, parallel)
+	var g errgroup.Group
+	g.SetLimit(8)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			errs[i] = f(ctx, i)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return errors.Join(errs...)
 }
 

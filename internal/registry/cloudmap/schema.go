@@ -103,9 +103,7 @@ func ServiceRecordID(clusterSet, cluster string) string {
 type Attrs = map[string]string
 
 // LimitError reports an export Cloud Map cannot hold.
-type LimitError struct{ Reason string }
-
-func (e *LimitError) Error() string { return e.Reason }
+type LimitError = registry.LimitError
 
 // Encode renders an export as Cloud Map instances (id -> attributes).
 func Encode(e registry.Export, controller string) (map[string]Attrs, error) {

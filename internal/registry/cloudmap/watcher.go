@@ -37,6 +37,16 @@ type WatchOptions struct {
 	// nowhere a second read must confirm it before its imports go: Cloud
 	// Map's reads are eventually consistent.
 	ConfirmAbsence time.Duration
+	// MaxGetOperations is how many foreign operations a poll attributes to
+	// their services one GetOperation each; past it, a catch-up (a listing
+	// and a revision check of every known service, data-plane calls) finds
+	// the changes at a cost that does not grow with the operations.
+	MaxGetOperations int
+	// CatchUpInterval spaces catch-ups during a long burst.
+	CatchUpInterval time.Duration
+	// MaxLookback is how far back a poll reads operations after a gap;
+	// a longer gap is caught up instead.
+	MaxLookback time.Duration
 }
 
 func (o *WatchOptions) defaults() {
@@ -60,6 +70,15 @@ func (o *WatchOptions) defaults() {
 	}
 	if o.ConfirmAbsence == 0 {
 		o.ConfirmAbsence = 5 * time.Second
+	}
+	if o.MaxGetOperations == 0 {
+		o.MaxGetOperations = 10
+	}
+	if o.CatchUpInterval == 0 {
+		o.CatchUpInterval = 3 * time.Second
+	}
+	if o.MaxLookback == 0 {
+		o.MaxLookback = time.Hour
 	}
 }
 
@@ -85,10 +104,8 @@ type Watcher struct {
 	seen       map[string]time.Time // operation ids already handled
 	revisions  map[registry.Key]int64
 	exported   map[registry.Key]bool // keys the sink last heard exports for
-	lastPoll   time.Time
+	clock      clock
 	lastFull   time.Time // last poll with the whole overlap
-	lastSeen   time.Time // last poll that found a change
-	synced     bool
 }
 
 // NewWatcher watches the clusterset of a backend.
@@ -113,43 +130,63 @@ func (w *Watcher) Notify(key registry.Key) {
 
 // Start runs until ctx ends (a controller-runtime Runnable).
 func (w *Watcher) Start(ctx context.Context) error {
-	lastList, lastSweep := time.Time{}, time.Now()
+	w.clock.LastSweep = time.Now()
 	for {
-		now := time.Now()
-		switch {
-		case !w.synced || now.Sub(lastList) >= w.opts.ListInterval:
-			if err := w.list(ctx, !w.synced); err != nil {
-				w.b.log.Error(err, "listing Cloud Map services failed; imports stay as they are", "retryIn", w.opts.PollInterval)
-			} else {
-				lastList, w.synced = now, true
-			}
-		case now.Sub(lastSweep) >= w.opts.SweepInterval:
-			w.sweep(ctx)
-			lastSweep = now
-		default:
-			if err := w.pollOperations(ctx); err != nil {
-				w.b.log.Error(err, "reading Cloud Map's operations failed; imports stay as they are", "retryIn", w.opts.PollInterval)
-			}
+		w.clock.Now = time.Now()
+		st := nextStep(w.clock, w.opts)
+		if err := w.do(ctx, st); err != nil {
+			w.b.log.Error(err, "reading Cloud Map failed; imports stay as they are", "step", st.String(), "retryIn", w.opts.PollInterval)
 		}
 		w.fetchDirty(ctx)
 		// Every service was tried once: those whose read failed are
 		// unreadable, not gone, and block no other import.
-		if w.synced && w.OnSynced != nil {
+		if w.clock.Synced && w.OnSynced != nil {
 			w.OnSynced()
 			w.OnSynced = nil
 		}
-		wait := w.opts.PollInterval
-		if time.Since(w.lastSeen) < w.opts.ActiveWindow {
-			wait = w.opts.FastInterval
-		}
+		w.clock.Now = time.Now()
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(wait):
+		case <-time.After(nextWait(w.clock, w.opts)):
 		case key := <-w.notify:
 			w.dirty[key] = time.Time{}
 		}
 	}
+}
+
+// do runs one step and records when it succeeded.
+func (w *Watcher) do(ctx context.Context, st step) error {
+	start := w.clock.Now
+	switch st {
+	case stepList:
+		if err := w.list(ctx, !w.clock.Synced); err != nil {
+			return err
+		}
+		w.clock.LastList, w.clock.Synced = start, true
+	case stepCatchUp:
+		// Everything that changed before start is found by the listing and
+		// the revisions; polls go on from there.
+		if err := w.list(ctx, false); err != nil {
+			return err
+		}
+		if err := w.sweep(ctx); err != nil {
+			return err
+		}
+		w.clock.LastList, w.clock.LastSweep, w.clock.LastCatchUp = start, start, start
+		w.clock.CatchUpWanted = false
+		if w.clock.LastPoll.Before(start) {
+			w.clock.LastPoll, w.lastFull = start, start
+		}
+	case stepSweep:
+		if err := w.sweep(ctx); err != nil {
+			return err
+		}
+		w.clock.LastSweep = start
+	default:
+		return w.pollOperations(ctx)
+	}
+	return nil
 }
 
 // list reads every HTTP namespace and service: services gone from a
@@ -183,8 +220,9 @@ func (w *Watcher) list(ctx context.Context, all bool) error {
 					key := registry.Key{Namespace: nsName, Name: aws.ToString(s.Name)}
 					w.b.remember(key, aws.ToString(s.Id))
 					listed[key] = true
-					if all {
-						w.dirty[key] = time.Time{}
+					_, read := w.revisions[key]
+					if _, pending := w.dirty[key]; all || (!read && !pending) {
+						w.dirty[key] = time.Time{} // new, or never read
 					}
 				}
 			}
@@ -200,32 +238,34 @@ func (w *Watcher) list(ctx context.Context, all bool) error {
 	return nil
 }
 
-// sweep compares every known service's revision with the last one read.
-func (w *Watcher) sweep(ctx context.Context) {
+// sweep compares every known service's revision with the last one read
+// (DiscoverInstancesRevision, a data-plane call) and marks those that
+// changed. A failed check marks its service too: the read decides.
+func (w *Watcher) sweep(ctx context.Context) error {
 	for key, rev := range w.revisions {
+		if _, pending := w.dirty[key]; pending {
+			continue
+		}
 		out, err := w.b.c.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
 			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name),
 		})
-		if _, pending := w.dirty[key]; !pending && (err != nil || aws.ToInt64(out.InstancesRevision) != rev) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil || aws.ToInt64(out.InstancesRevision) != rev {
 			w.dirty[key] = time.Time{}
 		}
 	}
+	return nil
 }
 
 // pollOperations reads the instance operations that succeeded since the
-// last poll and marks their services for reading.
+// last successful poll and marks their services for reading. Operations
+// this cluster started name their service; a few foreign ones are looked
+// up one by one; more than MaxGetOperations ask for a catch-up instead.
 func (w *Watcher) pollOperations(ctx context.Context) error {
-	now := time.Now()
-	// Fast polls in between re-read one second; a full poll every
-	// PollInterval re-reads the whole overlap.
-	full := now.Sub(w.lastFull) >= w.opts.PollInterval
-	from := w.lastPoll.Add(-time.Second)
-	if full {
-		from = w.lastPoll.Add(-w.opts.Overlap)
-	}
-	if w.lastPoll.IsZero() {
-		from = now.Add(-w.opts.Overlap)
-	}
+	now := w.clock.Now
+	from, full := pollFrom(w.clock, w.lastFull, w.opts)
 	pages := sd.NewListOperationsPaginator(w.b.c, &sd.ListOperationsInput{Filters: []types.OperationFilter{
 		{Name: types.OperationFilterNameStatus, Values: []string{string(types.OperationStatusSuccess)}},
 		{Name: types.OperationFilterNameType, Condition: types.FilterConditionIn, Values: []string{
@@ -233,6 +273,7 @@ func (w *Watcher) pollOperations(ctx context.Context) error {
 		{Name: types.OperationFilterNameUpdateDate, Condition: types.FilterConditionBetween, Values: []string{
 			fmt.Sprint(from.Unix()), fmt.Sprint(now.Add(time.Hour).Unix())}},
 	}})
+	var foreign []string
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
@@ -243,32 +284,46 @@ func (w *Watcher) pollOperations(ctx context.Context) error {
 			if _, done := w.seen[id]; done {
 				continue
 			}
+			if key, own := w.b.takeOwnOp(id); own {
+				w.dirty[key] = time.Time{}
+				w.seen[id] = now
+				w.clock.LastChange = now
+				continue
+			}
+			foreign = append(foreign, id)
+		}
+	}
+	if len(foreign) > w.opts.MaxGetOperations {
+		w.clock.CatchUpWanted = true
+	} else {
+		for _, id := range foreign {
 			key, err := w.operationKey(ctx, id)
 			if err != nil {
 				return err
 			}
 			w.seen[id] = now
-			w.lastSeen = now
 			if key != (registry.Key{}) {
 				w.dirty[key] = time.Time{}
 			}
 		}
 	}
-	if gap := now.Sub(w.lastPoll); !w.lastPoll.IsZero() && gap > w.opts.Overlap {
-		// Polls failed for longer than the overlap: changes may have been
-		// missed, so read every known service again.
-		for key := range w.revisions {
-			if _, pending := w.dirty[key]; !pending {
-				w.dirty[key] = time.Time{}
-			}
+	if len(foreign) > 0 {
+		w.clock.LastChange = now
+	}
+	if len(foreign) > w.opts.MaxGetOperations {
+		// The catch-up covers these; they need no lookup.
+		for _, id := range foreign {
+			w.seen[id] = now
 		}
 	}
-	w.lastPoll = now
+	w.clock.LastPoll = now
 	if full {
 		w.lastFull = now
 	}
+	// An operation seen before this window began updated before it too:
+	// no later window lists it again.
 	for id, t := range w.seen {
-		if now.Sub(t) > 3*w.opts.Overlap {
+		if t.Before(from) {
 			delete(w.seen, id)
 		}
 	}
@@ -277,15 +332,8 @@ func (w *Watcher) pollOperations(ctx context.Context) error {
 	return nil
 }
 
-// operationKey finds the service an operation changed.
+// operationKey finds the service a foreign operation changed.
 func (w *Watcher) operationKey(ctx context.Context, opID string) (registry.Key, error) {
-	w.b.mu.Lock()
-	op, own := w.b.ownOps[opID]
-	delete(w.b.ownOps, opID)
-	w.b.mu.Unlock()
-	if own {
-		return op.key, nil
-	}
 	out, err := w.b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(opID)})
 	if err != nil {
 		return registry.Key{}, err

@@ -1,0 +1,85 @@
+package cloudmap
+
+import "time"
+
+// step is what the watcher does next.
+type step int
+
+const (
+	// stepPoll reads the instance operations since the last poll.
+	stepPoll step = iota
+	// stepList lists namespaces and services: to sync, and now and then to
+	// notice services deleted without an operation.
+	stepList
+	// stepCatchUp lists, then compares every known service's revision: the
+	// bounded answer to more changes than are worth attributing one
+	// GetOperation at a time, and to a gap the operations window cannot
+	// cover.
+	stepCatchUp
+	// stepSweep compares every known service's revision, as a safety net.
+	stepSweep
+)
+
+func (s step) String() string {
+	return [...]string{"poll", "list", "catch-up", "sweep"}[s]
+}
+
+// clock is what the watcher's schedule depends on.
+type clock struct {
+	Now    time.Time
+	Synced bool
+	// Times of the last successful list, sweep (or catch-up) and poll.
+	LastList, LastSweep, LastPoll time.Time
+	// LastChange is the last poll that found a change.
+	LastChange time.Time
+	// CatchUpWanted: a poll saw more foreign operations than it attributes
+	// one by one; LastCatchUp is when the last catch-up ran.
+	CatchUpWanted bool
+	LastCatchUp   time.Time
+}
+
+// nextStep decides the watcher's next step. Its cost is bounded whatever
+// happened before: a gap in polling is read back from the last successful
+// poll (ListOperations filters by date), never by re-reading every service,
+// so a slow step cannot make the next one slower.
+func nextStep(c clock, o WatchOptions) step {
+	switch {
+	case !c.Synced || c.Now.Sub(c.LastList) >= o.ListInterval:
+		return stepList
+	case !c.LastPoll.IsZero() && c.Now.Sub(c.LastPoll) > o.MaxLookback:
+		return stepCatchUp
+	case c.CatchUpWanted && c.Now.Sub(c.LastCatchUp) >= o.CatchUpInterval:
+		return stepCatchUp
+	case c.Now.Sub(c.LastSweep) >= o.SweepInterval:
+		return stepSweep
+	default:
+		return stepPoll
+	}
+}
+
+// nextWait is how long to wait before the next step: fast while changes
+// come in bursts, or until a wanted catch-up may run.
+func nextWait(c clock, o WatchOptions) time.Duration {
+	wait := o.PollInterval
+	if c.Now.Sub(c.LastChange) < o.ActiveWindow {
+		wait = o.FastInterval
+	}
+	if c.CatchUpWanted {
+		wait = min(wait, max(c.LastCatchUp.Add(o.CatchUpInterval).Sub(c.Now), o.FastInterval))
+	}
+	return wait
+}
+
+// pollFrom is where a poll's date window starts: a second back for the fast
+// polls of a burst, the whole overlap (for clock skew and operations
+// finishing out of order) once every PollInterval, and always from the last
+// successful poll, however long ago.
+func pollFrom(c clock, lastFull time.Time, o WatchOptions) (from time.Time, full bool) {
+	if c.LastPoll.IsZero() {
+		return c.Now.Add(-o.Overlap), true
+	}
+	if c.Now.Sub(lastFull) >= o.PollInterval {
+		return c.LastPoll.Add(-o.Overlap), true
+	}
+	return c.LastPoll.Add(-time.Second), false
+}

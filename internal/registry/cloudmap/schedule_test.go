@@ -1,0 +1,82 @@
+package cloudmap
+
+import (
+	"testing"
+	"time"
+)
+
+func TestNextStep(t *testing.T) {
+	o := WatchOptions{}
+	o.defaults()
+	t0 := time.Unix(1700000000, 0)
+	base := clock{Now: t0, Synced: true, LastList: t0.Add(-time.Minute), LastSweep: t0.Add(-time.Minute), LastPoll: t0.Add(-time.Second),
+		LastCatchUp: t0.Add(-time.Minute)}
+	for _, tc := range []struct {
+		name string
+		mod  func(*clock)
+		want step
+	}{
+		{"idle: poll", nil, stepPoll},
+		{"not synced: list", func(c *clock) { c.Synced = false }, stepList},
+		{"list due", func(c *clock) { c.LastList = t0.Add(-o.ListInterval) }, stepList},
+		{"sweep due", func(c *clock) { c.LastSweep = t0.Add(-o.SweepInterval) }, stepSweep},
+		{"many foreign operations: catch up", func(c *clock) { c.CatchUpWanted = true }, stepCatchUp},
+		{"catch-ups at most every CatchUpInterval", func(c *clock) { c.CatchUpWanted, c.LastCatchUp = true, t0.Add(-o.CatchUpInterval/2) }, stepPoll},
+		// A 60 s outage is read back by the next poll, not by re-reading
+		// every service: only a gap past MaxLookback catches up.
+		{"a minute without polls: poll", func(c *clock) { c.LastPoll = t0.Add(-time.Minute) }, stepPoll},
+		{"a gap past MaxLookback: catch up", func(c *clock) { c.LastPoll = t0.Add(-o.MaxLookback - time.Second) }, stepCatchUp},
+		{"a list wins over a catch-up", func(c *clock) { c.CatchUpWanted, c.Synced = true, false }, stepList},
+	} {
+		c := base
+		if tc.mod != nil {
+			tc.mod(&c)
+		}
+		if got := nextStep(c, o); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestNextWait(t *testing.T) {
+	o := WatchOptions{}
+	o.defaults()
+	t0 := time.Unix(1700000000, 0)
+	for _, tc := range []struct {
+		name string
+		c    clock
+		want time.Duration
+	}{
+		{"idle", clock{Now: t0, LastChange: t0.Add(-time.Minute), LastCatchUp: t0.Add(-time.Minute)}, o.PollInterval},
+		{"in a burst", clock{Now: t0, LastChange: t0.Add(-time.Second)}, o.FastInterval},
+		{"until a wanted catch-up may run", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-o.CatchUpInterval + time.Second)}, time.Second},
+		{"a wanted catch-up that may run now", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour)}, o.FastInterval},
+	} {
+		if got := nextWait(tc.c, o); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestPollFrom(t *testing.T) {
+	o := WatchOptions{}
+	o.defaults()
+	t0 := time.Unix(1700000000, 0)
+	for _, tc := range []struct {
+		name     string
+		c        clock
+		lastFull time.Time
+		want     time.Time
+		full     bool
+	}{
+		{"first poll: the overlap", clock{Now: t0}, time.Time{}, t0.Add(-o.Overlap), true},
+		{"fast poll: a second back", clock{Now: t0, LastPoll: t0.Add(-300 * time.Millisecond)}, t0.Add(-time.Second), t0.Add(-1300 * time.Millisecond), false},
+		{"full poll: the overlap", clock{Now: t0, LastPoll: t0.Add(-time.Second)}, t0.Add(-2 * time.Second), t0.Add(-time.Second - o.Overlap), true},
+		{"after an outage: from the last successful poll", clock{Now: t0, LastPoll: t0.Add(-time.Minute)}, t0.Add(-time.Minute), t0.Add(-time.Minute - o.Overlap), true},
+	} {
+		from, full := pollFrom(tc.c, tc.lastFull, o)
+		if !from.Equal(tc.want) || full != tc.full {
+			t.Errorf("%s: from %v full %v, want %v %v", tc.name, from, full, tc.want, tc.full)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+package cloudmap_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/go-logr/logr"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+// calls counts a client's Cloud Map calls by operation.
+type calls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *calls) add(op string, _ error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[op]++
+}
+
+func (c *calls) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range c.n {
+		out[k] = v
+	}
+	return out
+}
+
+// watched is an emulator with services of this clusterset and of another,
+// and a watcher at the shipped call budgets reading it.
+type watched struct {
+	srv   *cloudmaplocal.Server
+	setup *sd.Client
+	calls *calls
+	mu    sync.Mutex
+	heard map[registry.Key][]registry.Export
+	svcs  map[registry.Key]string
+}
+
+func newWatched(t *testing.T, ours, foreign int) *watched {
+	t.Helper()
+	ctx := context.Background()
+	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { api.Close(); srv.Close() })
+	setup, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &watched{srv: srv, setup: setup, calls: &calls{n: map[string]int{}}, heard: map[registry.Key][]registry.Export{}, svcs: map[registry.Key]string{}}
+	for ns, n := range map[string]int{"ours": ours, "theirs": foreign} {
+		op, err := setup.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(ns)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := cloudmapclient.WaitOperation(ctx, setup, op.OperationId)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := "set"
+		if ns == "theirs" {
+			set = "another-set"
+		}
+		for i := 0; i < n; i++ {
+			key := registry.Key{Namespace: ns, Name: fmt.Sprintf("svc-%d", i)}
+			s, err := setup.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(key.Name), NamespaceId: aws.String(o.Targets["NAMESPACE"])})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.svcs[key] = aws.ToString(s.Service.Id)
+			w.register(t, key, set, "10.0.0.1")
+		}
+	}
+	return w
+}
+
+func (w *watched) register(t *testing.T, key registry.Key, set, ip string) {
+	t.Helper()
+	_, err := w.setup.RegisterInstance(context.Background(), &sd.RegisterInstanceInput{
+		ServiceId: aws.String(w.svcs[key]), InstanceId: aws.String("i-" + ip),
+		Attributes: map[string]string{cloudmap.AttrIPv4: ip, cloudmap.AttrPort: "80", cloudmap.AttrClusterID: "c1", cloudmap.AttrClusterSetID: set},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs a watcher for cluster c2 of clusterset "set", at the shipped
+// budgets, and waits for its first sync.
+func (w *watched) start(t *testing.T, endpoint string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: endpoint, Region: "us-east-1",
+		QPS: 20, Burst: 40, DataQPS: 200, DataBurst: 400, OnCall: w.calls.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	synced := make(chan struct{})
+	watcher := cloudmap.NewWatcher(cloudmap.New(c, "set", "c2", "test", logr.Discard()), func(key registry.Key, e []registry.Export) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.heard[key] = e
+	}, cloudmap.WatchOptions{})
+	watcher.OnSynced = func() { close(synced) }
+	go func() { _ = watcher.Start(ctx) }()
+	select {
+	case <-synced:
+	case <-time.After(time.Minute):
+		t.Fatal("the watcher did not sync")
+	}
+}
+
+func (w *watched) endpoints(key registry.Key) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, e := range w.heard[key] {
+		n += len(e.Endpoints)
+	}
+	return n
+}
+
+func diff(before, after map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range after {
+		if v != before[k] {
+			out[k] = v - before[k]
+		}
+	}
+	return out
+}
+
+// After an outage longer than the operations overlap, the watcher reads the
+// missed window back from its last successful poll; it does not re-read
+// every service (which, at 20 calls/s, kept the next gap long enough to do
+// it again).
+func TestOutageIsReadBackNotRereadEverything(t *testing.T) {
+	w := newWatched(t, 150, 150)
+	api := httptest.NewServer(w.srv.Handler())
+	defer api.Close()
+	w.start(t, api.URL)
+	time.Sleep(2 * time.Second)
+	w.srv.SetFaults(cloudmaplocal.Faults{Outage: true})
+	time.Sleep(15 * time.Second) // longer than the 10 s overlap
+	before := w.calls.snapshot()
+	w.srv.SetFaults(cloudmaplocal.Faults{})
+	w.register(t, registry.Key{Namespace: "ours", Name: "svc-7"}, "set", "10.0.0.2")
+	deadline := time.Now().Add(10 * time.Second)
+	for w.endpoints(registry.Key{Namespace: "ours", Name: "svc-7"}) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("a change after the outage was not read")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second)
+	got := diff(before, w.calls.snapshot())
+	if got["DiscoverInstances"] > 5 || got["DiscoverInstancesRevision"] > 0 {
+		t.Errorf("after the outage: %v; want the missed window read back, not 300 services re-read", got)
+	}
+	t.Logf("calls in the 3 s after the change following a 15 s outage: %v", got)
+}
+
+// A burst of foreign changes costs one catch-up (a listing and a revision
+// per known service) rather than a GetOperation per operation.
+func TestBurstOfForeignChangesIsCaughtUp(t *testing.T) {
+	w := newWatched(t, 100, 0)
+	api := httptest.NewServer(w.srv.Handler())
+	defer api.Close()
+	w.start(t, api.URL)
+	before := w.calls.snapshot()
+	for i := 0; i < 100; i++ {
+		w.register(t, registry.Key{Namespace: "ours", Name: fmt.Sprintf("svc-%d", i)}, "set", "10.0.1.1")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; i < 100; i++ {
+		for w.endpoints(registry.Key{Namespace: "ours", Name: fmt.Sprintf("svc-%d", i)}) != 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("svc-%d: the burst was not read", i)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	got := diff(before, w.calls.snapshot())
+	if got["GetOperation"] > 10 {
+		t.Errorf("%d GetOperation calls for 100 foreign changes; want a catch-up instead (%v)", got["GetOperation"], got)
+	}
+	t.Logf("calls for 100 foreign changes: %v", got)
+}
