@@ -64,7 +64,6 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 	}
 	wait := env.StartControllers(ctx, cm.URL, func(*devenv.Cluster) logr.Logger { return logr.Discard() }, func(o *controller.Options) {
 		o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, drift
-		o.CloudMapQPS, o.CloudMapBurst = 200, 400
 	})
 	defer func() { cancel(); _ = wait() }()
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})

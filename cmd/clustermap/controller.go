@@ -67,7 +67,7 @@ config, IRSA, EKS pod identity); AWS_ENDPOINT_URL_SERVICEDISCOVERY or
 	f.IntVar(&o.CloudMapDataBurst, "cloudmap-data-burst", controller.DefaultCloudMapDataBurst, "Cloud Map data-plane call burst")
 	f.DurationVar(&o.Watch.PollInterval, "sync-period", 0, "how often Cloud Map's change feed (ListOperations) is read (default 1.5s)")
 	f.DurationVar(&o.Watch.ListInterval, "list-period", 0, "how often namespaces and services are listed (default 5m)")
-	f.DurationVar(&o.Watch.SweepInterval, "sweep-period", 0, "how often every imported service's revision is checked (default 1h)")
+	f.DurationVar(&o.Watch.SweepInterval, "sweep-period", 0, "how often every known service's revision is checked, a safety net (default 6h)")
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "metrics address (0 turns it off)")
 	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address (0 turns it off)")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader, for several replicas")

@@ -53,6 +53,9 @@ type Options struct {
 	CloudMapDataQPS          float64
 	CloudMapDataBurst        int
 	Watch                    cloudmap.WatchOptions
+	// OnCloudMapCall, when set, hears of every Cloud Map call (HTTP
+	// attempt) besides the metric: benchmarks count calls per cluster.
+	OnCloudMapCall func(operation string, err error)
 
 	MetricsAddr, ProbeAddr  string
 	LeaderElect             bool
@@ -182,7 +185,12 @@ func Run(ctx context.Context, o Options) error {
 	if o.MCS || o.CloudMapDNS {
 		if sd, err = cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
 			DataQPS: o.CloudMapDataQPS, DataBurst: o.CloudMapDataBurst,
-			OnCall: countCall}); err != nil {
+			OnCall: func(op string, err error) {
+				countCall(op, err)
+				if o.OnCloudMapCall != nil {
+					o.OnCloudMapCall(op, err)
+				}
+			}}); err != nil {
 			return err
 		}
 	}
