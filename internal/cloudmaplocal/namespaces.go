@@ -106,6 +106,9 @@ func (s *Server) createNamespace(ns *namespaceRec, creatorRequestID string, tags
 // namespaceOut renders a namespace; callers hold s.mu.
 func (s *Server) namespaceOut(ns *namespaceRec) *Namespace {
 	count := int32(len(s.ix.svcByName[ns.Id]))
+	if s.faults.get().StaleServiceCounts {
+		count = 0 // as Cloud Map's count lags behind its services
+	}
 	props := &NamespaceProperties{HttpProperties: &HttpProperties{HttpName: ns.HttpName}}
 	if ns.Type != "HTTP" {
 		props.DnsProperties = &DnsProperties{HostedZoneId: ns.HostedZoneId, SOA: &SOA{TTL: ns.SOATTL}}

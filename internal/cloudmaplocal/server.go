@@ -279,6 +279,9 @@ type Faults struct {
 	// FailReadsOf are services, as "namespace name/service name", whose
 	// DiscoverInstances calls answer 500 InternalFailure.
 	FailReadsOf []string `json:"failReadsOf,omitempty"`
+	// StaleServiceCounts reports every namespace's ServiceCount as 0, as a
+	// count that lags behind the services does.
+	StaleServiceCounts bool `json:"staleServiceCounts,omitempty"`
 }
 
 // RateLimit is a token bucket: Rate calls per second, bursts up to Burst.

@@ -204,3 +204,53 @@ func TestBurstOfForeignChangesIsCaughtUp(t *testing.T) {
 	}
 	t.Logf("calls for 100 foreign changes: %v", got)
 }
+
+// A read that finds an exported service gone is confirmed by a second read
+// ConfirmAbsence (5 s) later before the sink hears it: Cloud Map's reads
+// are eventually consistent, and one stale answer must not remove imports.
+func TestAbsenceIsConfirmedBeforeImportsGo(t *testing.T) {
+	w := newWatched(t, 3, 0)
+	api := httptest.NewServer(w.srv.Handler())
+	defer api.Close()
+	w.start(t, api.URL)
+	key := registry.Key{Namespace: "ours", Name: "svc-1"}
+	if w.endpoints(key) != 1 {
+		t.Fatalf("%s not heard after the sync", key)
+	}
+	if _, err := w.setup.DeregisterInstance(context.Background(), &sd.DeregisterInstanceInput{ServiceId: aws.String(w.svcs[key]), InstanceId: aws.String("i-10.0.0.1")}); err != nil {
+		t.Fatal(err)
+	}
+	gone := time.Now()
+	for w.heardOf(key) {
+		if time.Since(gone) > 20*time.Second {
+			t.Fatal("the unexport was never heard")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d := time.Since(gone); d < 5*time.Second {
+		t.Errorf("the sink heard %s gone %v after the deregistration; want a second read at least 5 s after the first", key, d)
+	}
+}
+
+// heardOf says whether the sink's last word on key was an export.
+func (w *watched) heardOf(key registry.Key) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.heard[key]) > 0
+}
+
+// A namespace's ServiceCount lags behind its services: a watcher (re)started
+// while it says 0 still finds every service, and a listing then takes none
+// of them for gone.
+func TestServiceCountIsNotTrusted(t *testing.T) {
+	w := newWatched(t, 5, 0)
+	w.srv.SetFaults(cloudmaplocal.Faults{StaleServiceCounts: true})
+	api := httptest.NewServer(w.srv.Handler())
+	defer api.Close()
+	w.start(t, api.URL)
+	for i := 0; i < 5; i++ {
+		if key := (registry.Key{Namespace: "ours", Name: fmt.Sprintf("svc-%d", i)}); w.endpoints(key) != 1 {
+			t.Errorf("%s not found after the first sync", key)
+		}
+	}
+}
