@@ -197,7 +197,8 @@ func BenchmarkMCS(b *testing.B) {
 	const services = namespaces * perNamespace
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env := devenv.ForTest(b, 3)
+	// 5,050 pods need 6 nodes of 1,022 addresses.
+	env := devenv.ForTestWith(b, devenv.Options{Clusters: 3, Nodes: 6})
 	cm := devenv.CloudMapForTest(b, cloudmaplocal.Options{})
 	counts, wait := startCounted(ctx, env, cm.URL)
 	defer func() { cancel(); _ = wait() }()

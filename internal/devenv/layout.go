@@ -8,9 +8,9 @@ import (
 // MaxClusters bounds N so that every cluster's CIDRs stay distinct.
 const MaxClusters = 50
 
-// MaxNodes bounds the nodes of a cluster: node i gets the i-th /24 (IPv4)
-// and /64 (IPv6) of its cluster's pod ranges.
-const MaxNodes = 255
+// MaxNodes bounds the nodes of a cluster: node n gets the n-th /22 (IPv4,
+// 1,022 pods) and /64 (IPv6) of its cluster's pod ranges.
+const MaxNodes = 63
 
 // IP families of an environment's clusters.
 const (
@@ -74,16 +74,20 @@ func Layout(prefix string, n, portBase int, family string) ([]ClusterSpec, error
 }
 
 // NodePodCIDRs are node n's (1..MaxNodes) slices of the cluster's pod
-// ranges, 8 bits longer than the range, as a real cluster's node IPAM hands
-// them out: 10.101.n.0/24, fd00:10:101:n::/64.
+// ranges, as a real cluster's node IPAM hands them out: for cluster 1, node
+// n gets 10.101.(4n).0/22 and fd00:10:101:n::/64.
 func (s ClusterSpec) NodePodCIDRs(n int) []string {
 	var out []string
 	for _, c := range s.PodCIDRs {
 		p := netip.MustParsePrefix(c)
 		b := p.Addr().AsSlice()
-		b[p.Bits()/8] = byte(n)
+		bits := 8 // IPv6: a /64 per node
+		if p.Addr().Is4() {
+			bits = 6 // IPv4: a /22 per node
+		}
+		b[p.Bits()/8] = byte(n << (8 - bits))
 		a, _ := netip.AddrFromSlice(b)
-		out = append(out, netip.PrefixFrom(a, p.Bits()+8).String())
+		out = append(out, netip.PrefixFrom(a, p.Bits()+bits).String())
 	}
 	return out
 }

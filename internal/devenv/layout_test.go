@@ -35,7 +35,7 @@ func TestLayoutRangesAreDistinct(t *testing.T) {
 		for n := 1; n <= MaxNodes; n++ {
 			for f, c := range s.NodePodCIDRs(n) {
 				np := netip.MustParsePrefix(c)
-				if cp := netip.MustParsePrefix(s.PodCIDRs[f]); !cp.Contains(np.Addr()) || np.Bits() != cp.Bits()+8 || np != np.Masked() || seen[c] {
+				if cp := netip.MustParsePrefix(s.PodCIDRs[f]); !cp.Contains(np.Addr()) || (np.Bits() != 22 && np.Bits() != 64) || np != np.Masked() || seen[c] {
 					t.Fatalf("%s node %d: slice %s of %s", s.ID, n, c, cp)
 				}
 				seen[c] = true
@@ -75,7 +75,7 @@ func TestLayoutFamilies(t *testing.T) {
 			t.Errorf("%s: pods %v services %v", fam, s.PodCIDRs, s.ServiceCIDRs)
 		}
 	}
-	if got := (ClusterSpec{PodCIDRs: []string{"10.101.0.0/16", "fd00:10:101::/56"}}).NodePodCIDRs(3); got[0] != "10.101.3.0/24" || got[1] != "fd00:10:101:3::/64" {
+	if got := (ClusterSpec{PodCIDRs: []string{"10.101.0.0/16", "fd00:10:101::/56"}}).NodePodCIDRs(3); got[0] != "10.101.12.0/22" || got[1] != "fd00:10:101:3::/64" {
 		t.Errorf("node 3: %v", got)
 	}
 	if _, err := Layout("p", 1, 0, "ipv5"); err == nil || !strings.Contains(err.Error(), "--ip-family") {
