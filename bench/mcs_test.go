@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
@@ -146,34 +147,27 @@ func emulatorCalls(b *testing.B, admin string) map[string]float64 {
 // operation.
 type perCluster struct {
 	mu sync.Mutex
-	n  map[string]map[string]float64 // cluster -> operation -> calls
+	n  map[string]*cloudmapclient.Calls
 }
 
 func (p *perCluster) hook(id string) func(string, error) {
-	return func(op string, _ error) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.n[id] == nil {
-			p.n[id] = map[string]float64{}
-		}
-		p.n[id][op]++
-	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := &cloudmapclient.Calls{}
+	p.n[id] = c
+	return c.Record
 }
 
 func (p *perCluster) snapshot(id string) map[string]float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := map[string]float64{}
-	for k, v := range p.n[id] {
-		out[k] = v
-	}
-	return out
+	return p.n[id].Snapshot()
 }
 
 // startCounted runs the controllers at the shipped defaults, counting
 // each cluster's Cloud Map calls.
 func startCounted(ctx context.Context, env *devenv.Env, url string) (*perCluster, func() error) {
-	counts := &perCluster{n: map[string]map[string]float64{}}
+	counts := &perCluster{n: map[string]*cloudmapclient.Calls{}}
 	byConfig := map[string]string{}
 	for _, c := range env.Clusters {
 		byConfig[c.Server] = c.ID

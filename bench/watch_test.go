@@ -30,28 +30,6 @@ import (
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
 
-// callCounter counts calls by operation.
-type callCounter struct {
-	mu sync.Mutex
-	n  map[string]float64
-}
-
-func (c *callCounter) add(op string, _ error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n[op]++
-}
-
-func (c *callCounter) total() float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := 0.0
-	for _, v := range c.n {
-		t += v
-	}
-	return t
-}
-
 // BenchmarkWatcherStorm: one cluster's change feed, at the shipped call
 // budgets, with 1,000 services of its clusterset and 1,000 of another in
 // other HTTP namespaces. Over 10 minutes: a sweep (the sweep period is
@@ -105,10 +83,10 @@ func BenchmarkWatcherStorm(b *testing.B) {
 	populate("ours", "set", ours, 100)
 	populate("theirs", "another-set", foreign, 100)
 
-	calls := &callCounter{n: map[string]float64{}}
+	calls := &cloudmapclient.Calls{}
 	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1",
 		QPS: controller.DefaultCloudMapQPS, Burst: controller.DefaultCloudMapBurst,
-		DataQPS: controller.DefaultCloudMapDataQPS, DataBurst: controller.DefaultCloudMapDataBurst, OnCall: calls.add})
+		DataQPS: controller.DefaultCloudMapDataQPS, DataBurst: controller.DefaultCloudMapDataBurst, OnCall: calls.Record})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -123,14 +101,15 @@ func BenchmarkWatcherStorm(b *testing.B) {
 
 	b.ResetTimer()
 	perMinute := make([]float64, window)
-	last := calls.total()
+	total := func() float64 { t, _ := callsBetween(nil, calls.Snapshot()); return t }
+	last := total()
 	for m := 0; m < window; m++ {
 		if m == 6 {
 			srv.SetFaults(cloudmaplocal.Faults{Outage: true})
 			time.AfterFunc(time.Minute, func() { srv.SetFaults(cloudmaplocal.Faults{}) })
 		}
 		time.Sleep(time.Minute)
-		now := calls.total()
+		now := total()
 		perMinute[m], last = now-last, now
 	}
 	b.StopTimer()

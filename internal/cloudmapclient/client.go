@@ -7,7 +7,9 @@ package cloudmapclient
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -174,4 +176,27 @@ func WaitOperation(ctx context.Context, c *sd.Client, id *string) (*types.Operat
 		}
 		delay = min(delay*2, 2*time.Second)
 	}
+}
+
+// Calls counts calls by operation; its Record is an Options.OnCall.
+type Calls struct {
+	mu sync.Mutex
+	n  map[string]float64
+}
+
+// Record counts one call.
+func (c *Calls) Record(op string, _ error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]float64{}
+	}
+	c.n[op]++
+}
+
+// Snapshot returns the counts so far by operation.
+func (c *Calls) Snapshot() map[string]float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
 }

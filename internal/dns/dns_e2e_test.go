@@ -54,13 +54,7 @@ func server(t *testing.T, c *devenv.Cluster) string {
 	s, err := cmdns.Start(context.Background(), c.Config, "127.0.0.1:0", zone, 5, nil)
 	mustDo(t, err)
 	t.Cleanup(s.Close)
-	select {
-	case <-s.Synced():
-	case err := <-s.Err():
-		t.Fatal(err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the DNS source did not sync")
-	}
+	mustDo(t, s.WaitSynced(30*time.Second))
 	return s.Addr
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,19 @@ func Start(ctx context.Context, cfg *rest.Config, listen, zone string, ttl uint3
 
 // Synced is closed once the first index is served.
 func (s *Server) Synced() <-chan struct{} { return s.source.synced }
+
+// WaitSynced waits until the first index is served, the source fails, or
+// timeout passes.
+func (s *Server) WaitSynced(timeout time.Duration) error {
+	select {
+	case <-s.Synced():
+		return nil
+	case err := <-s.Err():
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("the DNS source did not sync within %v", timeout)
+	}
+}
 
 // Err delivers the source's failure, if it stops.
 func (s *Server) Err() <-chan error { return s.errc }

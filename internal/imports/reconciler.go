@@ -139,7 +139,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	inScope := predicate.NewPredicateFuncs(func(o client.Object) bool { return r.Namespaces(o.GetNamespace()) })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("serviceimport").
-		For(&mcsv1beta1.ServiceImport{}, builder.WithPredicates(inScope)).
+		// Our own status writes need no new reconcile.
+		For(&mcsv1beta1.ServiceImport{}, builder.WithPredicates(inScope, predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Service{}, byServiceName, builder.WithPredicates(inScope)).
 		Watches(&discoveryv1.EndpointSlice{}, byServiceName, builder.WithPredicates(inScope)).
 		// A local export's conditions carry the import's conflicts.

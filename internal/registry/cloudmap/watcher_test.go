@@ -18,34 +18,12 @@ import (
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
 
-// calls counts a client's Cloud Map calls by operation.
-type calls struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *calls) add(op string, _ error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n[op]++
-}
-
-func (c *calls) snapshot() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range c.n {
-		out[k] = v
-	}
-	return out
-}
-
 // watched is an emulator with services of this clusterset and of another,
 // and a watcher at the shipped call budgets reading it.
 type watched struct {
 	srv   *cloudmaplocal.Server
 	setup *sd.Client
-	calls *calls
+	calls *cloudmapclient.Calls
 	mu    sync.Mutex
 	heard map[registry.Key][]registry.Export
 	svcs  map[registry.Key]string
@@ -64,7 +42,7 @@ func newWatched(t *testing.T, ours, foreign int) *watched {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &watched{srv: srv, setup: setup, calls: &calls{n: map[string]int{}}, heard: map[registry.Key][]registry.Export{}, svcs: map[registry.Key]string{}}
+	w := &watched{srv: srv, setup: setup, calls: &cloudmapclient.Calls{}, heard: map[registry.Key][]registry.Export{}, svcs: map[registry.Key]string{}}
 	for ns, n := range map[string]int{"ours": ours, "theirs": foreign} {
 		op, err := setup.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(ns)})
 		if err != nil {
@@ -109,7 +87,7 @@ func (w *watched) start(t *testing.T, endpoint string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: endpoint, Region: "us-east-1",
-		QPS: 20, Burst: 40, DataQPS: 200, DataBurst: 400, OnCall: w.calls.add})
+		QPS: 20, Burst: 40, DataQPS: 200, DataBurst: 400, OnCall: w.calls.Record})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +116,8 @@ func (w *watched) endpoints(key registry.Key) int {
 	return n
 }
 
-func diff(before, after map[string]int) map[string]int {
-	out := map[string]int{}
+func diff(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
 	for k, v := range after {
 		if v != before[k] {
 			out[k] = v - before[k]
@@ -160,7 +138,7 @@ func TestOutageIsReadBackNotRereadEverything(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	w.srv.SetFaults(cloudmaplocal.Faults{Outage: true})
 	time.Sleep(15 * time.Second) // longer than the 10 s overlap
-	before := w.calls.snapshot()
+	before := w.calls.Snapshot()
 	w.srv.SetFaults(cloudmaplocal.Faults{})
 	w.register(t, registry.Key{Namespace: "ours", Name: "svc-7"}, "set", "10.0.0.2")
 	deadline := time.Now().Add(10 * time.Second)
@@ -171,7 +149,7 @@ func TestOutageIsReadBackNotRereadEverything(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(3 * time.Second)
-	got := diff(before, w.calls.snapshot())
+	got := diff(before, w.calls.Snapshot())
 	if got["DiscoverInstances"] > 5 || got["DiscoverInstancesRevision"] > 0 {
 		t.Errorf("after the outage: %v; want the missed window read back, not 300 services re-read", got)
 	}
@@ -185,7 +163,7 @@ func TestBurstOfForeignChangesIsCaughtUp(t *testing.T) {
 	api := httptest.NewServer(w.srv.Handler())
 	defer api.Close()
 	w.start(t, api.URL)
-	before := w.calls.snapshot()
+	before := w.calls.Snapshot()
 	for i := 0; i < 100; i++ {
 		w.register(t, registry.Key{Namespace: "ours", Name: fmt.Sprintf("svc-%d", i)}, "set", "10.0.1.1")
 	}
@@ -198,9 +176,9 @@ func TestBurstOfForeignChangesIsCaughtUp(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	got := diff(before, w.calls.snapshot())
+	got := diff(before, w.calls.Snapshot())
 	if got["GetOperation"] > 10 {
-		t.Errorf("%d GetOperation calls for 100 foreign changes; want a catch-up instead (%v)", got["GetOperation"], got)
+		t.Errorf("%.0f GetOperation calls for 100 foreign changes; want a catch-up instead (%v)", got["GetOperation"], got)
 	}
 	t.Logf("calls for 100 foreign changes: %v", got)
 }
