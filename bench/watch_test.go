@@ -32,9 +32,9 @@ import (
 
 // BenchmarkWatcherStorm: one cluster's change feed, at the shipped call
 // budgets, with 1,000 services of its clusterset and 1,000 of another in
-// other HTTP namespaces. Over 10 minutes: a sweep (the sweep period is
-// set to 4 minutes so that one falls inside the window; shipped: 6 h) and
-// a 60 s outage from minute 6. Prints the calls of every minute: each event
+// other HTTP namespaces. Over 10 minutes: sweeps (the sweep period is
+// set to 4 minutes so that sweeps fall inside the window; shipped: 6 h)
+// and a 60 s outage from minute 6. Prints the calls of every minute: each event
 // must cost one bounded catch-up, and the idle figure must return within 2
 // minutes (before the fix, a gap past the 10 s overlap re-read every
 // service, which at 20 calls/s took longer than the overlap again).
@@ -120,7 +120,7 @@ func BenchmarkWatcherStorm(b *testing.B) {
 		}
 		return true
 	})
-	fmt.Printf("change feed at the shipped budgets, %d services of this clusterset (%d heard) + %d of another, sweep at minute 4, 60 s outage from minute 6:\n", ours, imported, foreign)
+	fmt.Printf("change feed at the shipped budgets, %d services of this clusterset (%d heard) + %d of another, a sweep every 4 minutes, 60 s outage from minute 6:\n", ours, imported, foreign)
 	for m, n := range perMinute {
 		fmt.Printf("  minute %2d: %5.0f calls\n", m+1, n)
 	}
