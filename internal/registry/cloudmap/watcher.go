@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/clustermap/clustermap/internal/registry"
@@ -38,11 +39,14 @@ type WatchOptions struct {
 	// nowhere a second read must confirm it before its imports go: Cloud
 	// Map's reads are eventually consistent.
 	ConfirmAbsence time.Duration
-	// MaxGetOperations is how many foreign operations a poll attributes to
-	// their services one GetOperation each; past it, a catch-up (a listing
-	// and a revision check of every known service, data-plane calls) finds
-	// the changes at a cost that does not grow with the operations.
+	// Foreign operations are attributed to their services one GetOperation
+	// each, GetOperationRate per second on average and MaxGetOperations at
+	// once; past that budget, a catch-up (a listing and a revision check of
+	// every known service, data-plane calls) finds the changes at a cost
+	// that does not grow with the operations. The budget keeps a bulk export
+	// elsewhere from taking this cluster's control-plane calls.
 	MaxGetOperations int
+	GetOperationRate float64
 	// CatchUpInterval spaces catch-ups during a long burst.
 	CatchUpInterval time.Duration
 	// MaxLookback is how far back a poll reads operations after a gap;
@@ -77,6 +81,9 @@ func (o *WatchOptions) defaults() {
 	if o.MaxGetOperations == 0 {
 		o.MaxGetOperations = 10
 	}
+	if o.GetOperationRate == 0 {
+		o.GetOperationRate = 1
+	}
 	if o.CatchUpInterval == 0 {
 		o.CatchUpInterval = 3 * time.Second
 	}
@@ -102,6 +109,7 @@ type Watcher struct {
 	// not to: a read that fails backs off per service.
 	dirty      map[registry.Key]time.Time
 	backoff    workqueue.TypedRateLimiter[registry.Key]
+	lookups    *rate.Limiter              // the budget of GetOperation attributions
 	absent     map[registry.Key]time.Time // first read that found an exported service gone
 	unreadable map[registry.Key]bool
 	seen       map[string]time.Time // operation ids already handled
@@ -119,6 +127,7 @@ func NewWatcher(b *Backend, sink Sink, opts WatchOptions) *Watcher {
 		dirty: map[registry.Key]time.Time{}, seen: map[string]time.Time{}, revisions: map[registry.Key]int64{},
 		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
+		lookups: rate.NewLimiter(rate.Limit(opts.GetOperationRate), opts.MaxGetOperations),
 	}
 }
 
@@ -169,7 +178,12 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		w.clock.LastList, w.clock.Synced = start, true
 	case stepCatchUp:
 		// Everything that changed before start is found by the listing and
-		// the revisions; polls go on from there.
+		// the revisions; polls go on from there, and the operations up to
+		// start are marked seen, so that the next poll does not count them
+		// as new (and want another catch-up).
+		if _, err := w.operations(ctx); err != nil {
+			return err
+		}
 		if err := w.list(ctx, false); err != nil {
 			return err
 		}
@@ -264,9 +278,41 @@ func (w *Watcher) sweep(ctx context.Context) error {
 
 // pollOperations reads the instance operations that succeeded since the
 // last successful poll and marks their services for reading. Operations
-// this cluster started name their service; a few foreign ones are looked
-// up one by one; more than MaxGetOperations ask for a catch-up instead.
+// this cluster started name their service; foreign ones are looked up one
+// by one within the lookup budget; past it, they ask for a catch-up.
 func (w *Watcher) pollOperations(ctx context.Context) error {
+	foreign, err := w.operations(ctx)
+	if err != nil {
+		return err
+	}
+	now := w.clock.Now
+	if len(foreign) > 0 {
+		w.clock.LastChange = now
+	}
+	if len(foreign) > 0 && !w.lookups.AllowN(now, len(foreign)) {
+		w.clock.CatchUpWanted = true
+		return nil
+	}
+	for i, id := range foreign {
+		key, err := w.operationKey(ctx, id)
+		if err != nil {
+			// The rest are looked up again by the next poll.
+			for _, id := range foreign[i:] {
+				delete(w.seen, id)
+			}
+			return err
+		}
+		if key != (registry.Key{}) {
+			w.dirty[key] = time.Time{}
+		}
+	}
+	return nil
+}
+
+// operations lists the successful instance operations of the poll window
+// not seen before, marks them seen and the poll done, queues the services
+// of this cluster's own, and returns the foreign ones.
+func (w *Watcher) operations(ctx context.Context) (foreign []string, err error) {
 	now := w.clock.Now
 	from, full := pollFrom(w.clock, w.lastFull, w.opts)
 	pages := sd.NewListOperationsPaginator(w.b.c, &sd.ListOperationsInput{Filters: []types.OperationFilter{
@@ -276,48 +322,27 @@ func (w *Watcher) pollOperations(ctx context.Context) error {
 		{Name: types.OperationFilterNameUpdateDate, Condition: types.FilterConditionBetween, Values: []string{
 			fmt.Sprint(from.Unix()), fmt.Sprint(now.Add(time.Hour).Unix())}},
 	}})
-	var foreign []string
+	var ids []string
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, op := range page.Operations {
-			id := aws.ToString(op.Id)
-			if _, done := w.seen[id]; done {
-				continue
-			}
-			if key, own := w.b.takeOwnOp(id); own {
-				w.dirty[key] = time.Time{}
-				w.seen[id] = now
-				w.clock.LastChange = now
-				continue
-			}
-			foreign = append(foreign, id)
+			ids = append(ids, aws.ToString(op.Id))
 		}
 	}
-	if len(foreign) > w.opts.MaxGetOperations {
-		w.clock.CatchUpWanted = true
-	} else {
-		for _, id := range foreign {
-			key, err := w.operationKey(ctx, id)
-			if err != nil {
-				return err
-			}
-			w.seen[id] = now
-			if key != (registry.Key{}) {
-				w.dirty[key] = time.Time{}
-			}
+	for _, id := range ids {
+		if _, done := w.seen[id]; done {
+			continue
 		}
-	}
-	if len(foreign) > 0 {
-		w.clock.LastChange = now
-	}
-	if len(foreign) > w.opts.MaxGetOperations {
-		// The catch-up covers these; they need no lookup.
-		for _, id := range foreign {
-			w.seen[id] = now
+		w.seen[id] = now
+		if key, own := w.b.takeOwnOp(id); own {
+			w.dirty[key] = time.Time{}
+			w.clock.LastChange = now
+			continue
 		}
+		foreign = append(foreign, id)
 	}
 	w.clock.LastPoll = now
 	if full {
@@ -332,7 +357,7 @@ func (w *Watcher) pollOperations(ctx context.Context) error {
 	}
 	// An operation of ours not seen succeed by now failed, or was missed.
 	w.b.expireOwnOps(now.Add(-10 * w.opts.Overlap))
-	return nil
+	return foreign, nil
 }
 
 // operationKey finds the service a foreign operation changed.
