@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -512,25 +513,25 @@ type permanent struct{ error }
 // waitFor polls cond every interval until it holds, fails permanently, or ctx ends.
 func waitFor(ctx context.Context, what string, interval time.Duration, cond func(context.Context) (bool, error)) error {
 	var last error
-	for {
+	err := wait.PollUntilContextCancel(ctx, interval, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
-		if ok {
-			return nil
-		}
 		if p, isPermanent := err.(permanent); isPermanent {
-			return p.error
+			return false, p.error
 		}
 		if err != nil {
 			last = err
 		}
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
-			}
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(interval):
-		}
+		return ok, nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() == nil:
+		return err // permanent
+	case last != nil:
+		return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
+	default:
+		return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 	}
 }
 

@@ -78,11 +78,13 @@ func (o *WatchOptions) defaults() {
 	if o.ConfirmAbsence == 0 {
 		o.ConfirmAbsence = 5 * time.Second
 	}
+	// A quarter of the shipped control-plane budget: enough for a steady
+	// stream of ordinary changes elsewhere, not for a bulk export.
 	if o.MaxGetOperations == 0 {
-		o.MaxGetOperations = 10
+		o.MaxGetOperations = 20
 	}
 	if o.GetOperationRate == 0 {
-		o.GetOperationRate = 1
+		o.GetOperationRate = 5
 	}
 	if o.CatchUpInterval == 0 {
 		o.CatchUpInterval = 3 * time.Second
