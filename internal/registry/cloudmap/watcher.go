@@ -350,10 +350,12 @@ func (w *Watcher) operations(ctx context.Context) (foreign []string, err error) 
 	if full {
 		w.lastFull = now
 	}
-	// An operation seen before this window began updated before it too:
-	// no later window lists it again.
+	// An operation seen more than an overlap ago updated before any later
+	// window (at most an overlap back from this poll) begins: none lists
+	// it again. (A fast poll's own window is shorter: pruning by it made
+	// the next full poll take operations for new.)
 	for id, t := range w.seen {
-		if t.Before(from) {
+		if now.Sub(t) > w.opts.Overlap {
 			delete(w.seen, id)
 		}
 	}
