@@ -180,6 +180,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	exports := r.View.Get(key)
 	if len(exports) == 0 {
+		r.invalidSaid.Delete(key)
 		return reconcile.Result{}, r.remove(ctx, key)
 	}
 	m := merge.Merge(exports)
