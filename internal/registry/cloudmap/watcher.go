@@ -174,6 +174,13 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 	start := w.clock.Now
 	switch st {
 	case stepList:
+		if !w.clock.Synced {
+			// The first listing reads every service: the operations before
+			// it are covered, not new.
+			if _, err := w.operations(ctx); err != nil {
+				return err
+			}
+		}
 		if err := w.list(ctx, !w.clock.Synced); err != nil {
 			return err
 		}

@@ -116,6 +116,24 @@ func (w *watched) endpoints(key registry.Key) int {
 	return n
 }
 
+// settle waits until the watcher only polls: 2 s with no other call.
+func (w *watched) settle(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		before := w.calls.Snapshot()
+		time.Sleep(2 * time.Second)
+		d := diff(before, w.calls.Snapshot())
+		delete(d, "ListOperations")
+		if len(d) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watcher does not settle: %v", d)
+		}
+	}
+}
+
 func diff(before, after map[string]float64) map[string]float64 {
 	out := map[string]float64{}
 	for k, v := range after {
@@ -135,7 +153,7 @@ func TestOutageIsReadBackNotRereadEverything(t *testing.T) {
 	api := httptest.NewServer(w.srv.Handler())
 	defer api.Close()
 	w.start(t, api.URL)
-	time.Sleep(2 * time.Second)
+	w.settle(t)
 	w.srv.SetFaults(cloudmaplocal.Faults{Outage: true})
 	time.Sleep(15 * time.Second) // longer than the 10 s overlap
 	before := w.calls.Snapshot()
