@@ -155,6 +155,11 @@ func (w *world) nameClash(t *testing.T) {
 	// cluster-3's own Service, kept to itself (singular), is not replicated.
 	app(t, w.clients[2], "web", "clash", 1, false, httpPort(80, 8080))
 	setMode(t, w.clients[2], "web", "clash", syndicate.ModeSingular)
+	// It may have been replicated in the moment before it became singular:
+	// those replicas go first.
+	for _, cl := range w.clients[:2] {
+		eventually(t, importDeadline, "no replica of a singular Service", gone(cl, "web", "clash"))
+	}
 	own := waitPods(t, w.clients[2], "web", "clash", 1)
 	app(t, w.clients[0], "web", "clash", 2, false, httpPort(80, 8080))
 	ips := waitPods(t, w.clients[0], "web", "clash", 2)
