@@ -51,7 +51,7 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 	defer cancel()
 	env := devenv.ForTest(b, 1)
 	cm := devenv.CloudMapForTest(b, cloudmaplocal.Options{})
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: cm.URL, Region: "us-east-1"})
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: cm.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func BenchmarkCloudMapLocal(b *testing.B) {
 	const namespaces, servicesPerNS, instances, workers = 10, 100, 10, 4
 	ctx := context.Background()
 	url, pid := startEmulator(b, "--rate-limit", "DiscoverInstances=0", "--rate-limit", "DiscoverInstancesRevision=0")
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: url, Region: "us-east-1"})
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 	if err != nil {
 		b.Fatal(err)
 	}

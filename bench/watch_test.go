@@ -48,7 +48,7 @@ func BenchmarkWatcherStorm(b *testing.B) {
 	}
 	api := httptest.NewServer(srv.Handler())
 	defer func() { api.Close(); srv.Close() }()
-	setup, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1"})
+	setup, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func BenchmarkWatcherStorm(b *testing.B) {
 	populate("theirs", "another-set", foreign, 100)
 
 	calls := &cloudmapclient.Calls{}
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1",
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
 		QPS: controller.DefaultCloudMapQPS, Burst: controller.DefaultCloudMapBurst,
 		DataQPS: controller.DefaultCloudMapDataQPS, DataBurst: controller.DefaultCloudMapDataBurst, OnCall: calls.Record})
 	if err != nil {
@@ -323,7 +323,7 @@ func BenchmarkEmulatorOperations(b *testing.B) {
 	dir := b.TempDir()
 	url, pid := startEmulator(b, "--data-dir", dir)
 	ctx := context.Background()
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: url, Region: "us-east-1"})
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,9 +6,9 @@ package cloudmapclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"sync"
 	"time"
 
@@ -45,25 +45,36 @@ type Options struct {
 	// OnCall, when set, hears of every HTTP attempt: the operation and its
 	// error (nil on success).
 	OnCall func(operation string, err error)
+	// Credentials, when set, replace the default credential chain: tests
+	// and the local emulator use LocalCredentials.
+	Credentials aws.CredentialsProvider
 }
 
+// LocalCredentials sign calls to the local emulator, which needs no account.
+var LocalCredentials = credentials.NewStaticCredentialsProvider("local", "local", "")
+
+// ErrNoRegion says how to name the region: Cloud Map is regional, and
+// guessing one would register into a namespace nobody reads.
+var ErrNoRegion = errors.New("no AWS region: pass --region or set AWS_REGION (or a region in the shared config file, AWS_CONFIG_FILE)")
+
 // New builds a client from the standard credential chain (environment,
-// shared config, IRSA web identity, EKS pod identity, instance roles).
+// shared config, IRSA web identity, EKS pod identity, instance roles),
+// custom endpoints included: a VPC endpoint URL still signs with the
+// instance's role.
 func New(ctx context.Context, o Options) (*sd.Client, error) {
 	var loadOpts []func(*config.LoadOptions) error
 	if o.Region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(o.Region))
+	}
+	if o.Credentials != nil {
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(o.Credentials))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("loading AWS configuration: %w", err)
 	}
 	if cfg.Region == "" {
-		cfg.Region = "us-east-1"
-	}
-	if customEndpoint(o) && !credentialsConfigured() {
-		// A local endpoint needs no real account; the SDK still signs.
-		cfg.Credentials = credentials.NewStaticCredentialsProvider("local", "local", "")
+		return nil, ErrNoRegion
 	}
 	return NewFromConfig(cfg, o), nil
 }
@@ -128,23 +139,6 @@ func disableHostPrefix(st *middleware.Stack) error {
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 			return next.HandleInitialize(smithyhttp.DisableEndpointHostPrefix(ctx, true), in)
 		}), middleware.After)
-}
-
-func customEndpoint(o Options) bool {
-	return o.Endpoint != "" || os.Getenv("AWS_ENDPOINT_URL_SERVICEDISCOVERY") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
-}
-
-// credentialsConfigured tells whether the environment names any credential
-// source, without asking the instance metadata service (slow off AWS).
-func credentialsConfigured() bool {
-	for _, v := range []string{"AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"} {
-		if os.Getenv(v) != "" {
-			return true
-		}
-	}
-	home, _ := os.UserHomeDir()
-	_, err := os.Stat(home + "/.aws/credentials")
-	return err == nil
 }
 
 // OperationTimeout bounds WaitOperation: Cloud Map finishes operations in

@@ -150,7 +150,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := httptest.NewServer(srv.Handler())
-	c, _ := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1"})
+	c, _ := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 	svc := httpService(t, c, "persist", "web")
 	for i := 0; i < 5; i++ {
 		opDone(t, c, must[*sd.RegisterInstanceOutput](t)(register(ctx, c, svc, fmt.Sprint("i-", i), map[string]string{"AWS_INSTANCE_IPV4": fmt.Sprint("10.1.0.", i)})).OperationId)
@@ -195,7 +195,7 @@ func TestAsynchronousOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := httptest.NewServer(srv.Handler())
-	c, _ := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1"})
+	c, _ := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 	svc := httpService(t, c, "async", "web")
 
 	op := must[*sd.RegisterInstanceOutput](t)(register(ctx, c, svc, "i-1", map[string]string{"AWS_INSTANCE_IPV4": "10.2.0.1"}))

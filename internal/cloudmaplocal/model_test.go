@@ -18,8 +18,10 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 )
 
-// The model stays in ../shared/spec beside the checkout; it is never copied.
-const modelPath = "../../../shared/spec/servicediscovery-2017-03-14.smithy.json"
+// modelPath is the Cloud Map model without its documentation, extracted by
+// modelgen from ../shared/spec (go generate), so a clone with nothing beside
+// it checks the emulator against the same shapes.
+const modelPath = "testdata/servicediscovery-model.json"
 
 const smithyNS = "com.amazonaws.servicediscovery#"
 
@@ -47,7 +49,7 @@ func loadModel(t *testing.T) smithyModel {
 	t.Helper()
 	raw, err := os.ReadFile(modelPath)
 	if err != nil {
-		t.Fatalf("the Cloud Map model must be at %s (../shared beside the checkout): %v", modelPath, err)
+		t.Fatalf("the Cloud Map model extract must be at %s (go generate ./internal/cloudmaplocal): %v", modelPath, err)
 	}
 	var m smithyModel
 	if err := json.Unmarshal(raw, &m); err != nil {

@@ -31,6 +31,7 @@ func emulator(t testing.TB, opts cloudmaplocal.Options, co cloudmapclient.Option
 	t.Cleanup(func() { api.Close(); srv.Close() })
 	co.Endpoint = api.URL
 	co.Region = "us-east-1"
+	co.Credentials = cloudmapclient.LocalCredentials
 	c, err := cloudmapclient.New(context.Background(), co)
 	if err != nil {
 		t.Fatal(err)

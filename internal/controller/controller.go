@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	servicediscovery "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,11 +49,14 @@ type Options struct {
 	Kubeconfig, Context string
 
 	CloudMapEndpoint, Region string
-	CloudMapQPS              float64
-	CloudMapBurst            int
-	CloudMapDataQPS          float64
-	CloudMapDataBurst        int
-	Watch                    cloudmap.WatchOptions
+	// CloudMapCredentials, when set, replace the default credential chain
+	// (the local emulator's).
+	CloudMapCredentials aws.CredentialsProvider
+	CloudMapQPS         float64
+	CloudMapBurst       int
+	CloudMapDataQPS     float64
+	CloudMapDataBurst   int
+	Watch               cloudmap.WatchOptions
 	// OnCloudMapCall, when set, hears of every Cloud Map call (HTTP
 	// attempt) besides the metric: benchmarks count calls per cluster.
 	OnCloudMapCall func(operation string, err error)
@@ -183,7 +187,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	var sd *servicediscovery.Client
 	if o.MCS || o.CloudMapDNS {
-		if sd, err = cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
+		if sd, err = cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, Credentials: o.CloudMapCredentials, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
 			DataQPS: o.CloudMapDataQPS, DataBurst: o.CloudMapDataBurst,
 			OnCall: func(op string, err error) {
 				countCall(op, err)

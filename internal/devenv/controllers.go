@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/controller"
 )
 
@@ -16,7 +17,7 @@ func (e *Env) StartControllers(ctx context.Context, cloudMapURL string, log func
 	done := make(chan error, len(e.Clusters))
 	for _, c := range e.Clusters {
 		o := controller.Options{
-			Config: c.Config, CloudMapEndpoint: cloudMapURL, Region: "us-east-1", MCS: true,
+			Config: c.Config, CloudMapEndpoint: cloudMapURL, Region: "us-east-1", CloudMapCredentials: cloudmapclient.LocalCredentials, MCS: true,
 			// The shipped call budgets: the lab runs as users do.
 			CloudMapQPS: controller.DefaultCloudMapQPS, CloudMapBurst: controller.DefaultCloudMapBurst,
 			CloudMapDataQPS: controller.DefaultCloudMapDataQPS, CloudMapDataBurst: controller.DefaultCloudMapDataBurst,

@@ -292,7 +292,7 @@ func exportInTurn(t *testing.T, ns, name, conflict string, mkOlder func(), older
 func (w *world) cloudMap(t *testing.T) *sd.Client { return cloudMapClient(t, w.cm.URL) }
 
 func cloudMapClient(t *testing.T, url string) *sd.Client {
-	c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: url, Region: "us-east-1"})
+	c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,11 @@
 // Command modelgen turns the Cloud Map Smithy model into the emulator's
 // wire types, validation table and operation dispatch, as AWS's SDK
-// generators do. The model stays in ../shared/spec; only this output is
-// committed.
+// generators do. The full model stays in ../shared/spec; what is committed
+// is this output and, with a third argument, the model without its
+// documentation (testdata for the model checks, so a clone with nothing
+// beside it tests the same).
 //
-//	go run ./modelgen MODEL.json OUTPUT.go
+//	go run ./modelgen MODEL.json OUTPUT.go [EXTRACT.json]
 package main
 
 import (
@@ -86,8 +88,8 @@ func orderedMembers(raw []byte, shapeID string) []string {
 func local(id string) string { return strings.TrimPrefix(id, ns) }
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: modelgen MODEL.json OUTPUT.go")
+	if len(os.Args) != 3 && len(os.Args) != 4 {
+		fmt.Fprintln(os.Stderr, "usage: modelgen MODEL.json OUTPUT.go [EXTRACT.json]")
 		os.Exit(2)
 	}
 	raw, err := os.ReadFile(os.Args[1])
@@ -101,6 +103,90 @@ func main() {
 	if err := os.WriteFile(os.Args[2], src, 0o644); err != nil {
 		panic(err)
 	}
+	if len(os.Args) == 4 {
+		ex, err := Extract(raw)
+		if err != nil {
+			panic(err)
+		}
+		if err := os.WriteFile(os.Args[3], ex, 0o644); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// documentation names the traits that only document: the extract drops them.
+var documentation = map[string]bool{
+	"smithy.api#documentation":         true,
+	"smithy.api#examples":              true,
+	"smithy.api#externalDocumentation": true,
+	"documentation":                    true, // endpoint rule parameters
+}
+
+// Extract copies the model without its documentation traits, keeping
+// every key's order (the generator depends on member order).
+func Extract(raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var out bytes.Buffer
+	if err := copyValue(dec, &out); err != nil {
+		return nil, err
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out.Bytes(), "", " "); err != nil {
+		return nil, err
+	}
+	pretty.WriteByte('\n')
+	return pretty.Bytes(), nil
+}
+
+// copyValue copies one JSON value from dec to out, dropping documentation
+// members of objects.
+func copyValue(dec *json.Decoder, out *bytes.Buffer) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		b, err := json.Marshal(tok)
+		out.Write(b)
+		return err
+	}
+	out.WriteRune(rune(d))
+	first := true
+	for dec.More() {
+		if d == '{' {
+			key, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			if documentation[key.(string)] {
+				var skip json.RawMessage
+				if err := dec.Decode(&skip); err != nil {
+					return err
+				}
+				continue
+			}
+			if !first {
+				out.WriteByte(',')
+			}
+			k, _ := json.Marshal(key)
+			out.Write(k)
+			out.WriteByte(':')
+		} else if !first {
+			out.WriteByte(',')
+		}
+		first = false
+		if err := copyValue(dec, out); err != nil {
+			return err
+		}
+	}
+	end, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	out.WriteRune(rune(end.(json.Delim)))
+	return nil
 }
 
 // Generate renders the Go source for a model.

@@ -38,7 +38,7 @@ func newWatched(t *testing.T, ours, foreign int) *watched {
 	}
 	api := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { api.Close(); srv.Close() })
-	setup, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1"})
+	setup, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func (w *watched) start(t *testing.T, endpoint string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: endpoint, Region: "us-east-1",
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: endpoint, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
 		QPS: 20, Burst: 40, DataQPS: 200, DataBurst: 400, OnCall: w.calls.Record})
 	if err != nil {
 		t.Fatal(err)
