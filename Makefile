@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/clustermap/clustermap/internal/version.Version=$(VERSIO
 MCS_API_DIR = $(shell go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 GOTEST_FLAGS ?= -timeout 40m
 
-.PHONY: all tools build generate crds test bench bench-tools demo down clean
+.PHONY: all tools build image generate crds test bench bench-tools demo down clean
 
 all: build
 
@@ -15,9 +15,20 @@ all: build
 tools:
 	@hack/build-tools.sh
 
-## build: the clustermap binary in ./bin
+## build: the clustermap binary in ./bin (static, as the image needs)
 build:
-	go build -ldflags '$(LDFLAGS)' -o $(BIN)/clustermap ./cmd/clustermap
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/clustermap ./cmd/clustermap
+
+PLATFORMS ?= linux/amd64 linux/arm64
+
+## image: the OCI image, no Docker needed: bin/image/oci (OCI layout, every
+## platform) and bin/image/clustermap-linux-<arch>.tar (docker load)
+image:
+	@set -e; args=; for p in $(PLATFORMS); do \
+	  os=$${p%%/*}; arch=$${p#*/}; out=$(BIN)/$$os-$$arch/clustermap; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/clustermap; \
+	  args="$$args $$p=$$out"; done; \
+	go run ./hack/image -version $(VERSION) -out $(BIN)/image $$args
 
 ## generate: emulator wire code, deep-copies, the ClusterProperty CRD and RBAC (controller-gen)
 generate: tools

@@ -6,6 +6,9 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	// The image has no CA bundle: the binary carries Mozilla's roots, used
+	// only where the system has none.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/clustermap/clustermap/internal/version"
 )
