@@ -30,18 +30,26 @@ image:
 	  args="$$args $$p=$$out"; done; \
 	go run ./hack/image -version $(VERSION) -out $(BIN)/image $$args
 
-## generate: emulator wire code, deep-copies, the ClusterProperty CRD and RBAC (controller-gen)
+CHART := charts/clustermap
+
+## generate: emulator wire code, deep-copies, the ClusterProperty CRD, one
+## least-privilege ClusterRole per mode (controller-gen), and the chart's copies
 generate: tools
 	go generate ./...
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=config/crd/bases
-	$(BIN)/controller-gen rbac:roleName=clustermap-controller paths=./internal/... output:rbac:dir=config/rbac
+	$(BIN)/controller-gen rbac:roleName=clustermap-mcs paths="./internal/controller;./internal/export;./internal/imports" output:rbac:dir=config/rbac/mcs
+	$(BIN)/controller-gen rbac:roleName=clustermap-cloudmap-dns paths="./internal/controller;./internal/cloudmapdns" output:rbac:dir=config/rbac/cloudmap-dns
+	$(BIN)/controller-gen rbac:roleName=clustermap-syndicate paths="./internal/controller;./internal/syndicate" output:rbac:dir=config/rbac/syndicate
+	for m in mcs cloudmap-dns syndicate; do cp config/rbac/$$m/role.yaml $(CHART)/files/rbac/$$m.yaml; done
+	cp config/crd/bases/*.yaml $(CHART)/crds/
 
 ## crds: vendor the upstream mcs-api CRDs from the pinned sigs.k8s.io/mcs-api module
 crds:
 	@mkdir -p config/crd/bases
 	cp $(MCS_API_DIR)/config/crd/multicluster.x-k8s.io_*.yaml config/crd/bases/
 	chmod 0644 config/crd/bases/multicluster.x-k8s.io_*.yaml
+	cp config/crd/bases/*.yaml $(CHART)/crds/
 
 ## test: every test, on real local clusters built from ./bin
 test: tools build

@@ -273,6 +273,11 @@ func setupMCS(mgr manager.Manager, sd *servicediscovery.Client, o Options, inSco
 	return nil
 }
 
+// What every mode needs (each mode's role adds its own, make generate):
+// Events, and this cluster's name from its ClusterProperty.
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=about.k8s.io,resources=clusterproperties,verbs=get
+
 // clusterName is how this cluster names itself on Cloud Map instances.
 func clusterName(ctx context.Context, c client.Reader, flag string) (string, error) {
 	if flag != "" {

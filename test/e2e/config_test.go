@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -15,20 +13,19 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 )
 
-// What `kubectl apply -k config/default --dry-run=server` does: kustomize
-// builds the tree, the apiserver validates every object (RBAC rules,
-// Deployment, CRDs) without storing it.
-func TestKustomizeAppliesWithServerDryRun(t *testing.T) {
+// What `kubectl apply -k` does on a fresh cluster: kustomize builds the
+// tree, the apiserver validates and stores every object in kustomize's
+// order. config/dns goes for real first (it brings its namespace); every
+// other tree is a server-side dry run (RBAC rules, Deployment, CRDs
+// validated, nothing stored).
+func TestKustomizeApplies(t *testing.T) {
 	env := devenv.ForTest(t, 1)
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// Like kubectl, a dry run cannot create objects in a namespace that does
-	// not exist yet.
-	mustDo(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clustermap-system"}}))
-	for _, dir := range []string{"../../config/default", "../../config/samples", "../../config/dns"} {
+	apply := func(dir string, opts ...client.PatchOption) map[string]int {
 		res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 		if err != nil {
 			t.Fatalf("kustomize build %s: %v", dir, err)
@@ -41,16 +38,27 @@ func TestKustomizeAppliesWithServerDryRun(t *testing.T) {
 			}
 			u := &unstructured.Unstructured{Object: m}
 			kinds[u.GetKind()]++
-			if err := cl.Patch(ctx, u, client.Apply, client.DryRunAll, client.FieldOwner("dry-run-test"), client.ForceOwnership); err != nil {
+			if u.GetKind() == "ClusterRole" {
+				kinds["ClusterRole/"+u.GetName()]++
+			}
+			if err := cl.Patch(ctx, u, client.Apply, append(opts, client.FieldOwner("kustomize-test"), client.ForceOwnership)...); err != nil {
 				t.Errorf("%s: %s %s: %v", dir, u.GetKind(), u.GetName(), err)
 			}
 		}
 		t.Logf("%s: %v", dir, kinds)
-		if dir == "../../config/default" && (kinds["CustomResourceDefinition"] != 3 || kinds["ClusterRole"] != 1 || kinds["Deployment"] != 1) {
-			t.Errorf("config/default is missing pieces: %v", kinds)
-		}
-		if dir == "../../config/dns" && (kinds["Deployment"] != 1 || kinds["Service"] != 1 || kinds["ClusterRole"] != 1) {
-			t.Errorf("config/dns is missing pieces: %v", kinds)
-		}
+		return kinds
 	}
+	if k := apply("../../config/dns"); k["Namespace"] != 1 || k["Deployment"] != 1 || k["Service"] != 1 || k["ClusterRole"] != 1 {
+		t.Errorf("config/dns is missing pieces: %v", k)
+	}
+	if k := apply("../../config/default", client.DryRunAll); k["CustomResourceDefinition"] != 3 || k["ClusterRole"] != 1 || k["ClusterRole/clustermap-mcs"] != 1 || k["Deployment"] != 1 || k["ConfigMap"] != 1 {
+		t.Errorf("config/default (MCS) is missing pieces: %v", k)
+	}
+	if k := apply("../../config/examples/all-modes", client.DryRunAll); k["ClusterRole"] != 3 || k["ClusterRoleBinding"] != 3 {
+		t.Errorf("every mode should bring its ClusterRole and binding: %v", k)
+	}
+	if k := apply("../../config/examples/cloudmap-dns-only", client.DryRunAll); k["ClusterRole"] != 1 || k["ClusterRole/clustermap-cloudmap-dns"] != 1 {
+		t.Errorf("Cloud Map DNS only should bring its ClusterRole only: %v", k)
+	}
+	apply("../../config/samples", client.DryRunAll)
 }
