@@ -1,0 +1,50 @@
+{{- define "clustermap.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "clustermap.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/part-of: clustermap
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "clustermap.selector" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- end -}}
+
+{{- define "clustermap.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "clustermap.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{ .Values.serviceAccount.name | default (include "clustermap.fullname" .) }}
+{{- else -}}
+{{ required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end -}}
+{{- end -}}
+
+{{/* controller: whether any controller mode is on. */}}
+{{- define "clustermap.controller" -}}
+{{- if or .Values.mcs.enabled .Values.cloudmapDNS.enabled .Values.syndicate.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* Restricted PodSecurity: what every container runs with. */}}
+{{- define "clustermap.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
