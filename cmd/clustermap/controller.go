@@ -72,6 +72,7 @@ config, IRSA, EKS pod identity); AWS_ENDPOINT_URL_SERVICEDISCOVERY or
 	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address (0 turns it off)")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader, for several replicas")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's)")
+	f.StringVar(&o.StatusNamespace, "status-namespace", controller.DefaultStatusNamespace, "namespace of the status Lease that clustermap status reads (the controller's own)")
 	f.StringSliceVar(&o.Namespaces, "namespaces", nil, "only these namespaces (default: all)")
 	f.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", controller.DefaultExcludeNamespaces, "never these namespaces")
 	f.BoolVar(&o.MCS, "mcs", true, "run the Multi-Cluster Services reconcilers")

@@ -38,6 +38,7 @@ func newRoot() *cobra.Command {
 		newCloudMapLocal(),
 		newController(),
 		newDNS(),
+		newStatus(),
 	)
 	return root
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"sort"
 	"sync"
 	"time"
 
@@ -36,6 +38,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/export"
+	"github.com/clustermap/clustermap/internal/health"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/internal/syndicate"
@@ -64,6 +67,8 @@ type Options struct {
 	MetricsAddr, ProbeAddr  string
 	LeaderElect             bool
 	LeaderElectionNamespace string
+	// StatusNamespace holds the status Lease clustermap status reads.
+	StatusNamespace string
 
 	// Namespaces, when set, are the only ones clustermap works in;
 	// ExcludeNamespaces are never worked in.
@@ -185,6 +190,14 @@ func Run(ctx context.Context, o Options) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
+	reporter := &health.Reporter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.StatusNamespace,
+		Holder: holderName(), Version: version.Version, Modes: modes(o), Log: log.WithName("status")}
+	if reporter.Namespace == "" {
+		reporter.Namespace = DefaultStatusNamespace
+	}
+	if err := mgr.Add(reporter); err != nil {
+		return err
+	}
 	var sd *servicediscovery.Client
 	if o.MCS || o.CloudMapDNS {
 		if sd, err = cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, Credentials: o.CloudMapCredentials, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
@@ -199,7 +212,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if o.MCS {
-		if err := setupMCS(mgr, sd, o, inScope, recorder); err != nil {
+		if err := setupMCS(mgr, sd, o, inScope, recorder, reporter); err != nil {
 			return err
 		}
 	}
@@ -209,6 +222,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		log.Info("registering annotated Services in Cloud Map", "cluster", cluster)
+		reporter.SetCluster(cluster)
 		if err := (&cloudmapdns.Reconciler{Client: mgr.GetClient(), CloudMap: sd, Cluster: cluster, TTL: o.DNSTTL, DriftPeriod: o.DriftPeriod,
 			Recorder: recorder, Namespaces: inScope}).SetupWithManager(mgr); err != nil {
 			return err
@@ -225,6 +239,8 @@ func Run(ctx context.Context, o Options) error {
 		}
 		log.Info("replicating Services to peers", "cluster", cluster, "peers", o.PeersDir)
 		peers := &syndicate.Peers{Dir: o.PeersDir, Scheme: mgr.GetScheme(), Log: log.WithName("peers")}
+		reporter.SetCluster(cluster)
+		reporter.PeersDown = peers.Down
 		if err := (&syndicate.Reconciler{Client: mgr.GetClient(), Cluster: cluster, Peers: peers, Recorder: recorder, Namespaces: inScope,
 			CreateNamespaces: o.CreateNamespaces, Grace: o.PeerGrace}).SetupWithManager(mgr); err != nil {
 			return err
@@ -235,7 +251,7 @@ func Run(ctx context.Context, o Options) error {
 
 // setupMCS adds the export and import reconcilers, which start once the
 // cluster identity is valid.
-func setupMCS(mgr manager.Manager, sd *servicediscovery.Client, o Options, inScope func(string) bool, recorder record.EventRecorder) error {
+func setupMCS(mgr manager.Manager, sd *servicediscovery.Client, o Options, inScope func(string) bool, recorder record.EventRecorder, reporter *health.Reporter) error {
 	log := o.Log
 	gate := &clusterid.Gate{}
 	view := imports.NewView()
@@ -249,6 +265,8 @@ func setupMCS(mgr manager.Manager, sd *servicediscovery.Client, o Options, inSco
 		watcher := cloudmap.NewWatcher(backend, view.Set, o.Watch)
 		watcher.OnSynced = view.MarkSynced
 		watcher.OnUnreadable = view.SetUnreadable
+		watcher.OnRead = reporter.CloudMapRead
+		reporter.SetCluster(id.ClusterID)
 		gate.Open(id, backend, watcher.Notify)
 		log.Info("cluster identity known; exporting and importing", "cluster", id.ClusterID, "clusterset", id.ClusterSet)
 		return watcher.Start(ctx)
@@ -271,6 +289,26 @@ func setupMCS(mgr manager.Manager, sd *servicediscovery.Client, o Options, inSco
 		return err
 	}
 	return nil
+}
+
+// DefaultStatusNamespace is where the status Lease goes unless told.
+const DefaultStatusNamespace = "clustermap-system"
+
+func modes(o Options) []string {
+	var m []string
+	for name, on := range map[string]bool{"mcs": o.MCS, "cloudmap-dns": o.CloudMapDNS, "syndicate": o.Syndicate} {
+		if on {
+			m = append(m, name)
+		}
+	}
+	sort.Strings(m)
+	return m
+}
+
+// holderName names this replica: the pod (its hostname) in a cluster.
+func holderName() string {
+	h, _ := os.Hostname()
+	return h
 }
 
 // What every mode needs (each mode's role adds its own, make generate):

@@ -238,7 +238,14 @@ func (w *world) asServiceAccount(t *testing.T, ch *chart.Chart) {
 	t.Run("port and type conflicts: the oldest wins", w.conflicts)
 	t.Run("unexport removes imports and cleans Cloud Map", w.unexport)
 	t.Run("ExternalName and missing Services are rejected", w.invalid)
-	t.Logf("Cloud Map calls: %v", calls.Snapshot())
+	t.Run("the MCS IAM policy allows every call made", func(t *testing.T) {
+		p := loadPolicy(t, "mcs")
+		for op := range calls.Snapshot() {
+			if ok, _ := p.allows(op); !ok {
+				t.Errorf("iam/mcs.json does not allow %s", op)
+			}
+		}
+	})
 }
 
 // leastPrivilege asks the apiserver what the MCS-only ServiceAccount may do.

@@ -39,9 +39,13 @@ const driftPeriod = 2 * time.Second
 
 func TestCloudMapDNS(t *testing.T) {
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
-	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
-		o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, driftPeriod
-	}))
+	start := func() func() {
+		return w.startControllers(t, func(o *controller.Options) {
+			o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, driftPeriod
+		})
+	}
+	stop := start()
+	t.Cleanup(func() { stop() })
 	d := &dnsWorld{world: w, c: w.cloudMap(t)}
 	d.ecsNamespace(t)
 	for _, ns := range []string{"web", "web2", "bad"} {
@@ -52,6 +56,10 @@ func TestCloudMapDNS(t *testing.T) {
 	t.Run("conflict and deletion", d.conflict)
 	t.Run("created service, annotations removed", d.created)
 	t.Run("bad input", d.badInput)
+	t.Run("withdrawal after a restart", func(t *testing.T) {
+		d.afterRestart(t, func() { stop(); stop = start() })
+	})
+	t.Run("the IAM policy allows exactly the calls made", func(t *testing.T) { checkPolicy(t, "cloudmap-dns", w.calls.Snapshot()) })
 }
 
 // ecsNamespace makes what an ECS service with service discovery leaves in
@@ -409,4 +417,35 @@ func (d *dnsWorld) badInput(t *testing.T) {
 			t.Errorf("a Cloud Map service %s was created from bad input", name)
 		}
 	}
+}
+
+// afterRestart: a controller that restarted knows nothing of what it
+// registered; annotations removed then still deregister, and the service
+// it created goes.
+func (d *dnsWorld) afterRestart(t *testing.T, restart func()) {
+	ctx := context.Background()
+	cl := d.clients[0]
+	annotated(t, cl, "web", "late", 2, "test-namespace", "late")
+	ips := waitPods(t, cl, "web", "late", 2)
+	id := d.serviceID(t, d.privateNS, "late")
+	owner := d.owner(t, id, "web", "late")
+	eventually(t, importDeadline, "late registered", d.registered(id, owner, ips, nil))
+	restart()
+	removeAnnotations(t, cl, "web", "late", cloudmapdns.AnnotationNamespace, cloudmapdns.AnnotationHostname)
+	eventually(t, importDeadline, "service deleted", func() error {
+		if id := d.lookupService(t, d.privateNS, "late"); id != "" {
+			return fmt.Errorf("service %s still there", id)
+		}
+		return nil
+	})
+	eventually(t, importDeadline, "finalizer removed", func() error {
+		svc := &corev1.Service{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "web", Name: "late"}, svc); err != nil {
+			return err
+		}
+		if len(svc.Finalizers) > 0 {
+			return fmt.Errorf("finalizers %v", svc.Finalizers)
+		}
+		return nil
+	})
 }

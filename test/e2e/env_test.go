@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
@@ -37,6 +38,8 @@ type world struct {
 	env     *devenv.Env
 	cm      *devenv.CloudMap
 	clients []client.Client
+	// calls counts the controllers' Cloud Map calls by operation.
+	calls cloudmapclient.Calls
 }
 
 func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
@@ -75,6 +78,7 @@ func (w *world) startControllers(t *testing.T, tune func(*controller.Options)) (
 			// Polls every 500 ms rather than 1.5 s, to keep the suite
 			// short; every other setting is the shipped default.
 			o.Watch = cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond}
+			o.OnCloudMapCall = w.calls.Record
 			if tune != nil {
 				tune(o)
 			}

@@ -38,6 +38,7 @@ func TestMCS(t *testing.T) {
 	t.Run("an export too large for Cloud Map is reported", w.tooLarge)
 	// Last: it takes Cloud Map away from everything.
 	t.Run("imports survive a Cloud Map outage and throttling", w.outage)
+	t.Run("the IAM policy allows exactly the calls made", func(t *testing.T) { checkPolicy(t, "mcs", w.calls.Snapshot()) })
 }
 
 func (w *world) clusterSetIP(t *testing.T) {

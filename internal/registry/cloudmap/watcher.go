@@ -105,6 +105,8 @@ type Watcher struct {
 	// OnUnreadable, when set, hears of a service whose read failed: what
 	// this cluster imports of it must stay as it is until a read succeeds.
 	OnUnreadable func(registry.Key)
+	// OnRead, when set, hears how each step's reads of Cloud Map went.
+	OnRead func(error)
 
 	notify chan registry.Key
 	// dirty holds the services to read, each with the time before which
@@ -148,8 +150,12 @@ func (w *Watcher) Start(ctx context.Context) error {
 	for {
 		w.clock.Now = time.Now()
 		st := nextStep(w.clock, w.opts)
-		if err := w.do(ctx, st); err != nil {
+		err := w.do(ctx, st)
+		if err != nil {
 			w.b.log.Error(err, "reading Cloud Map failed; imports stay as they are", "step", st.String(), "retryIn", w.opts.PollInterval)
+		}
+		if w.OnRead != nil {
+			w.OnRead(err)
 		}
 		w.fetchDirty(ctx)
 		// Every service was tried once: those whose read failed are

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/clustermap/clustermap/internal/clusterstatus"
+	"github.com/clustermap/clustermap/internal/controller"
+)
+
+func newStatus() *cobra.Command {
+	var kubeconfig, output, statusNS string
+	var contexts []string
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the clusterset as each cluster sees it: exports, imports, controller health, anything stuck",
+		Long: `Reads each cluster (one per --context; --all-contexts for every context
+of the kubeconfig; the current context by default): its identity, every
+ServiceExport with its Valid/Ready/Conflict conditions, every ServiceImport
+with its exporting clusters and ready endpoints per address family, the
+controller's last Cloud Map sync and errors (from its status Lease), and
+anything stuck (a finalizer pending, DomainConflict, an unreachable peer or
+registry). Exits non-zero when a cluster cannot be read or something is
+stuck.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("--output %q: want table or json", output)
+			}
+			if all {
+				names, err := allContexts(kubeconfig)
+				if err != nil {
+					return err
+				}
+				contexts = names
+			}
+			if len(contexts) == 0 {
+				contexts = []string{""}
+			}
+			var report []clusterstatus.Cluster
+			problems := 0
+			for _, kctx := range contexts {
+				c := readCluster(cmd.Context(), kubeconfig, kctx, statusNS)
+				if c.Error != "" || len(c.Stuck) > 0 {
+					problems++
+				}
+				report = append(report, c)
+			}
+			out := cmd.OutOrStdout()
+			var err error
+			if output == "json" {
+				err = clusterstatus.JSON(out, report)
+			} else {
+				err = clusterstatus.Table(out, report)
+			}
+			if err != nil {
+				return err
+			}
+			if problems > 0 {
+				return fmt.Errorf("%d of %d clusters unreachable or with something stuck", problems, len(report))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	f.StringSliceVar(&contexts, "context", nil, "kubeconfig contexts, one per cluster (repeat or comma-separate)")
+	f.BoolVar(&all, "all-contexts", false, "every context of the kubeconfig")
+	f.StringVarP(&output, "output", "o", "table", "table or json")
+	f.StringVar(&statusNS, "status-namespace", controller.DefaultStatusNamespace, "the controller's namespace (its status Lease)")
+	return cmd
+}
+
+func readCluster(ctx context.Context, kubeconfig, kctx, statusNS string) clusterstatus.Cluster {
+	name := kctx
+	if name == "" {
+		name = "(current)"
+	}
+	fail := func(err error) clusterstatus.Cluster {
+		return clusterstatus.Cluster{Context: name, Error: err.Error(), Exports: []clusterstatus.Export{}, Imports: []clusterstatus.Import{}, Stuck: []string{}}
+	}
+	cfg, err := controller.RESTConfig(kubeconfig, kctx)
+	if err != nil {
+		return fail(err)
+	}
+	cfg.Timeout = 15 * time.Second
+	cl, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	r, err := clusterstatus.Gather(ctx, cl, name, statusNS)
+	if err != nil {
+		return fail(err)
+	}
+	return clusterstatus.Summarize(r, time.Now())
+}
+
+func allContexts(kubeconfig string) ([]string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cfg, err := rules.Load()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for n := range cfg.Contexts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no contexts in the kubeconfig")
+	}
+	return names, nil
+}

@@ -1,0 +1,82 @@
+package clusterstatus
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	"github.com/clustermap/clustermap/internal/health"
+)
+
+var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func lease(renew time.Time, ann map[string]string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: ann},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-a"), RenewTime: ptr.To(metav1.NewMicroTime(renew))}}
+}
+
+func TestSummarizeStuck(t *testing.T) {
+	deleting := func(ago time.Duration) *metav1.Time { return ptr.To(metav1.NewTime(now.Add(-ago))) }
+	for _, c := range []struct {
+		what string
+		read Read
+		want []string // substrings of the stuck lines, in order
+	}{
+		{"all well", Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now.Add(-30*time.Second), map[string]string{health.AnnotationLastSync: now.Format(time.RFC3339)})}, nil},
+		{"no identity, no controller", Read{}, []string{"cluster identity not set", "no controller status"}},
+		{"silent controller", Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now.Add(-10*time.Minute), nil)}, []string{"controller silent"}},
+		{"registry and peer down", Read{ClusterID: "c1", ClusterSet: "set",
+			Lease: lease(now, map[string]string{health.AnnotationCloudMapErr: "RequestLimitExceeded", health.AnnotationPeersDown: "cluster-2"})},
+			[]string{"Cloud Map unreachable: RequestLimitExceeded", "peer unreachable: cluster-2"}},
+		{"a finalizer pending for long, another for a moment", Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now, nil),
+			Exports: []mcsv1beta1.ServiceExport{
+				{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old", DeletionTimestamp: deleting(5 * time.Minute), Finalizers: []string{"clustermap.io/export"}}},
+				{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "new", DeletionTimestamp: deleting(5 * time.Second), Finalizers: []string{"clustermap.io/export"}}},
+			}}, []string{"ServiceExport a/old: deletion waiting on finalizers clustermap.io/export"}},
+		{"a domain conflict", Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now, nil),
+			Services: []corev1.Service{{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api"}, Status: corev1.ServiceStatus{Conditions: []metav1.Condition{
+				{Type: cloudmapdns.ConditionRegistered, Status: metav1.ConditionFalse, Reason: cloudmapdns.ReasonDomainConflict, Message: "web2/api holds api.ecs.local"}}}}}},
+			[]string{"Service web/api: DomainConflict: web2/api holds api.ecs.local"}},
+	} {
+		got := Summarize(c.read, now).Stuck
+		if len(got) != len(c.want) {
+			t.Errorf("%s: stuck %q, want %d lines like %q", c.what, got, len(c.want), c.want)
+			continue
+		}
+		for i := range got {
+			if !strings.Contains(got[i], c.want[i]) {
+				t.Errorf("%s: line %d %q, want it to say %q", c.what, i, got[i], c.want[i])
+			}
+		}
+	}
+}
+
+func TestSummarizeImports(t *testing.T) {
+	ready := func(b bool) discoveryv1.EndpointConditions { return discoveryv1.EndpointConditions{Ready: &b} }
+	r := Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now, nil),
+		Imports: []mcsv1beta1.ServiceImport{{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api"},
+			Spec:   mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{"10.201.0.9", "fd00:10:201::9"}},
+			Status: mcsv1beta1.ServiceImportStatus{Clusters: []mcsv1beta1.ClusterStatus{{Cluster: "cluster-1"}, {Cluster: "cluster-2"}}}}},
+		Slices: []discoveryv1.EndpointSlice{
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Labels: map[string]string{mcsv1beta1.LabelServiceName: "api"}}, AddressType: discoveryv1.AddressTypeIPv4,
+				Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.101.0.2"}, Conditions: ready(true)}, {Addresses: []string{"10.101.0.3"}, Conditions: ready(false)}}},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Labels: map[string]string{mcsv1beta1.LabelServiceName: "api"}}, AddressType: discoveryv1.AddressTypeIPv6,
+				Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"fd00:10:101::2"}, Conditions: ready(true)}}},
+		}}
+	c := Summarize(r, now)
+	if len(c.Imports) != 1 {
+		t.Fatalf("imports %+v", c.Imports)
+	}
+	im := c.Imports[0]
+	if strings.Join(im.Clusters, ",") != "cluster-1,cluster-2" || im.Ready["IPv4"] != 1 || im.Ready["IPv6"] != 1 || families(im.Ready) != "IPv4:1 IPv6:1" {
+		t.Errorf("import %+v", im)
+	}
+}

@@ -1,0 +1,172 @@
+// Package health publishes how the controller is doing where `clustermap
+// status` can read it with kubectl's access alone: a Lease in the
+// controller's namespace whose annotations say when Cloud Map was last read
+// successfully, the last error, and which peers are down. It is written at
+// most once a minute, and at once when something changes.
+package health
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// LeaseName is the status Lease, in the controller's namespace.
+const LeaseName = "clustermap-status"
+
+// Annotations of the status Lease.
+const (
+	AnnotationCluster      = "clustermap.io/cluster"
+	AnnotationVersion      = "clustermap.io/version"
+	AnnotationModes        = "clustermap.io/modes"
+	AnnotationLastSync     = "clustermap.io/cloudmap-last-sync"
+	AnnotationCloudMapErr  = "clustermap.io/cloudmap-error"
+	AnnotationPeersDown    = "clustermap.io/peers-down"
+	AnnotationHeartbeatSec = "clustermap.io/heartbeat-seconds"
+)
+
+// Heartbeat is how often an unchanged report is written again.
+const Heartbeat = time.Minute
+
+// Reporter gathers the report; its Start writes it.
+type Reporter struct {
+	Client client.Client
+	// Reader reads the Lease uncached (no informer on every Lease).
+	Reader    client.Reader
+	Namespace string
+	Holder    string // the pod, or the process
+	Version   string
+	Modes     []string
+	Log       logr.Logger
+	// PeersDown, when set, lists the syndicate peers that are down.
+	PeersDown func() []string
+
+	mu       sync.Mutex
+	cluster  string
+	lastSync time.Time
+	lastErr  string
+	changed  chan struct{}
+}
+
+// SetCluster names the cluster once its identity is known.
+func (r *Reporter) SetCluster(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cluster != id {
+		r.cluster = id
+		r.poke()
+	}
+}
+
+// CloudMapRead records the outcome of one read of Cloud Map.
+func (r *Reporter) CloudMapRead(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	} else {
+		r.lastSync = time.Now()
+	}
+	if msg != r.lastErr {
+		r.lastErr = msg
+		r.poke()
+	}
+}
+
+func (r *Reporter) poke() {
+	if r.changed == nil {
+		r.changed = make(chan struct{}, 1)
+	}
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Reporter) annotations() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := map[string]string{
+		AnnotationCluster: r.cluster, AnnotationVersion: r.Version, AnnotationModes: strings.Join(r.Modes, ","),
+		AnnotationCloudMapErr: r.lastErr, AnnotationHeartbeatSec: "60",
+	}
+	if !r.lastSync.IsZero() {
+		a[AnnotationLastSync] = r.lastSync.UTC().Format(time.RFC3339)
+	}
+	if r.PeersDown != nil {
+		a[AnnotationPeersDown] = strings.Join(r.PeersDown(), ",")
+	}
+	return a
+}
+
+// Start writes the report until ctx ends (a controller-runtime Runnable,
+// run by the leader: the replica doing the work).
+func (r *Reporter) Start(ctx context.Context) error {
+	r.mu.Lock()
+	r.poke()
+	changed := r.changed
+	r.mu.Unlock()
+	warned := false
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	var last map[string]string
+	var lastWrite time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-tick.C:
+		}
+		a := r.annotations()
+		if equal(a, last) && time.Since(lastWrite) < Heartbeat {
+			continue
+		}
+		if err := r.write(ctx, a); err != nil {
+			if !warned {
+				r.Log.Info("cannot publish the status Lease; clustermap status will not see this controller", "namespace", r.Namespace, "error", err.Error())
+				warned = true
+			}
+			continue
+		}
+		last, lastWrite = a, time.Now()
+	}
+}
+
+func equal(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Reporter) write(ctx context.Context, a map[string]string) error {
+	now := metav1.NewMicroTime(time.Now())
+	holder := r.Holder
+	lease := &coordinationv1.Lease{}
+	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: LeaseName}, lease)
+	if apierrors.IsNotFound(err) {
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: LeaseName, Annotations: a},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &now}}
+		return r.Client.Create(ctx, lease)
+	}
+	if err != nil {
+		return err
+	}
+	lease.Annotations = a
+	lease.Spec.HolderIdentity, lease.Spec.RenewTime = &holder, &now
+	return r.Client.Update(ctx, lease)
+}
