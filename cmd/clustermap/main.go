@@ -39,6 +39,7 @@ func newRoot() *cobra.Command {
 		newController(),
 		newDNS(),
 		newStatus(),
+		newUninstall(),
 	)
 	return root
 }

@@ -17,6 +17,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
+	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -238,6 +239,14 @@ func (w *world) asServiceAccount(t *testing.T, ch *chart.Chart) {
 	t.Run("port and type conflicts: the oldest wins", w.conflicts)
 	t.Run("unexport removes imports and cleans Cloud Map", w.unexport)
 	t.Run("ExternalName and missing Services are rejected", w.invalid)
+	t.Run("uninstall stops the chart's controller Deployment", func(t *testing.T) {
+		t.Log(runCLI(t, "uninstall", "--kubeconfig", w.env.Kubeconfig, "--context", "cluster-1", "--namespace", releaseNS, "--phase", "stop", "--timeout", "1m"))
+		dep := &appsv1.Deployment{}
+		mustDo(t, w.clients[0].Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: release + "-controller"}, dep))
+		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 0 {
+			t.Errorf("the controller Deployment has %v replicas after uninstall's stop", dep.Spec.Replicas)
+		}
+	})
 	t.Run("the MCS IAM policy allows every call made", func(t *testing.T) {
 		p := loadPolicy(t, "mcs")
 		for op := range calls.Snapshot() {

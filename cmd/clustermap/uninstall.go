@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/uninstall"
+)
+
+func newUninstall() *cobra.Command {
+	var kubeconfig, namespace, phase string
+	var contexts []string
+	var all, force bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Withdraw everything clustermap published and delete what it made, before its CRDs and controller go",
+		Long: `Run before helm uninstall (or kubectl delete -k), with the controllers still
+running, over every cluster being uninstalled (--context, repeatable, or
+--all-contexts):
+
+1. withdraw: every ServiceExport is deleted and every Service registered in
+   Cloud Map DNS loses its cloudmap.controller/* annotations; the running
+   controllers take their records out of Cloud Map and drop their
+   finalizers. Waits until no clustermap finalizer is left.
+2. stop: the controller Deployments (label ` + uninstall.ControllerLabel + `)
+   in --namespace are scaled to 0.
+3. cleanup: ServiceImports, derived Services, EndpointSlices and replicas
+   clustermap made are deleted, and its status Lease.
+
+Afterwards nothing holds a clustermap finalizer: helm uninstall and deleting
+the CRDs finish at once. --phase runs one step only; --force drops
+finalizers a stopped controller cannot remove (their Cloud Map records
+stay, and are named).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if phase != "all" && phase != "withdraw" && phase != "stop" && phase != "cleanup" {
+				return fmt.Errorf("--phase %q: want all, withdraw, stop or cleanup", phase)
+			}
+			if all {
+				names, err := allContexts(kubeconfig)
+				if err != nil {
+					return err
+				}
+				contexts = names
+			}
+			if len(contexts) == 0 {
+				contexts = []string{""}
+			}
+			var clusters []uninstall.Cluster
+			for _, kctx := range contexts {
+				cfg, err := controller.RESTConfig(kubeconfig, kctx)
+				if err != nil {
+					return err
+				}
+				cl, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+				if err != nil {
+					return err
+				}
+				name := kctx
+				if name == "" {
+					name = "(current context)"
+				}
+				clusters = append(clusters, uninstall.Cluster{Name: name, Client: cl})
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 3*timeout)
+			defer cancel()
+			out := cmd.OutOrStdout()
+			// Each phase over every cluster before the next: exports are
+			// withdrawn everywhere while every controller still runs, so
+			// that each removes its imports of the others' exports.
+			if phase == "all" || phase == "withdraw" {
+				for _, c := range clusters {
+					if err := uninstall.Withdraw(ctx, c, timeout, out); err != nil && !force {
+						return err
+					}
+				}
+			}
+			if phase == "all" || phase == "stop" {
+				for _, c := range clusters {
+					if err := uninstall.Stop(ctx, c, namespace, timeout, out); err != nil {
+						return err
+					}
+				}
+			}
+			if phase == "all" || phase == "cleanup" {
+				for _, c := range clusters {
+					if _, err := uninstall.Cleanup(ctx, c, namespace, force, out); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	f.StringSliceVar(&contexts, "context", nil, "kubeconfig contexts of the clusters to uninstall from")
+	f.BoolVar(&all, "all-contexts", false, "every context of the kubeconfig")
+	f.StringVar(&namespace, "namespace", controller.DefaultStatusNamespace, "the controller's namespace")
+	f.StringVar(&phase, "phase", "all", "all, or one of withdraw, stop, cleanup")
+	f.BoolVar(&force, "force", false, "drop finalizers a stopped controller cannot remove (their Cloud Map records stay)")
+	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long each phase may wait")
+	return cmd
+}

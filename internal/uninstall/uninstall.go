@@ -1,0 +1,266 @@
+// Package uninstall takes clustermap out of clusters without leaving
+// anything behind: first the running controllers withdraw what they
+// published (Withdraw), then, with the controllers stopped (Stop), what
+// they made in each cluster goes (Cleanup). Nothing is left holding a
+// finalizer, so the CRDs can go after.
+package uninstall
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	"github.com/clustermap/clustermap/internal/export"
+	"github.com/clustermap/clustermap/internal/health"
+	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/syndicate"
+)
+
+// Cluster is one cluster to take clustermap out of.
+type Cluster struct {
+	Name   string
+	Client client.Client
+}
+
+// ControllerLabel selects the controller's pods and Deployment (chart and
+// kustomize alike).
+const ControllerLabel = "app.kubernetes.io/name=clustermap-controller"
+
+// Withdraw asks the running controller to withdraw everything it
+// published: every ServiceExport is deleted (its records leave Cloud Map,
+// then its finalizer goes), and every Service registered in Cloud Map DNS
+// loses its registration annotations (its instances are deregistered, then
+// its finalizer goes). It waits until no clustermap finalizer is left, or
+// returns what is still holding one.
+func Withdraw(ctx context.Context, c Cluster, timeout time.Duration, out io.Writer) error {
+	exports := &mcsv1beta1.ServiceExportList{}
+	if err := c.Client.List(ctx, exports); err != nil && !meta.IsNoMatchError(err) {
+		return err
+	}
+	for i := range exports.Items {
+		se := &exports.Items[i]
+		if err := c.Client.Delete(ctx, se); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: ServiceExport %s/%s deleted: its Cloud Map records are withdrawn\n", c.Name, se.Namespace, se.Name)
+	}
+	svcs := &corev1.ServiceList{}
+	if err := c.Client.List(ctx, svcs); err != nil {
+		return err
+	}
+	for i := range svcs.Items {
+		s := &svcs.Items[i]
+		if _, ok := s.Annotations[cloudmapdns.AnnotationHostname]; !ok && !hasFinalizer(s, cloudmapdns.Finalizer) {
+			continue
+		}
+		base := s.DeepCopy()
+		delete(s.Annotations, cloudmapdns.AnnotationNamespace)
+		delete(s.Annotations, cloudmapdns.AnnotationHostname)
+		if err := c.Client.Patch(ctx, s, client.MergeFrom(base)); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: Service %s/%s: Cloud Map DNS annotations removed: its instances are deregistered\n", c.Name, s.Namespace, s.Name)
+	}
+	var left []string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		left, err = finalized(ctx, c.Client)
+		return len(left) == 0, err
+	})
+	if err != nil && len(left) > 0 {
+		return fmt.Errorf("%s: still waiting for the controller to withdraw %s (is it running? it must be, to take records out of Cloud Map; --force drops the finalizers and leaves the records)",
+			c.Name, strings.Join(left, ", "))
+	}
+	return err
+}
+
+// finalized lists the objects still holding a clustermap finalizer.
+func finalized(ctx context.Context, cl client.Client) ([]string, error) {
+	var left []string
+	exports := &mcsv1beta1.ServiceExportList{}
+	if err := cl.List(ctx, exports); err != nil && !meta.IsNoMatchError(err) {
+		return nil, err
+	}
+	for _, se := range exports.Items {
+		left = append(left, "ServiceExport "+se.Namespace+"/"+se.Name)
+	}
+	svcs := &corev1.ServiceList{}
+	if err := cl.List(ctx, svcs); err != nil {
+		return nil, err
+	}
+	for i := range svcs.Items {
+		if hasFinalizer(&svcs.Items[i], cloudmapdns.Finalizer) {
+			left = append(left, "Service "+svcs.Items[i].Namespace+"/"+svcs.Items[i].Name)
+		}
+	}
+	return left, nil
+}
+
+func hasFinalizer(o client.Object, f string) bool {
+	for _, x := range o.GetFinalizers() {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+// Stop scales the controller's Deployments in namespace to zero and waits
+// for their pods to go, so that nothing recreates what Cleanup deletes. It
+// says so when it finds none (a controller run another way must be stopped
+// by whoever runs it).
+func Stop(ctx context.Context, c Cluster, namespace string, timeout time.Duration, out io.Writer) error {
+	sel, err := labelSelector()
+	if err != nil {
+		return err
+	}
+	deps := &appsv1.DeploymentList{}
+	if err := c.Client.List(ctx, deps, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return err
+	}
+	if len(deps.Items) == 0 {
+		fmt.Fprintf(out, "%s: no controller Deployment in %s; make sure no clustermap controller runs for this cluster\n", c.Name, namespace)
+		return nil
+	}
+	for i := range deps.Items {
+		d := &deps.Items[i]
+		base := d.DeepCopy()
+		d.Spec.Replicas = ptr.To[int32](0)
+		if err := c.Client.Patch(ctx, d, client.MergeFrom(base)); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: Deployment %s/%s scaled to 0\n", c.Name, d.Namespace, d.Name)
+	}
+	return wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		err := c.Client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel})
+		return err == nil && len(pods.Items) == 0, err
+	})
+}
+
+// Cleanup deletes, with the controllers stopped, what clustermap made in a
+// cluster: imports (ServiceImports, derived Services, EndpointSlices),
+// replicas from peers and their EndpointSlices, and the status Lease. With
+// force, finalizers a controller did not remove are dropped (their Cloud
+// Map records stay). It returns how many objects it deleted.
+func Cleanup(ctx context.Context, c Cluster, statusNamespace string, force bool, out io.Writer) (int, error) {
+	left, err := finalized(ctx, c.Client)
+	if err != nil {
+		return 0, err
+	}
+	if len(left) > 0 && !force {
+		return 0, fmt.Errorf("%s: %s still hold clustermap finalizers: withdraw first (the controller running), or --force", c.Name, strings.Join(left, ", "))
+	}
+	if force {
+		if err := dropFinalizers(ctx, c, out); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	del := func(o client.Object, what string) error {
+		if err := c.Client.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("%s: deleting %s %s/%s: %w", c.Name, what, o.GetNamespace(), o.GetName(), err)
+		}
+		n++
+		return nil
+	}
+	sis := &mcsv1beta1.ServiceImportList{}
+	if err := c.Client.List(ctx, sis); err != nil && !meta.IsNoMatchError(err) {
+		return n, err
+	}
+	for i := range sis.Items {
+		if sis.Items[i].Labels[imports.LabelManagedBy] == "clustermap" {
+			if err := del(&sis.Items[i], "ServiceImport"); err != nil {
+				return n, err
+			}
+		}
+	}
+	svcs := &corev1.ServiceList{}
+	if err := c.Client.List(ctx, svcs); err != nil {
+		return n, err
+	}
+	for i := range svcs.Items {
+		s := &svcs.Items[i]
+		derived := s.Labels[imports.LabelDerivedFor] != "" && s.Labels[imports.LabelManagedBy] == "clustermap"
+		if derived || s.Labels[syndicate.LabelSourceCluster] != "" {
+			if err := del(s, "Service"); err != nil {
+				return n, err
+			}
+		}
+	}
+	for _, manager := range []string{imports.ManagedBy, syndicate.ManagedBy} {
+		sl := &discoveryv1.EndpointSliceList{}
+		if err := c.Client.List(ctx, sl, client.MatchingLabels{discoveryv1.LabelManagedBy: manager}); err != nil {
+			return n, err
+		}
+		for i := range sl.Items {
+			if err := del(&sl.Items[i], "EndpointSlice"); err != nil {
+				return n, err
+			}
+		}
+	}
+	lease := &coordinationv1.Lease{}
+	lease.Namespace, lease.Name = statusNamespace, health.LeaseName
+	if err := c.Client.Delete(ctx, lease); err == nil {
+		n++
+	} else if !apierrors.IsNotFound(err) {
+		return n, err
+	}
+	fmt.Fprintf(out, "%s: %d objects clustermap made deleted\n", c.Name, n)
+	return n, nil
+}
+
+func dropFinalizers(ctx context.Context, c Cluster, out io.Writer) error {
+	exports := &mcsv1beta1.ServiceExportList{}
+	if err := c.Client.List(ctx, exports); err != nil && !meta.IsNoMatchError(err) {
+		return err
+	}
+	for i := range exports.Items {
+		if err := drop(ctx, c.Client, &exports.Items[i], export.Finalizer); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: ServiceExport %s/%s: finalizer dropped; its Cloud Map records stay\n", c.Name, exports.Items[i].Namespace, exports.Items[i].Name)
+	}
+	svcs := &corev1.ServiceList{}
+	if err := c.Client.List(ctx, svcs); err != nil {
+		return err
+	}
+	for i := range svcs.Items {
+		if hasFinalizer(&svcs.Items[i], cloudmapdns.Finalizer) {
+			if err := drop(ctx, c.Client, &svcs.Items[i], cloudmapdns.Finalizer); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s: Service %s/%s: finalizer dropped; its Cloud Map instances stay\n", c.Name, svcs.Items[i].Namespace, svcs.Items[i].Name)
+		}
+	}
+	return nil
+}
+
+func drop(ctx context.Context, cl client.Client, o client.Object, f string) error {
+	base := o.DeepCopyObject().(client.Object)
+	var keep []string
+	for _, x := range o.GetFinalizers() {
+		if x != f {
+			keep = append(keep, x)
+		}
+	}
+	o.SetFinalizers(keep)
+	return client.IgnoreNotFound(cl.Patch(ctx, o, client.MergeFrom(base)))
+}
+
+func labelSelector() (labels.Selector, error) { return labels.Parse(ControllerLabel) }
