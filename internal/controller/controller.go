@@ -69,6 +69,10 @@ type Options struct {
 	LeaderElectionNamespace string
 	// StatusNamespace holds the status Lease clustermap status reads.
 	StatusNamespace string
+	// RecordVersion, when set, is the Cloud Map record format to write
+	// instead of this release's: version-skew tests run a cluster as an
+	// older (or newer) release would.
+	RecordVersion int
 
 	// Namespaces, when set, are the only ones clustermap works in;
 	// ExcludeNamespaces are never worked in.
@@ -262,6 +266,7 @@ func setupMCS(mgr manager.Manager, sd *servicediscovery.Client, o Options, inSco
 			return nil // ctx ended
 		}
 		backend := cloudmap.New(sd, id.ClusterSet, id.ClusterID, "clustermap "+version.Version, log.WithName("cloudmap"))
+		backend.RecordVersion = o.RecordVersion
 		watcher := cloudmap.NewWatcher(backend, view.Set, o.Watch)
 		watcher.OnSynced = view.MarkSynced
 		watcher.OnUnreadable = view.SetUnreadable

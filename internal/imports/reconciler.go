@@ -351,21 +351,29 @@ func (r *Reconciler) deleteDerived(ctx context.Context, key registry.Key) error 
 }
 
 // reportInvalid says, with a Warning Event on the import, which registry
-// records were skipped: the valid endpoints import without them.
+// records were skipped (the valid endpoints import without them), and which
+// clusters write a record format newer than this release's.
 func (r *Reconciler) reportInvalid(si *mcsv1beta1.ServiceImport, key registry.Key, exports []registry.Export) {
-	var msgs []string
+	type said struct{ reason, msg string }
+	var msgs []said
 	for _, e := range exports {
 		for _, inv := range e.Invalid {
-			msgs = append(msgs, fmt.Sprintf("cluster %s exports a record that was skipped: instance %s: %s (fix or deregister that instance)", e.Cluster, inv.ID, inv.Reason))
+			msgs = append(msgs, said{"InvalidRecord", fmt.Sprintf("cluster %s exports a record that was skipped: instance %s: %s (fix or deregister that instance)", e.Cluster, inv.ID, inv.Reason)})
+		}
+		if e.Newer != "" {
+			msgs = append(msgs, said{"NewerRecordFormat", fmt.Sprintf("cluster %s writes %s: imported as far as this release can read it; upgrade clustermap in this cluster", e.Cluster, e.Newer)})
 		}
 	}
-	sig := strings.Join(msgs, "\n")
-	if old, _ := r.invalidSaid.Load(key); old == sig || (old == nil && sig == "") {
+	var sig strings.Builder
+	for _, m := range msgs {
+		sig.WriteString(m.msg + "\n")
+	}
+	if old, _ := r.invalidSaid.Load(key); old == sig.String() || (old == nil && sig.Len() == 0) {
 		return
 	}
-	r.invalidSaid.Store(key, sig)
+	r.invalidSaid.Store(key, sig.String())
 	for _, m := range msgs {
-		r.Recorder.Event(si, corev1.EventTypeWarning, "InvalidRecord", m)
+		r.Recorder.Event(si, corev1.EventTypeWarning, m.reason, m.msg)
 	}
 }
 

@@ -42,6 +42,12 @@ type Export struct {
 	// Invalid lists the registry records of this export that were skipped
 	// because they do not decode to a valid endpoint or service.
 	Invalid []InvalidRecord
+	// RecordVersion is the record format the exporting cluster writes (0
+	// when it writes none of clustermap's, as the AWS controller).
+	RecordVersion int
+	// Newer, when set, says the records are in a format newer than this
+	// release knows: read as far as it could.
+	Newer string
 }
 
 // InvalidRecord is a registry record that was skipped, and why.

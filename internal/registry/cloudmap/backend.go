@@ -32,6 +32,10 @@ type Backend struct {
 	cluster    string
 	controller string
 	log        logr.Logger
+	// RecordVersion is the record format Publish writes (default: this
+	// release's); an earlier one lets tests run a cluster as an older
+	// release would.
+	RecordVersion int
 
 	mu         sync.Mutex
 	namespaces map[string]string       // Kubernetes namespace -> Cloud Map namespace id
@@ -63,7 +67,11 @@ var _ registry.Registry = (*Backend)(nil)
 // no longer has: new records first, so that a service never goes empty
 // while it changes.
 func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
-	desired, err := Encode(e, b.controller)
+	version := b.RecordVersion
+	if version == 0 {
+		version = RecordVersion
+	}
+	desired, err := Encode(e, b.controller, version)
 	if err != nil {
 		return err
 	}

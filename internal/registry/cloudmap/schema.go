@@ -58,7 +58,16 @@ const (
 	AttrTrafficDistribution   = "TRAFFIC_DISTRIBUTION"
 	AttrExportedLabels        = "EXPORTED_LABELS"      // JSON object
 	AttrExportedAnnotations   = "EXPORTED_ANNOTATIONS" // JSON object
+	// AttrRecordVersion is the format of a cluster's records, on its
+	// service record; none means 1, the format before versions.
+	AttrRecordVersion = "CLUSTERMAP_RECORD_VERSION"
 )
+
+// RecordVersion is the record format this release writes. It reads this
+// one and every earlier one; a later one it reads as far as it can (formats
+// only add attributes) and says so. A release that changes the format
+// still reads the previous one, so clusters upgrade one at a time.
+const RecordVersion = 2
 
 // ourKeys are the attributes clustermap compares when deciding whether an
 // instance needs re-registering: attributes others add cause no churn, and
@@ -68,7 +77,7 @@ var ourKeys = []string{
 	AttrNodeName, AttrClusterID, AttrClusterSetID, AttrServicePortName, AttrServicePort, AttrServiceTargetPort,
 	AttrServiceProtocol, AttrServiceType, AttrExportCreationTime, AttrRecord, AttrServicePorts,
 	AttrSessionAffinity, AttrSessionAffinityTime, AttrIPFamilies, AttrInternalTrafficPolicy,
-	AttrTrafficDistribution, AttrExportedLabels, AttrExportedAnnotations,
+	AttrTrafficDistribution, AttrExportedLabels, AttrExportedAnnotations, AttrRecordVersion,
 }
 
 // Cloud Map limits on instance attributes.
@@ -105,8 +114,10 @@ type Attrs = map[string]string
 // LimitError reports an export Cloud Map cannot hold.
 type LimitError = registry.LimitError
 
-// Encode renders an export as Cloud Map instances (id -> attributes).
-func Encode(e registry.Export, controller string) (map[string]Attrs, error) {
+// Encode renders an export as Cloud Map instances (id -> attributes) in
+// record format version (RecordVersion, or an earlier one for version-skew
+// tests).
+func Encode(e registry.Export, controller string, version int) (map[string]Attrs, error) {
 	created := strconv.FormatInt(e.Created.UnixMilli(), 10)
 	common := func() Attrs {
 		return Attrs{
@@ -117,6 +128,9 @@ func Encode(e registry.Export, controller string) (map[string]Attrs, error) {
 	out := map[string]Attrs{}
 	rec := common()
 	rec[AttrRecord] = recordValue
+	if version >= 2 {
+		rec[AttrRecordVersion] = strconv.Itoa(version)
+	}
 	ports, _ := json.Marshal(e.Ports)
 	rec[AttrServicePorts] = string(ports)
 	if e.SessionAffinity != "" {
@@ -265,6 +279,18 @@ func Decode(key registry.Key, instances []Instance) []registry.Export {
 func decodeRecord(e *registry.Export, a Attrs) error {
 	e.Foreign = false
 	var errs []error
+	e.RecordVersion = 1
+	if v, ok := a[AttrRecordVersion]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 {
+			errs = append(errs, fmt.Errorf("%s %q is not a record format version", AttrRecordVersion, v))
+		} else {
+			e.RecordVersion = n
+		}
+		if n > RecordVersion {
+			e.Newer = fmt.Sprintf("record format %d, newer than this release's %d", n, RecordVersion)
+		}
+	}
 	if err := json.Unmarshal([]byte(a[AttrServicePorts]), &e.Ports); err != nil {
 		e.Ports = nil
 		errs = append(errs, fmt.Errorf("%s: %w", AttrServicePorts, err))

@@ -36,7 +36,7 @@ func sampleExport(cluster string) registry.Export {
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	e := sampleExport("c1")
-	enc, err := Encode(e, "clustermap test")
+	enc, err := Encode(e, "clustermap test", RecordVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,15 +51,62 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("decoded %d exports", len(got))
 	}
+	e.RecordVersion = RecordVersion
 	if !reflect.DeepEqual(got[0], e) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", got[0], e)
+	}
+}
+
+// Version skew: records of the previous format (no version), of this one,
+// and of a later one (which only adds attributes) all decode to the same
+// export; a version that is no version is reported, the rest still read.
+func TestRecordVersions(t *testing.T) {
+	e := sampleExport("c1")
+	for _, c := range []struct {
+		what    string
+		version int
+		edit    func(Attrs)
+		want    int
+		invalid bool
+	}{
+		{"the previous format", 1, nil, 1, false},
+		{"this format", RecordVersion, nil, RecordVersion, false},
+		{"a later format", RecordVersion, func(a Attrs) { a[AttrRecordVersion] = "3"; a["SOME_LATER_ATTRIBUTE"] = "x" }, 3, false},
+		{"no version at all", RecordVersion, func(a Attrs) { a[AttrRecordVersion] = "two" }, 1, true},
+	} {
+		enc, err := Encode(e, "clustermap", c.version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := enc[ServiceRecordID(e.ClusterSet, e.Cluster)]
+		if _, has := rec[AttrRecordVersion]; has != (c.version >= 2) {
+			t.Errorf("%s: version attribute written: %v", c.what, has)
+		}
+		if c.edit != nil {
+			c.edit(rec)
+		}
+		var instances []Instance
+		for id, a := range enc {
+			instances = append(instances, Instance{ID: id, Attrs: a})
+		}
+		got := Decode(e.Key, instances)[0]
+		if got.RecordVersion != c.want || (len(got.Invalid) > 0) != c.invalid {
+			t.Errorf("%s: version %d (want %d), invalid %v", c.what, got.RecordVersion, c.want, got.Invalid)
+		}
+		if (got.Newer != "") != (c.want > RecordVersion) {
+			t.Errorf("%s: newer %q", c.what, got.Newer)
+		}
+		got.RecordVersion, got.Invalid, got.Newer = 0, nil, ""
+		if !reflect.DeepEqual(got, e) {
+			t.Errorf("%s: decoded\n %+v\nwant %+v", c.what, got, e)
+		}
 	}
 }
 
 // The AWS controller's attribute names and values, for clusters that mix it
 // with clustermap.
 func TestEndpointRecordUsesTheAWSSchema(t *testing.T) {
-	enc, _ := Encode(sampleExport("c1"), "clustermap")
+	enc, _ := Encode(sampleExport("c1"), "clustermap", RecordVersion)
 	a := enc[EndpointID("set", "c1", sampleExport("c1").Endpoints[0])]
 	want := map[string]string{
 		"AWS_INSTANCE_IPV4": "10.0.0.1", "AWS_INSTANCE_PORT": "8080", "ENDPOINT_PORT_NAME": "http", "ENDPOINT_PROTOCOL": "TCP",
@@ -115,7 +162,7 @@ func TestIDsDifferAcrossClustersAndFit(t *testing.T) {
 func TestEncodeLimits(t *testing.T) {
 	e := sampleExport("c1")
 	e.Annotations = map[string]string{"big": strings.Repeat("x", 1100)}
-	if _, err := Encode(e, "c"); err == nil || !strings.Contains(err.Error(), "1024") {
+	if _, err := Encode(e, "c", RecordVersion); err == nil || !strings.Contains(err.Error(), "1024") {
 		t.Errorf("an oversized annotation: %v", err)
 	}
 	e = sampleExport("c1")
@@ -123,7 +170,7 @@ func TestEncodeLimits(t *testing.T) {
 	for i := 0; i < MaxInstances; i++ {
 		e.Endpoints = append(e.Endpoints, registry.Endpoint{IP: fmt.Sprintf("10.0.%d.%d", i/250, i%250), Port: 80, Protocol: corev1.ProtocolTCP})
 	}
-	_, err := Encode(e, "c")
+	_, err := Encode(e, "c", RecordVersion)
 	var le *LimitError
 	if err == nil || !errors.As(err, &le) || !strings.Contains(err.Error(), "1000") {
 		t.Errorf("1,000 endpoints and a service record: %v", err)
@@ -153,7 +200,7 @@ func TestPlanChangesOnlyTheDifference(t *testing.T) {
 // Records that would fail an EndpointSlice or do not decode are skipped and
 // reported by id; the valid ones stay.
 func TestDecodeSkipsInvalidRecords(t *testing.T) {
-	enc, err := Encode(sampleExport("c1"), "clustermap test")
+	enc, err := Encode(sampleExport("c1"), "clustermap test", RecordVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

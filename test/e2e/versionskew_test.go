@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+// A clusterset mid-upgrade: cluster-1 still writes the previous record
+// format (no version), cluster-2 a format newer than this release's. Both
+// exports merge into every import; the newer format is reported on the
+// import; once both run this release, both records carry its version.
+func TestVersionSkew(t *testing.T) {
+	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	versions := map[string]int{"cluster-1": 1, "cluster-2": cloudmap.RecordVersion + 1}
+	start := func(skewed bool) func() {
+		return w.startControllers(t, func(o *controller.Options) {
+			for _, c := range w.env.Clusters {
+				if c.Config == o.Config && skewed {
+					o.RecordVersion = versions[c.ID]
+				}
+			}
+		})
+	}
+	stop := start(true)
+	t.Cleanup(func() { stop() })
+	const ns, name = "skew", "cache"
+	w.allNamespaces(t, ns)
+	var all []string
+	for i, cl := range w.clients {
+		app(t, cl, ns, name, 2, false, httpPort(6379, 6379))
+		se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: mcsv1beta1.ServiceExportSpec{ExportedLabels: map[string]string{"tier": "cache"}}}
+		mustDo(t, cl.Create(context.Background(), se))
+		all = append(all, waitPods(t, cl, ns, name, 2)...)
+		if i == 0 {
+			// cluster-1's export is the older: its labels are the import's.
+			w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", all[:2])
+		}
+	}
+	sort.Strings(all)
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1,cluster-2", all)
+	for i, cl := range w.clients {
+		si, err := getImport(cl, ns, name)
+		mustDo(t, err)
+		if si.Labels["tier"] != "cache" {
+			t.Errorf("%s: the previous format's exported labels are lost: %v", w.env.Clusters[i].ID, si.Labels)
+		}
+		eventually(t, importDeadline, "NewerRecordFormat Event", wantEvent(cl, ns, name, "NewerRecordFormat", corev1.EventTypeWarning,
+			fmt.Sprintf("cluster cluster-2 writes record format %d", cloudmap.RecordVersion+1)))
+	}
+	c := w.cloudMap(t)
+	if err := checkRecordVersions(c, ns, name, map[string]string{"cluster-1": "", "cluster-2": fmt.Sprint(cloudmap.RecordVersion + 1)}); err != nil {
+		t.Error(err)
+	}
+
+	// Both upgraded (or downgraded) to this release: records rewritten in
+	// its format, imports unchanged.
+	stop()
+	stop = start(false)
+	eventually(t, importDeadline, "records in this release's format", func() error {
+		return checkRecordVersions(c, ns, name, map[string]string{"cluster-1": fmt.Sprint(cloudmap.RecordVersion), "cluster-2": fmt.Sprint(cloudmap.RecordVersion)})
+	})
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1,cluster-2", all)
+}
+
+// checkRecordVersions reads each cluster's service record straight from
+// Cloud Map.
+func checkRecordVersions(c *sd.Client, ns, name string, want map[string]string) error {
+	out, err := c.DiscoverInstances(context.Background(), &sd.DiscoverInstancesInput{NamespaceName: aws.String(ns), ServiceName: aws.String(name),
+		QueryParameters: map[string]string{cloudmap.AttrRecord: "service"}})
+	if err != nil {
+		return err
+	}
+	got := map[string]string{}
+	for _, in := range out.Instances {
+		got[in.Attributes[cloudmap.AttrClusterID]] = in.Attributes[cloudmap.AttrRecordVersion]
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		return fmt.Errorf("record versions by cluster %v, want %v", got, want)
+	}
+	return nil
+}
