@@ -68,13 +68,13 @@ type Import struct {
 
 // Read is what Gather read of one cluster.
 type Read struct {
-	Context              string
+	Context               string
 	ClusterID, ClusterSet string
-	Lease                *coordinationv1.Lease
-	Exports              []mcsv1beta1.ServiceExport
-	Imports              []mcsv1beta1.ServiceImport
-	Slices               []discoveryv1.EndpointSlice // clustermap's
-	Services             []corev1.Service            // with clustermap's finalizer or condition
+	Lease                 *coordinationv1.Lease
+	Exports               []mcsv1beta1.ServiceExport
+	Imports               []mcsv1beta1.ServiceImport
+	Slices                []discoveryv1.EndpointSlice // clustermap's
+	Services              []corev1.Service            // with clustermap's finalizer or condition
 }
 
 // StuckAfter is how long a deletion may wait on a finalizer before it is
@@ -132,8 +132,12 @@ func Summarize(r Read, now time.Time) Cluster {
 			c.Stuck = append(c.Stuck, fmt.Sprintf("Service %s/%s: deletion waiting on finalizers %s", svc.Namespace, svc.Name, strings.Join(svc.Finalizers, ",")))
 		}
 	}
-	sort.Slice(c.Exports, func(i, j int) bool { return c.Exports[i].Namespace+"/"+c.Exports[i].Name < c.Exports[j].Namespace+"/"+c.Exports[j].Name })
-	sort.Slice(c.Imports, func(i, j int) bool { return c.Imports[i].Namespace+"/"+c.Imports[i].Name < c.Imports[j].Namespace+"/"+c.Imports[j].Name })
+	sort.Slice(c.Exports, func(i, j int) bool {
+		return c.Exports[i].Namespace+"/"+c.Exports[i].Name < c.Exports[j].Namespace+"/"+c.Exports[j].Name
+	})
+	sort.Slice(c.Imports, func(i, j int) bool {
+		return c.Imports[i].Namespace+"/"+c.Imports[i].Name < c.Imports[j].Namespace+"/"+c.Imports[j].Name
+	})
 	return c
 }
 
