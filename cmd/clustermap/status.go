@@ -34,15 +34,9 @@ stuck.`,
 			if output != "table" && output != "json" {
 				return fmt.Errorf("--output %q: want table or json", output)
 			}
-			if all {
-				names, err := allContexts(kubeconfig)
-				if err != nil {
-					return err
-				}
-				contexts = names
-			}
-			if len(contexts) == 0 {
-				contexts = []string{""}
+			contexts, err := pickContexts(kubeconfig, contexts, all)
+			if err != nil {
+				return err
 			}
 			var report []clusterstatus.Cluster
 			problems := 0
@@ -54,7 +48,6 @@ stuck.`,
 				report = append(report, c)
 			}
 			out := cmd.OutOrStdout()
-			var err error
 			if output == "json" {
 				err = clusterstatus.JSON(out, report)
 			} else {
@@ -79,19 +72,11 @@ stuck.`,
 }
 
 func readCluster(ctx context.Context, kubeconfig, kctx, statusNS string) clusterstatus.Cluster {
-	name := kctx
-	if name == "" {
-		name = "(current)"
-	}
+	name := contextName(kctx)
 	fail := func(err error) clusterstatus.Cluster {
 		return clusterstatus.Cluster{Context: name, Error: err.Error(), Exports: []clusterstatus.Export{}, Imports: []clusterstatus.Import{}, Stuck: []string{}}
 	}
-	cfg, err := controller.RESTConfig(kubeconfig, kctx)
-	if err != nil {
-		return fail(err)
-	}
-	cfg.Timeout = 15 * time.Second
-	cl, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	cl, err := clusterClient(kubeconfig, kctx)
 	if err != nil {
 		return fail(err)
 	}
@@ -102,6 +87,36 @@ func readCluster(ctx context.Context, kubeconfig, kctx, statusNS string) cluster
 		return fail(err)
 	}
 	return clusterstatus.Summarize(r, time.Now())
+}
+
+// pickContexts is the clusters a command works on: --all-contexts, else
+// --context, else the current context ("").
+func pickContexts(kubeconfig string, contexts []string, all bool) ([]string, error) {
+	if all {
+		return allContexts(kubeconfig)
+	}
+	if len(contexts) == 0 {
+		return []string{""}, nil
+	}
+	return contexts, nil
+}
+
+func contextName(kctx string) string {
+	if kctx == "" {
+		return "(current context)"
+	}
+	return kctx
+}
+
+// clusterClient reaches one cluster, with a timeout on every request: a
+// cluster that does not answer is reported, not waited on.
+func clusterClient(kubeconfig, kctx string) (client.Client, error) {
+	cfg, err := controller.RESTConfig(kubeconfig, kctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 15 * time.Second
+	return client.New(cfg, client.Options{Scheme: controller.Scheme()})
 }
 
 func allContexts(kubeconfig string) ([]string, error) {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/uninstall"
@@ -42,31 +41,17 @@ stay, and are named).`,
 			if phase != "all" && phase != "withdraw" && phase != "stop" && phase != "cleanup" {
 				return fmt.Errorf("--phase %q: want all, withdraw, stop or cleanup", phase)
 			}
-			if all {
-				names, err := allContexts(kubeconfig)
-				if err != nil {
-					return err
-				}
-				contexts = names
-			}
-			if len(contexts) == 0 {
-				contexts = []string{""}
+			contexts, err := pickContexts(kubeconfig, contexts, all)
+			if err != nil {
+				return err
 			}
 			var clusters []uninstall.Cluster
 			for _, kctx := range contexts {
-				cfg, err := controller.RESTConfig(kubeconfig, kctx)
+				cl, err := clusterClient(kubeconfig, kctx)
 				if err != nil {
 					return err
 				}
-				cl, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
-				if err != nil {
-					return err
-				}
-				name := kctx
-				if name == "" {
-					name = "(current context)"
-				}
-				clusters = append(clusters, uninstall.Cluster{Name: name, Client: cl})
+				clusters = append(clusters, uninstall.Cluster{Name: contextName(kctx), Client: cl})
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 3*timeout)
 			defer cancel()

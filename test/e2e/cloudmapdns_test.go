@@ -336,22 +336,7 @@ func (d *dnsWorld) created(t *testing.T) {
 	}
 	// Annotations removed: deregistered, and the service we made is deleted.
 	removeAnnotations(t, cl, "web", "fresh", cloudmapdns.AnnotationNamespace, cloudmapdns.AnnotationHostname)
-	eventually(t, importDeadline, "service deleted", func() error {
-		if id := d.lookupService(t, d.privateNS, "fresh"); id != "" {
-			return fmt.Errorf("service %s still there", id)
-		}
-		return nil
-	})
-	eventually(t, importDeadline, "finalizer removed", func() error {
-		svc := &corev1.Service{}
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: "web", Name: "fresh"}, svc); err != nil {
-			return err
-		}
-		if len(svc.Finalizers) > 0 {
-			return fmt.Errorf("finalizers %v", svc.Finalizers)
-		}
-		return nil
-	})
+	d.withdrawn(t, cl, "web", "fresh", d.privateNS, "fresh")
 	mustDo(t, cl.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api"}}))
 	eventually(t, importDeadline, "HTTP service deleted with the Service", func() error {
 		if id := d.lookupService(t, d.httpNS, "api"); id != "" {
@@ -423,7 +408,6 @@ func (d *dnsWorld) badInput(t *testing.T) {
 // registered; annotations removed then still deregister, and the service
 // it created goes.
 func (d *dnsWorld) afterRestart(t *testing.T, restart func()) {
-	ctx := context.Background()
 	cl := d.clients[0]
 	annotated(t, cl, "web", "late", 2, "test-namespace", "late")
 	ips := waitPods(t, cl, "web", "late", 2)
@@ -432,15 +416,22 @@ func (d *dnsWorld) afterRestart(t *testing.T, restart func()) {
 	eventually(t, importDeadline, "late registered", d.registered(id, owner, ips, nil))
 	restart()
 	removeAnnotations(t, cl, "web", "late", cloudmapdns.AnnotationNamespace, cloudmapdns.AnnotationHostname)
+	d.withdrawn(t, cl, "web", "late", d.privateNS, "late")
+}
+
+// withdrawn waits until the Cloud Map service clustermap created for a
+// Service is gone and the Service's finalizer with it.
+func (d *dnsWorld) withdrawn(t *testing.T, cl client.Client, ns, name, cmNamespaceID, hostname string) {
+	t.Helper()
 	eventually(t, importDeadline, "service deleted", func() error {
-		if id := d.lookupService(t, d.privateNS, "late"); id != "" {
+		if id := d.lookupService(t, cmNamespaceID, hostname); id != "" {
 			return fmt.Errorf("service %s still there", id)
 		}
 		return nil
 	})
 	eventually(t, importDeadline, "finalizer removed", func() error {
 		svc := &corev1.Service{}
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: "web", Name: "late"}, svc); err != nil {
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc); err != nil {
 			return err
 		}
 		if len(svc.Finalizers) > 0 {
