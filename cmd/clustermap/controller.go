@@ -38,8 +38,11 @@ cloudmap.controller/namespace and cloudmap.controller/hostname in that Cloud
 Map namespace, beside instances others (ECS) register there.
 
 Credentials and region come the standard AWS SDK way (environment, shared
-config, IRSA, EKS pod identity); AWS_ENDPOINT_URL_SERVICEDISCOVERY or
---cloudmap-endpoint point it at another endpoint, such as cloudmap-local.`,
+config, IRSA, EKS pod identity, instance roles); a region is required
+(--region or AWS_REGION). AWS_ENDPOINT_URL_SERVICEDISCOVERY or
+--cloudmap-endpoint point it at another endpoint, such as a VPC endpoint
+(same credentials) or cloudmap-local (any AWS_ACCESS_KEY_ID and
+AWS_SECRET_ACCESS_KEY).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = zap.New(zap.UseFlagOptions(&zapOpts))

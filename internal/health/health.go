@@ -7,6 +7,8 @@ package health
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -75,10 +77,13 @@ func (r *Reporter) CloudMapRead(err error) {
 	} else {
 		r.lastSync = time.Now()
 	}
-	if msg != r.lastErr {
-		r.lastErr = msg
+	// A change between working and failing is written at once; a new
+	// message while failing (each names its request) waits for the
+	// heartbeat.
+	if (msg == "") != (r.lastErr == "") {
 		r.poke()
 	}
+	r.lastErr = msg
 }
 
 func (r *Reporter) poke() {
@@ -127,7 +132,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 		case <-tick.C:
 		}
 		a := r.annotations()
-		if equal(a, last) && time.Since(lastWrite) < Heartbeat {
+		if signature(a) == signature(last) && time.Since(lastWrite) < Heartbeat {
 			continue
 		}
 		if err := r.write(ctx, a); err != nil {
@@ -141,16 +146,27 @@ func (r *Reporter) Start(ctx context.Context) error {
 	}
 }
 
-func equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
+// signature is what a report says, less what changes on every read (the
+// last sync time, the wording of the last error): a change of it is written
+// at once, the rest with the heartbeat.
+func signature(a map[string]string) string {
+	if a == nil {
+		return ""
 	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		v := a[k]
+		switch k {
+		case AnnotationLastSync:
+			continue
+		case AnnotationCloudMapErr:
+			if v != "" {
+				v = "failing"
+			}
 		}
+		b.WriteString(k + "=" + v + "\n")
 	}
-	return true
+	return b.String()
 }
 
 func (r *Reporter) write(ctx context.Context, a map[string]string) error {
