@@ -13,7 +13,6 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/clusterstatus"
-	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 )
 
@@ -41,11 +40,7 @@ func statusJSON(t *testing.T, w *world) ([]clusterstatus.Cluster, error) {
 }
 
 func TestStatus(t *testing.T) {
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
-	for _, cl := range w.clients {
-		namespace(t, cl, controller.DefaultStatusNamespace)
-	}
-	t.Cleanup(w.startControllers(t, nil))
+	w := newWorld(t, 2, cloudmaplocal.Options{})
 	const ns, name = "status", "web"
 	w.allNamespaces(t, ns)
 	ips := w.exportApp(t, ns, name, 3)

@@ -44,9 +44,6 @@ func TestUninstall(t *testing.T) {
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	dirs, err := w.env.PeerDirs(t.TempDir())
 	mustDo(t, err)
-	for _, cl := range w.clients {
-		namespace(t, cl, controller.DefaultStatusNamespace)
-	}
 	stop := w.startControllers(t, func(o *controller.Options) {
 		for _, c := range w.env.Clusters {
 			if c.Config == o.Config {
