@@ -147,8 +147,8 @@ func (r *Reporter) Start(ctx context.Context) error {
 }
 
 // signature is what a report says, less what changes on every read (the
-// last sync time, the wording of the last error): a change of it is written
-// at once, the rest with the heartbeat.
+// time of the last sync, once there was one; the wording of the last
+// error): a change of it is written at once, the rest with the heartbeat.
 func signature(a map[string]string) string {
 	if a == nil {
 		return ""
@@ -158,7 +158,7 @@ func signature(a map[string]string) string {
 		v := a[k]
 		switch k {
 		case AnnotationLastSync:
-			continue
+			v = "synced" // the first sync is news, later ones are not
 		case AnnotationCloudMapErr:
 			if v != "" {
 				v = "failing"

@@ -21,6 +21,9 @@ func TestSignature(t *testing.T) {
 	if signature(later) == signature(peerDown) {
 		t.Error("a peer going down should be written at once")
 	}
+	if signature(map[string]string{AnnotationCluster: "c1", AnnotationCloudMapErr: ""}) == signature(base) {
+		t.Error("the first sync should be written at once")
+	}
 	if signature(nil) == signature(base) {
 		t.Error("the first report should be written")
 	}
