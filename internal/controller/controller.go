@@ -94,6 +94,8 @@ type Options struct {
 	PeersDir         string
 	CreateNamespaces bool
 	PeerGrace        time.Duration
+	// AllowExecPlugins lets peer kubeconfigs run commands for credentials.
+	AllowExecPlugins bool
 
 	Log logr.Logger
 }
@@ -242,7 +244,8 @@ func Run(ctx context.Context, o Options) error {
 			cluster = cp.Spec.Value
 		}
 		log.Info("replicating Services to peers", "cluster", cluster, "peers", o.PeersDir)
-		peers := &syndicate.Peers{Dir: o.PeersDir, Scheme: mgr.GetScheme(), Log: log.WithName("peers")}
+		peers := &syndicate.Peers{Dir: o.PeersDir, Scheme: mgr.GetScheme(), Log: log.WithName("peers"),
+			Namespaces: o.Namespaces, ExcludeNamespaces: o.ExcludeNamespaces, AllowExecPlugins: o.AllowExecPlugins}
 		reporter.SetCluster(cluster)
 		reporter.PeersDown = peers.Down
 		if err := (&syndicate.Reconciler{Client: mgr.GetClient(), Cluster: cluster, Peers: peers, Recorder: recorder, Namespaces: inScope,

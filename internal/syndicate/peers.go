@@ -3,8 +3,10 @@ package syndicate
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,8 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -44,7 +49,12 @@ type Peer struct {
 	stop    context.CancelFunc
 	up      bool
 	wasDown bool
+	checked bool
 	config  []byte
+	// broken says why the kubeconfig cannot be used (it does not parse,
+	// or it runs a command): the peer is kept as down, with its replicas,
+	// until the file changes.
+	broken error
 }
 
 // Peers watches a directory of kubeconfig files, one peer each, named by
@@ -53,6 +63,13 @@ type Peers struct {
 	Dir    string
 	Scheme *runtime.Scheme
 	Log    logr.Logger
+	// Namespaces, when set, are the only namespaces watched in peers;
+	// ExcludeNamespaces are never watched.
+	Namespaces, ExcludeNamespaces []string
+	// AllowExecPlugins lets peer kubeconfigs run commands (exec plugins,
+	// auth providers): whoever writes the peers directory could otherwise
+	// run code in the controller.
+	AllowExecPlugins bool
 	// OnObject is told of every peer Service or EndpointSlice change, by the
 	// Service's namespace and name; OnChange of peers coming and going.
 	OnObject func(ns, name string)
@@ -131,8 +148,10 @@ func (ps *Peers) scan(ctx context.Context) {
 		}
 		p, err := ps.start(ctx, name, data)
 		if err != nil {
-			ps.Log.Error(err, "peer kubeconfig unusable; fix the file", "peer", name, "file", filepath.Join(ps.Dir, name))
-			continue
+			// Kept as a peer that is down: its replicas here stay.
+			ps.Log.Error(err, "peer kubeconfig unusable; the peer counts as down, its replicas are kept; fix the file", "peer", name, "file", filepath.Join(ps.Dir, name))
+			p = &Peer{Name: name, hash: sha256.Sum256(data), stop: func() {}, broken: err, checked: true}
+			peerUp.WithLabelValues(name).Set(0)
 		}
 		ps.mu.Lock()
 		ps.peers[name] = p
@@ -145,21 +164,72 @@ func (ps *Peers) scan(ctx context.Context) {
 	}
 }
 
+// ErrExecPlugin refuses a peer kubeconfig that would run a command.
+var ErrExecPlugin = errors.New("the kubeconfig runs a command to get credentials (exec plugin or auth provider); refused: use a token or client certificate, or pass --allow-exec-plugins if whoever can write the peers directory may run commands in the controller")
+
+// peerConfig reads a peer kubeconfig, refusing commands unless allowed.
+func peerConfig(kubeconfig []byte, allowExec bool) (*rest.Config, error) {
+	raw, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if !allowExec {
+		for _, a := range raw.AuthInfos {
+			if a.Exec != nil || a.AuthProvider != nil {
+				return nil, ErrExecPlugin
+			}
+		}
+	}
+	return clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+}
+
+// peerMapper knows the two kinds read from peers, so that nothing needs
+// the peer's discovery API: a peer that is down at start is set up all
+// the same, and counts as down until it answers.
+func peerMapper() meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	m.Add(corev1.SchemeGroupVersion.WithKind("Service"), meta.RESTScopeNamespace)
+	m.Add(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), meta.RESTScopeNamespace)
+	return m
+}
+
+// cacheNamespaces limits a peer's caches to the namespaces replicated.
+func (ps *Peers) cacheNamespaces() map[string]cache.Config {
+	if len(ps.Namespaces) > 0 {
+		m := map[string]cache.Config{}
+		for _, ns := range ps.Namespaces {
+			if !slices.Contains(ps.ExcludeNamespaces, ns) {
+				m[ns] = cache.Config{}
+			}
+		}
+		return m
+	}
+	if len(ps.ExcludeNamespaces) == 0 {
+		return nil
+	}
+	var not []fields.Selector
+	for _, ns := range ps.ExcludeNamespaces {
+		not = append(not, fields.OneTermNotEqualSelector("metadata.namespace", ns))
+	}
+	return map[string]cache.Config{cache.AllNamespaces: {FieldSelector: fields.AndSelectors(not...)}}
+}
+
 func (ps *Peers) start(ctx context.Context, name string, kubeconfig []byte) (*Peer, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	cfg, err := peerConfig(kubeconfig, ps.AllowExecPlugins)
 	if err != nil {
 		return nil, err
 	}
 	cfg.QPS, cfg.Burst, cfg.Timeout = 200, 400, 10*time.Second
-	c, err := cache.New(cfg, cache.Options{Scheme: ps.Scheme})
+	mapper := peerMapper()
+	c, err := cache.New(cfg, cache.Options{Scheme: ps.Scheme, Mapper: mapper, DefaultNamespaces: ps.cacheNamespaces()})
 	if err != nil {
 		return nil, err
 	}
-	cl, err := client.New(cfg, client.Options{Scheme: ps.Scheme, Cache: &client.CacheOptions{Reader: c}})
+	cl, err := client.New(cfg, client.Options{Scheme: ps.Scheme, Mapper: mapper, Cache: &client.CacheOptions{Reader: c}})
 	if err != nil {
 		return nil, err
 	}
-	direct, err := client.New(cfg, client.Options{Scheme: ps.Scheme})
+	direct, err := client.New(cfg, client.Options{Scheme: ps.Scheme, Mapper: mapper})
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +292,9 @@ func (ps *Peers) checkHealth(ctx context.Context) {
 	ps.mu.Unlock()
 	back := false
 	for _, p := range peers {
+		if p.broken != nil {
+			continue // down until its file changes
+		}
 		_, err := p.probe.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err == nil && p.wasDown {
 			// Informers that lost their server back off for up to 30 s and
@@ -234,11 +307,11 @@ func (ps *Peers) checkHealth(ctx context.Context) {
 		if up && !p.up {
 			back = true
 			ps.Log.Info("peer reachable", "peer", p.Name)
-		} else if !up && p.up {
+		} else if (!up && p.up) || (err != nil && !p.checked) {
 			ps.Log.Error(err, "peer unreachable; its replicas are kept as they are and retried", "peer", p.Name)
 			p.wasDown = true
 		}
-		p.up = up
+		p.up, p.checked = up, true
 		ps.mu.Unlock()
 		peerUp.WithLabelValues(p.Name).Set(map[bool]float64{true: 1}[up])
 	}

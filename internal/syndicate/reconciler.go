@@ -37,6 +37,9 @@ var writes = func() *prometheus.CounterVec {
 	return c
 }()
 
+// DefaultGrace is how long replicas from a removed peer stay by default.
+const DefaultGrace = 10 * time.Minute
+
 // Reconciler replicates the local cluster's Services to its peers.
 type Reconciler struct {
 	Client     client.Client
@@ -46,7 +49,8 @@ type Reconciler struct {
 	Namespaces func(string) bool
 	// CreateNamespaces lets replication create a namespace a peer lacks.
 	CreateNamespaces bool
-	// Grace is how long replicas from a peer removed from the directory stay.
+	// Grace is how long replicas from a peer removed from the directory
+	// stay (DefaultGrace when zero).
 	Grace time.Duration
 
 	kick   chan event.GenericEvent
@@ -56,6 +60,10 @@ type Reconciler struct {
 // SetupWithManager reconciles a Service name on local Service, Pod and
 // EndpointSlice changes, on peer changes, and every 30 s.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Grace <= 0 {
+		// Zero is "not set", never "delete at once".
+		r.Grace = DefaultGrace
+	}
 	r.kick = make(chan event.GenericEvent, 4096)
 	r.absent = map[string]time.Time{}
 	r.Peers.OnObject = func(ns, name string) {

@@ -1,0 +1,78 @@
+package syndicate
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// A peer kubeconfig that would run a command is refused unless allowed:
+// the command never runs, and the peer counts as down (its replicas kept).
+func TestExecPluginsRefused(t *testing.T) {
+	// TLS: client-go applies credentials only to TLS servers.
+	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "ok") // enough for /readyz: the probe is where a plugin would run
+	}))
+	defer api.Close()
+	for _, allow := range []bool{false, true} {
+		dir, marker := t.TempDir(), filepath.Join(t.TempDir(), "ran")
+		kubeconfig := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: p, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: p, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: ["-c", "touch %s; echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}'"], interactiveMode: Never}}}]
+contexts: [{name: p, context: {cluster: p, user: p}}]
+current-context: p
+`, api.URL, marker)
+		if err := os.WriteFile(filepath.Join(dir, "peer.yaml"), []byte(kubeconfig), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ps := &Peers{Dir: dir, Scheme: scheme.Scheme, Log: testr.New(t), AllowExecPlugins: allow}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = ps.Start(ctx)
+		cancel()
+		_, err := os.Stat(marker)
+		ran := err == nil
+		if ran != allow {
+			t.Errorf("allowed=%v: the command ran=%v", allow, ran)
+		}
+		if !ps.Configured("peer") {
+			t.Errorf("allowed=%v: the peer should stay configured (down or up), so that its replicas are kept", allow)
+		}
+		if !allow && len(ps.Down()) != 1 {
+			t.Errorf("a refused peer should count as down: %v", ps.Down())
+		}
+	}
+}
+
+func TestPeerConfigRefusesAuthProviders(t *testing.T) {
+	for _, c := range []struct {
+		user  string
+		allow bool
+		ok    bool
+	}{
+		{`{token: t}`, false, true},
+		{`{auth-provider: {name: oidc, config: {idp-issuer-url: "https://x"}}}`, false, false},
+		{`{auth-provider: {name: oidc, config: {idp-issuer-url: "https://x"}}}`, true, true},
+		{`{exec: {apiVersion: client.authentication.k8s.io/v1, command: aws}}`, false, false},
+	} {
+		kc := `apiVersion: v1
+kind: Config
+clusters: [{name: p, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: p, user: ` + c.user + `}]
+contexts: [{name: p, context: {cluster: p, user: p}}]
+current-context: p
+`
+		_, err := peerConfig([]byte(kc), c.allow)
+		if (err == nil) != c.ok {
+			t.Errorf("user %s, allow %v: err %v", c.user, c.allow, err)
+		}
+	}
+}

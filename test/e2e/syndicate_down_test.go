@@ -1,0 +1,100 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
+)
+
+// A controller that starts while a peer is down, and sees that peer's
+// kubeconfig change meanwhile, keeps the peer's replicas (it counts the
+// peer as down, not gone) and syncs it once it answers.
+func TestSyndicatePeerDownAtStart(t *testing.T) {
+	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	dirs, err := w.env.PeerDirs(t.TempDir())
+	mustDo(t, err)
+	const grace = 3 * time.Second // short, so that a wrong deletion shows within the test
+	tune := func(o *controller.Options) {
+		for _, c := range w.env.Clusters {
+			if c.Config == o.Config {
+				o.ClusterName, o.PeersDir = c.ID, dirs[c.ID]
+			}
+		}
+		o.MCS, o.Syndicate, o.PeerGrace = false, true, grace
+		o.Namespaces = []string{"web"}
+	}
+	ctx := context.Background()
+	stop := w.startControllers(t, tune)
+	w.allNamespaces(t, "web")
+	one, two := w.clients[0], w.clients[1]
+	app(t, one, "web", "from1", 2, false, httpPort(80, 8080))
+	app(t, two, "web", "from2", 2, false, httpPort(80, 8080))
+	ips1, ips2 := waitPods(t, one, "web", "from1", 2), waitPods(t, two, "web", "from2", 2)
+	eventually(t, importDeadline, "from1 in cluster-2", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
+	eventually(t, importDeadline, "from2 in cluster-1", replicaOf(one, "web", "from2", "cluster-2", false, ips2))
+
+	// Both controllers stop; cluster-2's apiserver goes; cluster-1's
+	// controller starts alone, and cluster-2's kubeconfig changes.
+	stop()
+	mustDo(t, w.env.StopCluster(ctx, w.env.Clusters[1]))
+	only1 := *w.env
+	only1.Clusters = w.env.Clusters[:1]
+	cctx, cancel := context.WithCancel(ctx)
+	wait := only1.StartControllers(cctx, w.cm.URL, func(*devenv.Cluster) logr.Logger { return testr.New(t) }, func(o *controller.Options) {
+		o.MetricsAddr = "0"
+		tune(o)
+	})
+	stopped := false
+	stop1 := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := wait(); err != nil {
+				t.Errorf("cluster-1's controller: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop1)
+	peerFile := filepath.Join(dirs["cluster-1"], "cluster-2.yaml")
+	data, err := os.ReadFile(peerFile)
+	mustDo(t, err)
+	start := time.Now()
+	changed := false
+	for time.Since(start) < 5*grace {
+		mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
+		if !changed && time.Since(start) > grace {
+			mustDo(t, os.WriteFile(peerFile, append(data, []byte("\n# rotated while cluster-2 is down\n")...), 0o600))
+			changed = true
+		}
+		time.Sleep(time.Second)
+	}
+	// clustermap status names the peer that is down.
+	eventually(t, 30*time.Second, "status names cluster-2 unreachable", func() error {
+		out, _ := statusOf(t, w, "table")
+		if !strings.Contains(out, "peer unreachable: cluster-2") {
+			return fmt.Errorf("status:\n%s", out)
+		}
+		return nil
+	})
+
+	// cluster-2 back, its controller too: both converge, a change made in
+	// cluster-1 meanwhile included.
+	scale(t, one, "web", "from1", 3)
+	ips1 = waitPods(t, one, "web", "from1", 3)
+	mustDo(t, w.env.StartCluster(ctx, w.env.Clusters[1]))
+	stop1()
+	t.Cleanup(w.startControllers(t, tune))
+	eventually(t, 60*time.Second, "cluster-2 converges once back", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
+	mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
+}
