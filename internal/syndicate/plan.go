@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"sort"
 
@@ -197,17 +198,17 @@ func Compute(ns, name string, local Cluster, peers []Cluster) Plan {
 	if contributes && mode == ModeReceiver && othersReady(local.Slices, local.Name) {
 		contributes = false // the new side serves: the bridge ends
 	}
-	var eps []discoveryv1.Endpoint
+	var eps map[discoveryv1.AddressType][]discoveryv1.Endpoint
 	var ports []discoveryv1.EndpointPort
 	if contributes {
 		eps, ports = endpointsOf(L, local.Pods, sel)
 	}
-	sliceName := SliceName(name, local.Name)
+	names := sliceNames(name, local.Name)
 
-	// Local cluster: our slice when the Service has no selector of its own.
+	// Local cluster: our slices when the Service has no selector of its own.
 	if L != nil {
 		want := contributes && len(newL.Spec.Selector) == 0 && mode != ModeSingular
-		p.Local.Upsert, p.Local.Delete = slicesFor(local.Slices, L, local.Name, sliceName, want, eps, ports, len(newL.Spec.Selector) == 0)
+		p.Local.Upsert, p.Local.Delete = slicesFor(local.Slices, L, local.Name, names, wanted(want, eps, L), ports, len(newL.Spec.Selector) == 0)
 		for _, s := range local.Slices {
 			if s.Labels[discoveryv1.LabelManagedBy] == mirroredSliceManger && slices.Contains(p.Local.Delete, s.Name) {
 				p.Local.DeleteEndpoints = true
@@ -257,7 +258,7 @@ func Compute(ns, name string, local Cluster, peers []Cluster) Plan {
 		if target == nil {
 			target = c.Service
 		}
-		c.Upsert, c.Delete = slicesFor(peer.Slices, target, local.Name, sliceName, want, eps, ports, false)
+		c.Upsert, c.Delete = slicesFor(peer.Slices, target, local.Name, names, wanted(want, eps, target), ports, false)
 		if ps == nil && c.Service == nil {
 			c.Upsert = nil
 		}
@@ -318,33 +319,74 @@ func hasReady(s discoveryv1.EndpointSlice) bool {
 	return false
 }
 
-// slicesFor plans our slice in one cluster. A slice we no longer want, and
-// (where the selector was removed) the EndpointSlice controller's orphaned
-// slices, go only once another slice there has ready endpoints, or the
-// Service is gone.
-func slicesFor(existing []discoveryv1.EndpointSlice, svc *corev1.Service, us, name string, want bool, eps []discoveryv1.Endpoint, ports []discoveryv1.EndpointPort, dropKube bool) (upsert []*discoveryv1.EndpointSlice, del []string) {
-	var cur *discoveryv1.EndpointSlice
-	for i := range existing {
-		if existing[i].Name == name {
-			cur = &existing[i]
+// families are the address types slices are made for, the first being the
+// one a cluster with no ready endpoints still gets an (empty) slice of.
+var families = []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6}
+
+// sliceNames names our slice of each family: the IPv4 one keeps the name
+// slices had before there were two.
+func sliceNames(service, cluster string) map[discoveryv1.AddressType]string {
+	base := SliceName(service, cluster)
+	return map[discoveryv1.AddressType]string{discoveryv1.AddressTypeIPv4: base, discoveryv1.AddressTypeIPv6: base + "-v6"}
+}
+
+// wanted is which families get a slice: each that has endpoints; with
+// none, the Service's primary family, so that an empty slice says this
+// cluster serves nothing.
+func wanted(want bool, eps map[discoveryv1.AddressType][]discoveryv1.Endpoint, svc *corev1.Service) map[discoveryv1.AddressType][]discoveryv1.Endpoint {
+	if !want {
+		return nil
+	}
+	out := map[discoveryv1.AddressType][]discoveryv1.Endpoint{}
+	for f, e := range eps {
+		if len(e) > 0 {
+			out[f] = e
 		}
 	}
+	if len(out) == 0 {
+		primary := discoveryv1.AddressTypeIPv4
+		if svc != nil && len(svc.Spec.IPFamilies) > 0 && svc.Spec.IPFamilies[0] == corev1.IPv6Protocol {
+			primary = discoveryv1.AddressTypeIPv6
+		}
+		out[primary] = nil
+	}
+	return out
+}
+
+// slicesFor plans our slices (one per family in want) in one cluster. A
+// slice we no longer want, and (where the selector was removed) the
+// EndpointSlice controller's orphaned slices, go only once another slice
+// there has ready endpoints, or the Service is gone.
+func slicesFor(existing []discoveryv1.EndpointSlice, svc *corev1.Service, us string, names map[discoveryv1.AddressType]string, want map[discoveryv1.AddressType][]discoveryv1.Endpoint, ports []discoveryv1.EndpointPort, dropKube bool) (upsert []*discoveryv1.EndpointSlice, del []string) {
+	byName := map[string]*discoveryv1.EndpointSlice{}
+	for i := range existing {
+		byName[existing[i].Name] = &existing[i]
+	}
 	var retiring []string
-	if want {
+	serving := false
+	for _, f := range families {
+		name := names[f]
+		cur := byName[name]
+		eps, ok := want[f]
+		if !ok {
+			if cur != nil {
+				retiring = append(retiring, name)
+			}
+			continue
+		}
+		serving = serving || len(eps) > 0
 		s := &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svc.Namespace, Labels: map[string]string{
 				discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: ManagedBy, LabelSourceCluster: us}},
-			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: eps, Ports: ports,
+			AddressType: f, Endpoints: eps, Ports: ports,
 		}
-		if cur == nil || !equality.Semantic.DeepEqual(cur.Endpoints, s.Endpoints) || !equality.Semantic.DeepEqual(cur.Ports, s.Ports) || !maps.Equal(cur.Labels, s.Labels) {
+		if cur == nil || cur.AddressType != f || !equality.Semantic.DeepEqual(cur.Endpoints, s.Endpoints) || !equality.Semantic.DeepEqual(cur.Ports, s.Ports) || !maps.Equal(cur.Labels, s.Labels) {
 			if cur != nil {
 				s.ResourceVersion = cur.ResourceVersion
 				s.OwnerReferences = cur.OwnerReferences
 			}
 			upsert = append(upsert, s)
 		}
-	} else if cur != nil {
-		retiring = append(retiring, cur.Name)
 	}
 	if dropKube {
 		for _, s := range existing {
@@ -356,7 +398,7 @@ func slicesFor(existing []discoveryv1.EndpointSlice, svc *corev1.Service, us, na
 	if len(retiring) == 0 {
 		return upsert, nil
 	}
-	othersServe := len(upsert) > 0 && len(eps) > 0
+	othersServe := serving
 	for _, s := range existing {
 		if !slices.Contains(retiring, s.Name) && hasReady(s) {
 			othersServe = true
@@ -368,23 +410,32 @@ func slicesFor(existing []discoveryv1.EndpointSlice, svc *corev1.Service, us, na
 	return upsert, nil
 }
 
-// endpointsOf lists the ready pods matching sel, with the Service's ports
-// resolved against them.
-func endpointsOf(svc *corev1.Service, pods []corev1.Pod, sel labels.Selector) ([]discoveryv1.Endpoint, []discoveryv1.EndpointPort) {
-	var eps []discoveryv1.Endpoint
+// endpointsOf lists the ready pods matching sel by address family (one
+// endpoint per pod and family, from status.podIPs; only the Service's
+// families when it has them, as the EndpointSlice controller does), with
+// the Service's ports resolved against them.
+func endpointsOf(svc *corev1.Service, pods []corev1.Pod, sel labels.Selector) (map[discoveryv1.AddressType][]discoveryv1.Endpoint, []discoveryv1.EndpointPort) {
+	eps := map[discoveryv1.AddressType][]discoveryv1.Endpoint{}
 	var matched []corev1.Pod
 	for _, pod := range pods {
 		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || !sel.Matches(labels.Set(pod.Labels)) || !podReady(pod) {
 			continue
 		}
 		matched = append(matched, pod)
-		ep := discoveryv1.Endpoint{Addresses: []string{pod.Status.PodIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
-		if pod.Spec.Hostname != "" {
-			ep.Hostname = ptr.To(pod.Spec.Hostname)
+		for f, ip := range podAddresses(pod) {
+			if !serviceFamily(svc, f) {
+				continue
+			}
+			ep := discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+			if pod.Spec.Hostname != "" {
+				ep.Hostname = ptr.To(pod.Spec.Hostname)
+			}
+			eps[f] = append(eps[f], ep)
 		}
-		eps = append(eps, ep)
 	}
-	sort.Slice(eps, func(i, j int) bool { return eps[i].Addresses[0] < eps[j].Addresses[0] })
+	for _, e := range eps {
+		sort.Slice(e, func(i, j int) bool { return e[i].Addresses[0] < e[j].Addresses[0] })
+	}
 	var ports []discoveryv1.EndpointPort
 	for _, sp := range svc.Spec.Ports {
 		port := sp.TargetPort.IntVal
@@ -396,6 +447,45 @@ func endpointsOf(svc *corev1.Service, pods []corev1.Pod, sel labels.Selector) ([
 		ports = append(ports, discoveryv1.EndpointPort{Name: ptr.To(sp.Name), Protocol: ptr.To(sp.Protocol), Port: ptr.To(port), AppProtocol: sp.AppProtocol})
 	}
 	return eps, ports
+}
+
+func serviceFamily(svc *corev1.Service, f discoveryv1.AddressType) bool {
+	if svc == nil || len(svc.Spec.IPFamilies) == 0 {
+		return true
+	}
+	for _, fam := range svc.Spec.IPFamilies {
+		if string(fam) == string(f) {
+			return true
+		}
+	}
+	return false
+}
+
+// podAddresses is a pod's address of each family (status.podIPs, else
+// status.podIP).
+func podAddresses(pod corev1.Pod) map[discoveryv1.AddressType]string {
+	ips := []string{pod.Status.PodIP}
+	if len(pod.Status.PodIPs) > 0 {
+		ips = ips[:0]
+		for _, ip := range pod.Status.PodIPs {
+			ips = append(ips, ip.IP)
+		}
+	}
+	out := map[discoveryv1.AddressType]string{}
+	for _, ip := range ips {
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			continue
+		}
+		f := discoveryv1.AddressTypeIPv4
+		if a.Is6() && !a.Is4In6() {
+			f = discoveryv1.AddressTypeIPv6
+		}
+		if _, dup := out[f]; !dup {
+			out[f] = ip
+		}
+	}
+	return out
 }
 
 func namedPort(pods []corev1.Pod, name string) int32 {
@@ -430,6 +520,11 @@ func replicaOf(L, newL *corev1.Service, us string) *corev1.Service {
 	}
 	if L.Spec.ClusterIP == corev1.ClusterIPNone {
 		r.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	// A dual-stack Service is dual-stack where the peer can be; its
+	// families are the peer's to choose.
+	if p := L.Spec.IPFamilyPolicy; p != nil && *p != corev1.IPFamilyPolicySingleStack {
+		r.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
 	}
 	for _, p := range L.Spec.Ports {
 		r.Spec.Ports = append(r.Spec.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, AppProtocol: p.AppProtocol})

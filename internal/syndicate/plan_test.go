@@ -123,3 +123,60 @@ func TestSingularAndInvalid(t *testing.T) {
 		t.Errorf("deleted source keeps its replica: %+v", p)
 	}
 }
+
+func dualPod(name string, ips ...string) corev1.Pod {
+	p := pod(name, ips[0], true)
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return p
+}
+
+// One slice per address family, from status.podIPs; a family whose pods
+// are gone retires once another slice serves.
+func TestDualStackSlices(t *testing.T) {
+	byFamily := func(c Changes) map[discoveryv1.AddressType][]string {
+		out := map[discoveryv1.AddressType][]string{}
+		for _, s := range c.Upsert {
+			out[s.AddressType] = []string{}
+			for _, e := range s.Endpoints {
+				out[s.AddressType] = append(out[s.AddressType], e.Addresses[0])
+			}
+		}
+		return out
+	}
+	dual := service(app, nil, nil)
+	dual.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
+	dual.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	local := Cluster{Name: "a", Service: dual, Pods: []corev1.Pod{dualPod("p1", "10.0.0.1", "fd00::1"), dualPod("p2", "fd00::2", "10.0.0.2")}}
+	b := peer(Compute("web", "api", local, []Cluster{{Name: "b"}}), "b")
+	got := byFamily(b)
+	if len(got) != 2 || len(got[discoveryv1.AddressTypeIPv4]) != 2 || len(got[discoveryv1.AddressTypeIPv6]) != 2 || got[discoveryv1.AddressTypeIPv6][0] != "fd00::1" {
+		t.Errorf("dual-stack pods: slices %v", got)
+	}
+	if b.Service.Spec.IPFamilyPolicy == nil || *b.Service.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyPreferDualStack {
+		t.Errorf("a dual-stack Service's replica should prefer dual-stack: %v", b.Service.Spec.IPFamilyPolicy)
+	}
+
+	single := service(app, nil, nil)
+	single.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	if got := byFamily(peer(Compute("web", "api", Cluster{Name: "a", Service: single, Pods: local.Pods}, []Cluster{{Name: "b"}}), "b")); len(got) != 1 || len(got[discoveryv1.AddressTypeIPv4]) != 2 {
+		t.Errorf("a single-stack IPv4 Service of dual-stack pods: slices %v, want IPv4 only", got)
+	}
+	v6 := Cluster{Name: "a", Service: service(app, nil, nil), Pods: []corev1.Pod{dualPod("p1", "fd00::1")}}
+	if got := byFamily(peer(Compute("web", "api", v6, []Cluster{{Name: "b"}}), "b")); len(got) != 1 || len(got[discoveryv1.AddressTypeIPv6]) != 1 {
+		t.Errorf("IPv6-only pods: slices %v", got)
+	}
+
+	// Pods now IPv4 only: the IPv6 slice retires, the IPv4 one serves.
+	names := sliceNames("api", "a")
+	existing := []discoveryv1.EndpointSlice{slice(names[discoveryv1.AddressTypeIPv4], ManagedBy, "a", "10.0.0.1"), slice(names[discoveryv1.AddressTypeIPv6], ManagedBy, "a", "fd00::1")}
+	existing[1].AddressType = discoveryv1.AddressTypeIPv6
+	existing[0].AddressType = discoveryv1.AddressTypeIPv4
+	replica := service(nil, nil, map[string]string{LabelSourceCluster: "a"})
+	v4 := Cluster{Name: "a", Service: service(app, nil, nil), Pods: []corev1.Pod{pod("p1", "10.0.0.1", true)}}
+	c := peer(Compute("web", "api", v4, []Cluster{{Name: "b", Service: replica, Slices: existing}}), "b")
+	if len(c.Delete) != 1 || c.Delete[0] != names[discoveryv1.AddressTypeIPv6] {
+		t.Errorf("the IPv6 slice should retire: delete %v, upsert %v", c.Delete, byFamily(c))
+	}
+}

@@ -46,6 +46,7 @@ func TestSyndicate(t *testing.T) {
 		w.allNamespaces(t, ns)
 	}
 	t.Run("replication, scaling, deletion", w.replicate)
+	t.Run("a dual-stack Service", w.dualStackReplica)
 	t.Run("name clash", w.nameClash)
 	t.Run("namespaces", w.syndicateNamespaces)
 	t.Run("stateful migration", w.statefulMigration)
