@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -183,13 +184,26 @@ func peerConfig(kubeconfig []byte, allowExec bool) (*rest.Config, error) {
 	return clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
 }
 
-// peerMapper knows the two kinds read from peers, so that nothing needs
-// the peer's discovery API: a peer that is down at start is set up all
-// the same, and counts as down until it answers.
+// peerMapper knows the kinds read from and written to peers (and their
+// lists), so that nothing needs the peer's discovery API: a peer that is
+// down at start is set up all the same, and counts as down until it
+// answers.
 func peerMapper() meta.RESTMapper {
 	m := meta.NewDefaultRESTMapper(nil)
-	m.Add(corev1.SchemeGroupVersion.WithKind("Service"), meta.RESTScopeNamespace)
-	m.Add(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), meta.RESTScopeNamespace)
+	for _, k := range []struct {
+		gv       schema.GroupVersion
+		kind     string
+		resource string
+		scope    meta.RESTScope
+	}{
+		{corev1.SchemeGroupVersion, "Service", "services", meta.RESTScopeNamespace},
+		{discoveryv1.SchemeGroupVersion, "EndpointSlice", "endpointslices", meta.RESTScopeNamespace},
+		{corev1.SchemeGroupVersion, "Namespace", "namespaces", meta.RESTScopeRoot},
+	} {
+		plural, singular := k.gv.WithResource(k.resource), k.gv.WithResource(strings.ToLower(k.kind))
+		m.AddSpecific(k.gv.WithKind(k.kind), plural, singular, k.scope)
+		m.AddSpecific(k.gv.WithKind(k.kind+"List"), plural, singular, k.scope)
+	}
 	return m
 }
 

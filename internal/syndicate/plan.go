@@ -238,7 +238,11 @@ func Compute(ns, name string, local Cluster, peers []Cluster) Plan {
 				if (ps.Spec.ClusterIP == corev1.ClusterIPNone) != (r.Spec.ClusterIP == corev1.ClusterIPNone) {
 					c.DeleteService, c.DeleteUID = true, ps.UID // headless or not cannot change in place: recreated next time
 				} else {
-					r.Spec.ClusterIP, r.Spec.ClusterIPs, r.Spec.IPFamilies, r.Spec.IPFamilyPolicy = ps.Spec.ClusterIP, ps.Spec.ClusterIPs, ps.Spec.IPFamilies, ps.Spec.IPFamilyPolicy
+					policy := ps.Spec.IPFamilyPolicy
+					if dualStack(r) {
+						policy = r.Spec.IPFamilyPolicy // a source made dual-stack: the peer adds its second family
+					}
+					r.Spec.ClusterIP, r.Spec.ClusterIPs, r.Spec.IPFamilies, r.Spec.IPFamilyPolicy = ps.Spec.ClusterIP, ps.Spec.ClusterIPs, ps.Spec.IPFamilies, policy
 					c.Service = r
 				}
 			}
@@ -545,9 +549,15 @@ func replicaAnnotations(cur map[string]string, newL *corev1.Service) map[string]
 	return out
 }
 
+// dualStack: the Service asks for more than one family.
+func dualStack(s *corev1.Service) bool {
+	return s.Spec.IPFamilyPolicy != nil && *s.Spec.IPFamilyPolicy != corev1.IPFamilyPolicySingleStack
+}
+
 func sameReplica(cur, want *corev1.Service) bool {
 	if cur.Annotations[AnnotationUnionSelector] != want.Annotations[AnnotationUnionSelector] ||
-		(cur.Spec.ClusterIP == corev1.ClusterIPNone) != (want.Spec.ClusterIP == corev1.ClusterIPNone) || len(cur.Spec.Ports) != len(want.Spec.Ports) {
+		(cur.Spec.ClusterIP == corev1.ClusterIPNone) != (want.Spec.ClusterIP == corev1.ClusterIPNone) || len(cur.Spec.Ports) != len(want.Spec.Ports) ||
+		(dualStack(want) && !dualStack(cur)) {
 		return false
 	}
 	for i, p := range want.Spec.Ports {

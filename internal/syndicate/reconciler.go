@@ -221,6 +221,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	for _, p := range r.Peers.Reachable() {
 		c, err := r.read(ctx, p.Client, p.Name, req, false)
 		if err != nil {
+			log.FromContext(ctx).V(1).Info("peer not read; left out of this plan", "peer", p.Name, "error", err.Error())
 			continue // its cache is not ready: left out, so nothing is planned there
 		}
 		peers = append(peers, c)
