@@ -323,8 +323,8 @@ func hasReady(s discoveryv1.EndpointSlice) bool {
 	return false
 }
 
-// families are the address types slices are made for, the first being the
-// one a cluster with no ready endpoints still gets an (empty) slice of.
+// families are the address types slices are made for, in the order they
+// are planned.
 var families = []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6}
 
 // sliceNames names our slice of each family: the IPv4 one keeps the name
