@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
@@ -60,20 +61,11 @@ func Gather(ctx context.Context, c client.Reader, kubeContext, statusNamespace s
 		return r, err
 	}
 	for _, s := range svcs.Items {
-		if meta.FindStatusCondition(s.Status.Conditions, cloudmapdns.ConditionRegistered) != nil || hasFinalizer(s.Finalizers, cloudmapdns.Finalizer) {
+		if meta.FindStatusCondition(s.Status.Conditions, cloudmapdns.ConditionRegistered) != nil || controllerutil.ContainsFinalizer(&s, cloudmapdns.Finalizer) {
 			r.Services = append(r.Services, s)
 		}
 	}
 	return r, nil
-}
-
-func hasFinalizer(fs []string, f string) bool {
-	for _, x := range fs {
-		if x == f {
-			return true
-		}
-	}
-	return false
 }
 
 // JSON writes the report as JSON.

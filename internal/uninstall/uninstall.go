@@ -18,10 +18,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
@@ -39,7 +39,9 @@ type Cluster struct {
 
 // ControllerLabel selects the controller's pods and Deployment (chart and
 // kustomize alike).
-const ControllerLabel = "app.kubernetes.io/name=clustermap-controller"
+const ControllerLabel = controllerLabelKey + "=" + controllerLabelValue
+
+const controllerLabelKey, controllerLabelValue = "app.kubernetes.io/name", "clustermap-controller"
 
 // Withdraw asks the running controller to withdraw everything it
 // published: every ServiceExport is deleted (its records leave Cloud Map,
@@ -65,7 +67,7 @@ func Withdraw(ctx context.Context, c Cluster, timeout time.Duration, out io.Writ
 	}
 	for i := range svcs.Items {
 		s := &svcs.Items[i]
-		if _, ok := s.Annotations[cloudmapdns.AnnotationHostname]; !ok && !hasFinalizer(s, cloudmapdns.Finalizer) {
+		if _, ok := s.Annotations[cloudmapdns.AnnotationHostname]; !ok && !controllerutil.ContainsFinalizer(s, cloudmapdns.Finalizer) {
 			continue
 		}
 		base := s.DeepCopy()
@@ -104,20 +106,11 @@ func finalized(ctx context.Context, cl client.Client) ([]string, error) {
 		return nil, err
 	}
 	for i := range svcs.Items {
-		if hasFinalizer(&svcs.Items[i], cloudmapdns.Finalizer) {
+		if controllerutil.ContainsFinalizer(&svcs.Items[i], cloudmapdns.Finalizer) {
 			left = append(left, "Service "+svcs.Items[i].Namespace+"/"+svcs.Items[i].Name)
 		}
 	}
 	return left, nil
-}
-
-func hasFinalizer(o client.Object, f string) bool {
-	for _, x := range o.GetFinalizers() {
-		if x == f {
-			return true
-		}
-	}
-	return false
 }
 
 // Stop scales the controller's Deployments in namespace to zero and waits
@@ -125,12 +118,9 @@ func hasFinalizer(o client.Object, f string) bool {
 // says so when it finds none (a controller run another way must be stopped
 // by whoever runs it).
 func Stop(ctx context.Context, c Cluster, namespace string, timeout time.Duration, out io.Writer) error {
-	sel, err := labelSelector()
-	if err != nil {
-		return err
-	}
+	sel := client.MatchingLabels{controllerLabelKey: controllerLabelValue}
 	deps := &appsv1.DeploymentList{}
-	if err := c.Client.List(ctx, deps, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := c.Client.List(ctx, deps, client.InNamespace(namespace), sel); err != nil {
 		return err
 	}
 	if len(deps.Items) == 0 {
@@ -148,7 +138,7 @@ func Stop(ctx context.Context, c Cluster, namespace string, timeout time.Duratio
 	}
 	return wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		pods := &corev1.PodList{}
-		err := c.Client.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel})
+		err := c.Client.List(ctx, pods, client.InNamespace(namespace), sel)
 		return err == nil && len(pods.Items) == 0, err
 	})
 }
@@ -241,7 +231,7 @@ func dropFinalizers(ctx context.Context, c Cluster, out io.Writer) error {
 		return err
 	}
 	for i := range svcs.Items {
-		if hasFinalizer(&svcs.Items[i], cloudmapdns.Finalizer) {
+		if controllerutil.ContainsFinalizer(&svcs.Items[i], cloudmapdns.Finalizer) {
 			if err := drop(ctx, c.Client, &svcs.Items[i], cloudmapdns.Finalizer); err != nil {
 				return err
 			}
@@ -253,14 +243,6 @@ func dropFinalizers(ctx context.Context, c Cluster, out io.Writer) error {
 
 func drop(ctx context.Context, cl client.Client, o client.Object, f string) error {
 	base := o.DeepCopyObject().(client.Object)
-	var keep []string
-	for _, x := range o.GetFinalizers() {
-		if x != f {
-			keep = append(keep, x)
-		}
-	}
-	o.SetFinalizers(keep)
+	controllerutil.RemoveFinalizer(o, f)
 	return client.IgnoreNotFound(cl.Patch(ctx, o, client.MergeFrom(base)))
 }
-
-func labelSelector() (labels.Selector, error) { return labels.Parse(ControllerLabel) }

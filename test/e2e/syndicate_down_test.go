@@ -26,11 +26,7 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 	mustDo(t, err)
 	const grace = 3 * time.Second // short, so that a wrong deletion shows within the test
 	tune := func(o *controller.Options) {
-		for _, c := range w.env.Clusters {
-			if c.Config == o.Config {
-				o.ClusterName, o.PeersDir = c.ID, dirs[c.ID]
-			}
-		}
+		w.asPeer(o, dirs)
 		o.MCS, o.Syndicate, o.PeerGrace = false, true, grace
 		o.Namespaces = []string{"web"}
 	}

@@ -30,11 +30,7 @@ func TestSyndicateFamilies(t *testing.T) {
 			dirs, err := w.env.PeerDirs(t.TempDir())
 			mustDo(t, err)
 			t.Cleanup(w.startControllers(t, func(o *controller.Options) {
-				for _, c := range w.env.Clusters {
-					if c.Config == o.Config {
-						o.ClusterName, o.PeersDir = c.ID, dirs[c.ID]
-					}
-				}
+				w.asPeer(o, dirs)
 				o.MCS, o.Syndicate = false, true
 				o.Namespaces = []string{"web"}
 			}))

@@ -33,11 +33,7 @@ func TestSyndicate(t *testing.T) {
 	dirs, err := w.env.PeerDirs(t.TempDir())
 	mustDo(t, err)
 	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
-		for _, c := range w.env.Clusters {
-			if c.Config == o.Config {
-				o.ClusterName, o.PeersDir = c.ID, dirs[c.ID]
-			}
-		}
+		w.asPeer(o, dirs)
 		o.MCS, o.Syndicate, o.CreateNamespaces, o.PeerGrace = false, true, false, 3*time.Second
 		o.Namespaces = []string{"web", "mig", "ns-in", "private"}
 		o.ExcludeNamespaces = append(o.ExcludeNamespaces, "private")
@@ -54,6 +50,16 @@ func TestSyndicate(t *testing.T) {
 	t.Run("singular", w.singular)
 	t.Run("peer down", w.peerDown)
 	t.Run("peer removed", func(t *testing.T) { w.peerRemoved(t, dirs) })
+}
+
+// asPeer names the cluster a controller runs for by its id and gives it
+// that cluster's peers directory (from PeerDirs), as syndicate needs.
+func (w *world) asPeer(o *controller.Options, dirs map[string]string) {
+	for _, c := range w.env.Clusters {
+		if c.Config == o.Config {
+			o.ClusterName, o.PeersDir = c.ID, dirs[c.ID]
+		}
+	}
 }
 
 // servedIPs is every ready address a cluster's EndpointSlices give a

@@ -45,11 +45,7 @@ func TestUninstall(t *testing.T) {
 	dirs, err := w.env.PeerDirs(t.TempDir())
 	mustDo(t, err)
 	stop := w.startControllers(t, func(o *controller.Options) {
-		for _, c := range w.env.Clusters {
-			if c.Config == o.Config {
-				o.ClusterName, o.PeersDir = c.ID, dirs[c.ID]
-			}
-		}
+		w.asPeer(o, dirs)
 		o.MCS, o.CloudMapDNS, o.Syndicate, o.PeerGrace = true, true, true, 3*time.Second
 		o.Namespaces = []string{"shop"}
 	})
