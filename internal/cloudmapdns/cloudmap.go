@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -14,8 +16,9 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 )
 
-// Tags on Cloud Map services. The claim is how two Kubernetes Services, in
-// any clusters, agree on who registers under a name: the first to tag it.
+// Tags on Cloud Map services. TagCreatedBy marks what clustermap created
+// (and may delete: the IAM policy allows deleting nothing else);
+// TagClaimedBy names the holder of a claim lock.
 const (
 	TagClaimedBy = "clustermap.io/claimed-by"
 	TagCreatedBy = "clustermap.io/created-by"
@@ -27,17 +30,18 @@ var ErrNamespaceNotFound = errors.New("Cloud Map namespace not found")
 // CloudMap is the thin adapter over the Cloud Map API.
 type CloudMap struct{ c *sd.Client }
 
+// NewCloudMap adapts a client.
+func NewCloudMap(c *sd.Client) CloudMap { return CloudMap{c} }
+
 // Namespace is a Cloud Map namespace found by name.
 type Namespace struct {
 	ID   string
 	Type types.NamespaceType
 }
 
-// Service is a claimed (or contested) Cloud Map service.
+// Service is a Cloud Map service found by name.
 type Service struct {
-	ID, ARN   string
-	Holder    string // the claim's owner
-	CreatedBy string
+	ID, ARN string
 }
 
 // FindNamespace looks a namespace up by name.
@@ -66,13 +70,13 @@ type DNSSettings struct {
 	SRV    bool
 }
 
-// Claim finds or creates the service name in ns and claims it for owner
-// unless someone already holds it; Holder says who does.
-func (m CloudMap) Claim(ctx context.Context, ns Namespace, name, owner string, dns DNSSettings) (Service, error) {
+// EnsureService finds or creates the service name in ns and returns its
+// id; a created one is tagged as created by owner.
+func (m CloudMap) EnsureService(ctx context.Context, ns Namespace, name, owner string, dns DNSSettings) (string, error) {
 	in := &sd.CreateServiceInput{
 		Name: aws.String(name), NamespaceId: aws.String(ns.ID),
 		Description: aws.String("created by clustermap for " + owner),
-		Tags:        []types.Tag{{Key: aws.String(TagClaimedBy), Value: aws.String(owner)}, {Key: aws.String(TagCreatedBy), Value: aws.String(owner)}},
+		Tags:        []types.Tag{{Key: aws.String(TagCreatedBy), Value: aws.String(owner)}},
 	}
 	if ns.Type != types.NamespaceTypeHttp {
 		recs := []types.DnsRecord{{Type: types.RecordType(dns.Family), TTL: aws.Int64(dns.TTL)}}
@@ -85,62 +89,90 @@ func (m CloudMap) Claim(ctx context.Context, ns Namespace, name, owner string, d
 	var exists *types.ServiceAlreadyExists
 	switch {
 	case err == nil:
-		return Service{ID: aws.ToString(out.Service.Id), ARN: aws.ToString(out.Service.Arn), Holder: owner, CreatedBy: owner}, nil
-	case !errors.As(err, &exists):
-		return Service{}, fmt.Errorf("creating Cloud Map service %s: %w", name, err)
+		return aws.ToString(out.Service.Id), nil
+	case errors.As(err, &exists):
+		return aws.ToString(exists.ServiceId), nil
 	}
-	got, err := m.c.GetService(ctx, &sd.GetServiceInput{Id: exists.ServiceId})
-	if err != nil {
-		return Service{}, err
-	}
-	svc := Service{ID: aws.ToString(got.Service.Id), ARN: aws.ToString(got.Service.Arn)}
-	if err := m.readClaim(ctx, &svc); err != nil || svc.Holder != "" {
-		return svc, err
-	}
-	// Unclaimed: tag it, then read back. Tagging is last-writer-wins, so two
-	// claimants racing both read the same final holder and one backs off.
-	if _, err := m.c.TagResource(ctx, &sd.TagResourceInput{ResourceARN: aws.String(svc.ARN),
-		Tags: []types.Tag{{Key: aws.String(TagClaimedBy), Value: aws.String(owner)}}}); err != nil {
-		return svc, err
-	}
-	return svc, m.readClaim(ctx, &svc)
+	return "", fmt.Errorf("creating Cloud Map service %s: %w", name, err)
 }
 
-// FindService looks a service up by name, without creating it.
-func (m CloudMap) FindService(ctx context.Context, ns Namespace, name string) (Service, bool, error) {
+const lockDescription = "clustermap claim, held by "
+
+// CreateLock creates a claim lock: a service with no DNS records (type
+// HTTP), so it never shows in DNS, tagged with its holder.
+func (m CloudMap) CreateLock(ctx context.Context, namespaceID, name, holder string) (string, error) {
+	out, err := m.c.CreateService(ctx, &sd.CreateServiceInput{
+		Name: aws.String(name), NamespaceId: aws.String(namespaceID), Type: types.ServiceTypeOptionHttp,
+		Description: aws.String(lockDescription + holder),
+		Tags:        []types.Tag{{Key: aws.String(TagClaimedBy), Value: aws.String(holder)}, {Key: aws.String(TagCreatedBy), Value: aws.String(holder)}},
+	})
+	var exists *types.ServiceAlreadyExists
+	switch {
+	case err == nil:
+		return aws.ToString(out.Service.Id), nil
+	case errors.As(err, &exists):
+		return "", &LockTaken{ID: aws.ToString(exists.ServiceId)}
+	}
+	return "", fmt.Errorf("creating claim lock %s: %w", name, err)
+}
+
+// LockHolder reads the holder of a lock from its description, written
+// with the holder tag at creation: one call, and drift checks make it for
+// every registered Service.
+func (m CloudMap) LockHolder(ctx context.Context, id string) (string, error) {
+	got, err := m.c.GetService(ctx, &sd.GetServiceInput{Id: aws.String(id)})
+	if IsServiceGone(err) {
+		return "", ErrLockGone
+	}
+	if err != nil {
+		return "", err
+	}
+	holder, ok := strings.CutPrefix(aws.ToString(got.Service.Description), lockDescription)
+	if !ok {
+		return "", fmt.Errorf("claim lock %s has description %q, not one clustermap writes", id, aws.ToString(got.Service.Description))
+	}
+	return holder, nil
+}
+
+// DeleteLock deletes a lock by its id.
+func (m CloudMap) DeleteLock(ctx context.Context, id string) error {
+	_, err := m.c.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(id)})
+	if IsServiceGone(err) {
+		return nil
+	}
+	return err
+}
+
+// FindServices looks services up by name, without creating them.
+func (m CloudMap) FindServices(ctx context.Context, ns Namespace, names ...string) (map[string]Service, error) {
+	found := map[string]Service{}
 	p := sd.NewListServicesPaginator(m.c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
 		{Name: types.ServiceFilterNameNamespaceId, Values: []string{ns.ID}, Condition: types.FilterConditionEq},
 	}})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return Service{}, false, err
+			return nil, err
 		}
 		for _, s := range page.Services {
-			if aws.ToString(s.Name) == name {
-				svc := Service{ID: aws.ToString(s.Id), ARN: aws.ToString(s.Arn)}
-				return svc, true, m.readClaim(ctx, &svc)
+			if name := aws.ToString(s.Name); slices.Contains(names, name) {
+				found[name] = Service{ID: aws.ToString(s.Id), ARN: aws.ToString(s.Arn)}
 			}
 		}
 	}
-	return Service{}, false, nil
+	return found, nil
 }
 
-func (m CloudMap) readClaim(ctx context.Context, svc *Service) error {
-	tags, err := m.c.ListTagsForResource(ctx, &sd.ListTagsForResourceInput{ResourceARN: aws.String(svc.ARN)})
+func (m CloudMap) tags(ctx context.Context, arn string) (map[string]string, error) {
+	out, err := m.c.ListTagsForResource(ctx, &sd.ListTagsForResourceInput{ResourceARN: aws.String(arn)})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	svc.Holder, svc.CreatedBy = "", ""
-	for _, t := range tags.Tags {
-		switch aws.ToString(t.Key) {
-		case TagClaimedBy:
-			svc.Holder = aws.ToString(t.Value)
-		case TagCreatedBy:
-			svc.CreatedBy = aws.ToString(t.Value)
-		}
+	tags := map[string]string{}
+	for _, t := range out.Tags {
+		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
 	}
-	return nil
+	return tags, nil
 }
 
 // Instances lists every instance of a service, ours and others'.
@@ -214,27 +246,20 @@ func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(stri
 	return ok, errors.Join(errs...)
 }
 
-// Release gives a service up: deletes it if owner created it and it is
-// empty, otherwise drops owner's claim. Our instances must be gone first.
-func (m CloudMap) Release(ctx context.Context, svc Service, owner string) error {
-	if svc.CreatedBy == owner {
-		_, err := m.c.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(svc.ID)})
-		var inUse *types.ResourceInUse
-		var gone *types.ServiceNotFound
-		switch {
-		case err == nil || errors.As(err, &gone):
-			return nil
-		case !errors.As(err, &inUse):
-			return err
-		}
-		// Others registered beside us: leave it to them.
-	}
-	if svc.Holder != owner {
+// DeleteIfCreated deletes a service clustermap created, unless others
+// registered in it meanwhile. Only the claim's holder calls it, after
+// taking its instances out.
+func (m CloudMap) DeleteIfCreated(ctx context.Context, svc Service) error {
+	tags, err := m.tags(ctx, svc.ARN)
+	if IsServiceGone(err) {
 		return nil
 	}
-	_, err := m.c.UntagResource(ctx, &sd.UntagResourceInput{ResourceARN: aws.String(svc.ARN), TagKeys: []string{TagClaimedBy}})
-	var gone *types.ResourceNotFoundException
-	if errors.As(err, &gone) {
+	if err != nil || tags[TagCreatedBy] == "" {
+		return err
+	}
+	_, err = m.c.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(svc.ID)})
+	var inUse *types.ResourceInUse
+	if err == nil || IsServiceGone(err) || errors.As(err, &inUse) {
 		return nil
 	}
 	return err

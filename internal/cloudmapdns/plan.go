@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 )
 
 // The annotation keys are those of the CloudMap Kubernetes Controller, so
@@ -158,12 +160,12 @@ type Plan struct {
 func (p Plan) Empty() bool { return len(p.Register) == 0 && len(p.Deregister) == 0 }
 
 // MakePlan diffs the desired instances against the current ones, of which
-// only those carrying owner are ours to change.
-func MakePlan(owner string, desired, current map[string]Attrs) Plan {
+// only those carrying one of owners are ours to change.
+func MakePlan(owners []string, desired, current map[string]Attrs) Plan {
 	p := Plan{Register: map[string]Attrs{}}
 	for id, a := range desired {
 		cur, ok := current[id]
-		if ok && cur[AttrOwner] != owner {
+		if ok && !slices.Contains(owners, cur[AttrOwner]) {
 			continue // someone else's instance under our id: never overwritten
 		}
 		if !ok || !maps.Equal(cur, a) {
@@ -171,11 +173,76 @@ func MakePlan(owner string, desired, current map[string]Attrs) Plan {
 		}
 	}
 	for id, a := range current {
-		if _, ok := desired[id]; !ok && a[AttrOwner] == owner {
+		if _, ok := desired[id]; !ok && slices.Contains(owners, a[AttrOwner]) {
 			p.Deregister = append(p.Deregister, id)
 		}
 	}
+	slices.Sort(p.Deregister)
 	return p
+}
+
+// Change is one Event (and metric) for what a sync did.
+type Change struct {
+	Action, Reason, Message string // Action labels the instances metric
+	Count                   int
+}
+
+// Changes says what a sync that registered reg and deregistered dereg
+// did; what a drift check changes is a repair.
+func Changes(target Target, drift bool, before, desired map[string]Attrs, reg, dereg []string) []Change {
+	var out []Change
+	add := func(ids []string, attrs map[string]Attrs, action, reason, format string) {
+		if len(ids) > 0 {
+			out = append(out, Change{Action: action, Reason: reason, Message: fmt.Sprintf(format, IPs(attrs, ids), target), Count: len(ids)})
+		}
+	}
+	if drift {
+		add(reg, desired, "restored", ReasonDriftRepaired, "Restored %s in %s")
+		add(dereg, before, "stale_removed", ReasonStaleRemoved, "Deregistered stale IP %s from %s")
+		return out
+	}
+	add(reg, desired, "registered", ReasonRegistered, "Registered %s to %s")
+	add(dereg, before, "deregistered", ReasonDeregistered, "Deregistered %s from %s")
+	return out
+}
+
+// Intent is what to do with one Service: register it at Target (if set),
+// withdraw it from every place in Withdraw, report Invalid, or take our
+// condition off a Service no longer annotated.
+type Intent struct {
+	Target         Target
+	Withdraw       []Target
+	Invalid        error
+	ClearCondition bool
+}
+
+// Intend decides from the Service, whether its namespace is in scope, and
+// where it is known to be registered: the annotation clustermap writes
+// (it survives restarts) and, if any, where memory says (it covers the
+// annotation's removal by a user).
+func Intend(svc *corev1.Service, inScope bool, remembered *Target) Intent {
+	target, annotated, invalid := TargetOf(svc)
+	var in Intent
+	if annotated && invalid == nil && svc.DeletionTimestamp == nil && inScope {
+		in.Target = target
+	}
+	var at []Target
+	if t, ok := ParseTarget(svc.Annotations[AnnotationRegistered]); ok {
+		at = append(at, t)
+	}
+	if remembered != nil && !slices.Contains(at, *remembered) {
+		at = append(at, *remembered)
+	}
+	for _, t := range at {
+		if t != in.Target {
+			in.Withdraw = append(in.Withdraw, t)
+		}
+	}
+	if in.Target == (Target{}) && svc.DeletionTimestamp == nil {
+		in.Invalid = invalid
+		in.ClearCondition = !annotated && meta.FindStatusCondition(svc.Status.Conditions, ConditionRegistered) != nil
+	}
+	return in
 }
 
 // IPs lists the addresses of instances, for messages.

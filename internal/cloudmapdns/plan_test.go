@@ -1,6 +1,7 @@
 package cloudmapdns
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -66,7 +67,7 @@ func TestDesiredAndPlan(t *testing.T) {
 		InstanceID(owner, "10.0.0.9"):          stale,
 		InstanceID("c2/web/nginx", "10.0.0.8"): otherCluster,
 	}
-	p := MakePlan(owner, desired, current)
+	p := MakePlan([]string{owner}, desired, current)
 	if len(p.Register) != 1 || p.Register[InstanceID(owner, "10.0.0.3")] == nil {
 		t.Errorf("register %v, want only the changed instance", p.Register)
 	}
@@ -75,10 +76,71 @@ func TestDesiredAndPlan(t *testing.T) {
 	}
 	// Someone else's instance under our id is left alone.
 	current[InstanceID(owner, "10.0.0.1")] = ecs
-	if p := MakePlan(owner, desired, current); p.Register[InstanceID(owner, "10.0.0.1")] != nil {
+	if p := MakePlan([]string{owner}, desired, current); p.Register[InstanceID(owner, "10.0.0.1")] != nil {
 		t.Error("a foreign instance would be overwritten")
 	}
-	if p := MakePlan(owner, desired, desired); !p.Empty() {
+	if p := MakePlan([]string{owner}, desired, desired); !p.Empty() {
 		t.Errorf("plan against itself: %+v", p)
+	}
+	// After a change of cluster name: the instances of the name before are
+	// ours too (and go), those of another cluster are not, nor the foreign
+	// instance now under the old id of 10.0.0.1.
+	renamed := Desired("c1-new", svc, []discoveryv1.EndpointSlice{slice})
+	p = MakePlan([]string{Owner("c1-new", svc), owner}, renamed, current)
+	if len(p.Register) != 2 || !slices.Equal(p.Deregister, []string{InstanceID(owner, "10.0.0.3"), InstanceID(owner, "10.0.0.9")}) {
+		t.Errorf("after a rename: register %v, deregister %v; want both new, every old one out, c2's kept", p.Register, p.Deregister)
+	}
+}
+
+func TestIntend(t *testing.T) {
+	ann := map[string]string{AnnotationNamespace: "ns", AnnotationHostname: "web"}
+	withAnn := func(extra map[string]string) map[string]string {
+		m := map[string]string{}
+		for k, v := range ann {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	here, there := Target{"ns", "web"}, Target{"ns", "old"}
+	now := metav1.Now()
+	for _, c := range []struct {
+		name       string
+		ann        map[string]string
+		inScope    bool
+		deleting   bool
+		condition  bool
+		remembered *Target
+		want       Intent
+		invalid    bool
+	}{
+		{name: "new", ann: ann, inScope: true, want: Intent{Target: here}},
+		{name: "registered", ann: withAnn(map[string]string{AnnotationRegistered: "ns/web"}), inScope: true, want: Intent{Target: here}},
+		{name: "hostname changed", ann: withAnn(map[string]string{AnnotationRegistered: "ns/old"}), inScope: true, want: Intent{Target: here, Withdraw: []Target{there}}},
+		{name: "changed and changed back while remembered", ann: withAnn(map[string]string{AnnotationRegistered: "ns/web"}), inScope: true, remembered: &there, want: Intent{Target: here, Withdraw: []Target{there}}},
+		{name: "annotations removed, restarted", ann: map[string]string{AnnotationRegistered: "ns/web"}, inScope: true, condition: true, want: Intent{Withdraw: []Target{here}, ClearCondition: true}},
+		{name: "annotations removed by a user, in memory", ann: nil, inScope: true, remembered: &here, want: Intent{Withdraw: []Target{here}}},
+		{name: "deleted", ann: withAnn(map[string]string{AnnotationRegistered: "ns/web"}), inScope: true, deleting: true, condition: true, want: Intent{Withdraw: []Target{here}}},
+		{name: "namespace out of scope", ann: withAnn(map[string]string{AnnotationRegistered: "ns/web"}), want: Intent{Withdraw: []Target{here}}},
+		{name: "invalid", ann: map[string]string{AnnotationHostname: "web", AnnotationRegistered: "ns/web"}, inScope: true, want: Intent{Withdraw: []Target{here}}, invalid: true},
+		{name: "never annotated", inScope: true, want: Intent{}},
+	} {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "b", Annotations: c.ann}}
+		if c.deleting {
+			svc.DeletionTimestamp = &now
+		}
+		if c.condition {
+			svc.Status.Conditions = []metav1.Condition{{Type: ConditionRegistered}}
+		}
+		got := Intend(svc, c.inScope, c.remembered)
+		if (got.Invalid != nil) != c.invalid {
+			t.Errorf("%s: invalid %v", c.name, got.Invalid)
+		}
+		got.Invalid = nil
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
 	}
 }

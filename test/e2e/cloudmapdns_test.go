@@ -59,6 +59,11 @@ func TestCloudMapDNS(t *testing.T) {
 	t.Run("withdrawal after a restart", func(t *testing.T) {
 		d.afterRestart(t, func() { stop(); stop = start() })
 	})
+	t.Run("claims are exclusive", d.exclusive)
+	t.Run("a lost claim", d.lostClaim)
+	t.Run("a renamed cluster keeps its registrations", func(t *testing.T) {
+		d.renamed(t, func() { stop(); stop = start() })
+	})
 	t.Run("the IAM policy allows exactly the calls made", func(t *testing.T) { checkPolicy(t, "cloudmap-dns", w.calls.Snapshot()) })
 }
 
