@@ -16,7 +16,9 @@ import (
 	servicediscovery "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -129,6 +131,12 @@ const (
 	DefaultCloudMapBurst     = 40
 	DefaultCloudMapDataQPS   = 200
 	DefaultCloudMapDataBurst = 400
+)
+
+// Events on the status Lease about peer kubeconfig files.
+const (
+	ReasonPeerKubeconfigRefused = "PeerKubeconfigRefused"
+	ReasonPeerKubeconfigInvalid = "PeerKubeconfigInvalid"
 )
 
 // DefaultExcludeNamespaces are the system namespaces left alone by default.
@@ -248,6 +256,16 @@ func Run(ctx context.Context, o Options) error {
 			Namespaces: o.Namespaces, ExcludeNamespaces: o.ExcludeNamespaces, AllowExecPlugins: o.AllowExecPlugins}
 		reporter.SetCluster(cluster)
 		reporter.PeersDown = peers.Down
+		// Said where `kubectl describe` of the status Lease shows it: the
+		// files have no Kubernetes object of their own.
+		statusLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: reporter.Namespace, Name: health.LeaseName}}
+		peers.OnBroken = func(peer, file string, err error) {
+			reason := ReasonPeerKubeconfigInvalid
+			if errors.Is(err, syndicate.ErrExecPlugin) {
+				reason = ReasonPeerKubeconfigRefused
+			}
+			recorder.Eventf(statusLease, corev1.EventTypeWarning, reason, "peer %s (%s): %v; the peer counts as down and its replicas here are kept until the file is fixed", peer, file, err)
+		}
 		if err := (&syndicate.Reconciler{Client: mgr.GetClient(), Cluster: cluster, Peers: peers, Recorder: recorder, Namespaces: inScope,
 			CreateNamespaces: o.CreateNamespaces, Grace: o.PeerGrace}).SetupWithManager(mgr); err != nil {
 			return err

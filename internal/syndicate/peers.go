@@ -75,6 +75,9 @@ type Peers struct {
 	// Service's namespace and name; OnChange of peers coming and going.
 	OnObject func(ns, name string)
 	OnChange func()
+	// OnBroken is told of a kubeconfig that cannot be used, once per
+	// version of the file.
+	OnBroken func(peer, file string, err error)
 
 	mu    sync.Mutex
 	peers map[string]*Peer
@@ -150,7 +153,11 @@ func (ps *Peers) scan(ctx context.Context) {
 		p, err := ps.start(ctx, name, data)
 		if err != nil {
 			// Kept as a peer that is down: its replicas here stay.
-			ps.Log.Error(err, "peer kubeconfig unusable; the peer counts as down, its replicas are kept; fix the file", "peer", name, "file", filepath.Join(ps.Dir, name))
+			file := filepath.Join(ps.Dir, name)
+			ps.Log.Error(err, "peer kubeconfig unusable; the peer counts as down, its replicas are kept; fix the file", "peer", name, "file", file)
+			if ps.OnBroken != nil {
+				ps.OnBroken(name, file, err)
+			}
 			p = &Peer{Name: name, hash: sha256.Sum256(data), stop: func() {}, broken: err, checked: true}
 			peerUp.WithLabelValues(name).Set(0)
 		}

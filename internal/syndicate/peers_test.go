@@ -2,6 +2,7 @@ package syndicate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -34,7 +35,9 @@ current-context: p
 		if err := os.WriteFile(filepath.Join(dir, "peer.yaml"), []byte(kubeconfig), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ps := &Peers{Dir: dir, Scheme: scheme.Scheme, Log: testr.New(t), AllowExecPlugins: allow}
+		var broken []error
+		ps := &Peers{Dir: dir, Scheme: scheme.Scheme, Log: testr.New(t), AllowExecPlugins: allow,
+			OnBroken: func(peer, _ string, err error) { broken = append(broken, err) }}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_ = ps.Start(ctx)
 		cancel()
@@ -48,6 +51,9 @@ current-context: p
 		}
 		if !allow && len(ps.Down()) != 1 {
 			t.Errorf("a refused peer should count as down: %v", ps.Down())
+		}
+		if refused := len(broken) == 1 && errors.Is(broken[0], ErrExecPlugin); refused == allow || len(broken) > 1 {
+			t.Errorf("allowed=%v: told of %v, want one ErrExecPlugin when refused (once per file version), none when allowed", allow, broken)
 		}
 	}
 }

@@ -11,10 +11,14 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/health"
 )
 
 // A controller that starts while a peer is down, and sees that peer's
@@ -93,4 +97,30 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 	t.Cleanup(w.startControllers(t, tune))
 	eventually(t, 60*time.Second, "cluster-2 converges once back", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
 	mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
+
+	// A kubeconfig that would run a command is refused: a Warning Event on
+	// the status Lease names the file and the fix, the command never runs,
+	// the peer counts as down and its replicas stay.
+	cfg, err := clientcmd.Load(data)
+	mustDo(t, err)
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, u := range cfg.AuthInfos {
+		u.Exec = &clientcmdapi.ExecConfig{APIVersion: "client.authentication.k8s.io/v1", Command: "/bin/sh", Args: []string{"-c", "touch " + marker}, InteractiveMode: clientcmdapi.NeverExecInteractiveMode}
+	}
+	mustDo(t, clientcmd.WriteToFile(*cfg, peerFile))
+	eventually(t, 30*time.Second, "PeerKubeconfigRefused Event", wantEvent(one, controller.DefaultStatusNamespace, health.LeaseName,
+		controller.ReasonPeerKubeconfigRefused, corev1.EventTypeWarning, "--allow-exec-plugins"))
+	for start := time.Now(); time.Since(start) < 2*grace; time.Sleep(time.Second) {
+		mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the refused kubeconfig's command ran")
+	}
+	out, _ := statusOf(t, w, "table")
+	if !strings.Contains(out, "peer unreachable: cluster-2") {
+		t.Errorf("status does not name the refused peer:\n%s", out)
+	}
+	mustDo(t, os.WriteFile(peerFile, data, 0o600))
+	scale(t, two, "web", "from2", 1)
+	eventually(t, 60*time.Second, "synced again once the file is fixed", replicaOf(one, "web", "from2", "cluster-2", false, waitPods(t, two, "web", "from2", 1)))
 }
