@@ -122,24 +122,24 @@ func (r *Reconciler) enqueue(ns, name string) {
 
 // resyncAll reconciles every local Service and every name a peer holds.
 func (r *Reconciler) resyncAll(ctx context.Context) {
-	seen := map[ktypes.NamespacedName]bool{}
-	lists := []client.Reader{r.Client}
-	for _, p := range r.Peers.Reachable() {
-		lists = append(lists, p.Client)
-	}
-	for _, c := range lists {
+	var held [][]corev1.Service
+	for _, c := range append([]client.Reader{r.Client}, readers(r.Peers.Reachable())...) {
 		svcs := &corev1.ServiceList{}
-		if err := c.List(ctx, svcs); err != nil {
-			continue
-		}
-		for _, s := range svcs.Items {
-			k := client.ObjectKeyFromObject(&s)
-			if !seen[k] && r.Namespaces(s.Namespace) {
-				seen[k] = true
-				r.enqueue(k.Namespace, k.Name)
-			}
+		if err := c.List(ctx, svcs); err == nil {
+			held = append(held, svcs.Items)
 		}
 	}
+	for _, k := range ResyncKeys(held, r.Namespaces) {
+		r.enqueue(k.Namespace, k.Name)
+	}
+}
+
+func readers(peers []*Peer) []client.Reader {
+	var out []client.Reader
+	for _, p := range peers {
+		out = append(out, p.Client)
+	}
+	return out
 }
 
 // periodic resyncs every 30 s and removes replicas of peers gone from the
@@ -167,42 +167,25 @@ func (r *Reconciler) collectGone(ctx context.Context) error {
 	if err := r.Client.List(ctx, svcs, client.HasLabels{LabelSourceCluster}); err != nil {
 		return err
 	}
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := r.Client.List(ctx, slices, client.MatchingLabels{discoveryv1.LabelManagedBy: ManagedBy}); err != nil {
+	eps := &discoveryv1.EndpointSliceList{}
+	if err := r.Client.List(ctx, eps, client.MatchingLabels{discoveryv1.LabelManagedBy: ManagedBy}); err != nil {
 		return err
 	}
 	var objs []client.Object
 	for i := range svcs.Items {
 		objs = append(objs, &svcs.Items[i])
 	}
-	for i := range slices.Items {
-		objs = append(objs, &slices.Items[i])
+	for i := range eps.Items {
+		objs = append(objs, &eps.Items[i])
 	}
-	present := map[string]bool{}
+	var del []client.Object
+	del, r.absent = CollectGone(objs, GCPolicy{Cluster: r.Cluster, Peer: r.Peers.Configured, InScope: r.Namespaces, Grace: r.Grace}, r.absent, time.Now())
 	var errs []error
-	for _, o := range objs {
-		from := o.GetLabels()[LabelSourceCluster]
-		if from == "" || from == r.Cluster || r.Peers.Configured(from) || !r.Namespaces(o.GetNamespace()) {
-			continue
-		}
-		present[from] = true
-		since, ok := r.absent[from]
-		if !ok {
-			r.absent[from] = time.Now()
-			continue
-		}
-		if time.Since(since) < r.Grace {
-			continue
-		}
+	for _, o := range del {
 		if err := r.Client.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, err)
 		} else if svc, ok := o.(*corev1.Service); ok {
-			r.Recorder.Eventf(svc, corev1.EventTypeNormal, "PeerRemoved", "removed: %s left the peers directory %v ago", from, r.Grace)
-		}
-	}
-	for from := range r.absent {
-		if !present[from] {
-			delete(r.absent, from)
+			r.Recorder.Eventf(svc, corev1.EventTypeNormal, "PeerRemoved", "removed: %s left the peers directory %v ago", svc.Labels[LabelSourceCluster], r.Grace)
 		}
 	}
 	return errors.Join(errs...)
