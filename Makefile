@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/clustermap/clustermap/internal/version.Version=$(VERSIO
 MCS_API_DIR = $(shell go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 GOTEST_FLAGS ?= -timeout 40m
 
-.PHONY: all tools build image generate crds test bench bench-tools demo down clean
+.PHONY: all tools build image generate crds test soak bench bench-tools demo down clean
 
 all: build
 
@@ -55,6 +55,12 @@ crds:
 test: tools build
 	go vet ./...
 	CLUSTERMAP_BIN_DIR=$(BIN) go test $(GOTEST_FLAGS) ./...
+
+## soak: the full fault campaign over all three modes (about 15 minutes:
+## 3 clusters, 20 controller kills, Cloud Map down 5 min, throttled 2 min, a
+## member down 2 min); `make test` runs a short one
+soak: tools build
+	CLUSTERMAP_SOAK=full CLUSTERMAP_BIN_DIR=$(BIN) go test -count=1 -v -run TestFaultCampaign -timeout 60m ./test/soak/
 
 COREDNS_VERSION := v1.13.1
 

@@ -1,0 +1,306 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	sdtypes "github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	cmschema "github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/syndicate"
+)
+
+// counts are what the campaign must bring to zero.
+type counts struct {
+	lostWhileLive    []string // imports or replicas that vanished while their source lived
+	leftAfterEnd     []string // imports, replicas, Cloud Map services or claims of withdrawn items
+	strayInstances   []string // Cloud Map instances with no live endpoint behind them
+	missingEndpoints []string // live endpoints absent from Cloud Map
+	mismatched       []string // imports or replicas missing, or serving other addresses than their source
+	unreadable       error
+}
+
+func (c counts) err() error {
+	if c.unreadable != nil {
+		return c.unreadable
+	}
+	var errs []error
+	for _, l := range []struct {
+		what string
+		list []string
+	}{{"lost while live", c.lostWhileLive}, {"left after their end", c.leftAfterEnd}, {"Cloud Map instances with no live endpoint", c.strayInstances},
+		{"endpoints missing from Cloud Map", c.missingEndpoints}, {"imports or replicas not matching their source", c.mismatched}} {
+		if len(l.list) > 0 {
+			sort.Strings(l.list)
+			errs = append(errs, fmt.Errorf("%d %s, such as %s", len(l.list), l.what, strings.Join(l.list[:min(3, len(l.list))], "; ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// clusterView is what one cluster holds in the soak namespaces.
+type clusterView struct {
+	own      map[string]map[string][]string // namespace/name -> address type -> endpoints (all), from the cluster's own slices
+	ready    map[string][]string            // namespace/name -> ready addresses, own slices
+	imports  map[string]bool                // namespace/name of ServiceImports
+	imported map[string][]string            // namespace/name@source -> ready addresses imported
+	replicas map[string]string              // namespace/name -> source cluster of a replica
+	served   map[string][]string            // namespace/name -> ready addresses of a replica's slices
+	family   map[string]string              // namespace/name -> first IP family of the Service
+}
+
+func (f *fleet) view(ctx context.Context, cl client.Client) (*clusterView, error) {
+	v := &clusterView{own: map[string]map[string][]string{}, ready: map[string][]string{}, imports: map[string]bool{},
+		imported: map[string][]string{}, replicas: map[string]string{}, served: map[string][]string{}, family: map[string]string{}}
+	for _, ns := range []string{nsMCS, nsSyn, nsDNS} {
+		eps := &discoveryv1.EndpointSliceList{}
+		if err := cl.List(ctx, eps, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		for _, s := range eps.Items {
+			var ready []string
+			var all []string
+			for _, e := range s.Endpoints {
+				all = append(all, e.Addresses...)
+				if e.Conditions.Ready == nil || *e.Conditions.Ready {
+					ready = append(ready, e.Addresses...)
+				}
+			}
+			switch s.Labels[discoveryv1.LabelManagedBy] {
+			case "endpointslice-controller.k8s.io":
+				key := ns + "/" + s.Labels[discoveryv1.LabelServiceName]
+				if v.own[key] == nil {
+					v.own[key] = map[string][]string{}
+				}
+				v.own[key][string(s.AddressType)] = append(v.own[key][string(s.AddressType)], all...)
+				v.ready[key] = append(v.ready[key], ready...)
+			case syndicate.ManagedBy:
+				key := ns + "/" + s.Labels[discoveryv1.LabelServiceName]
+				v.served[key] = append(v.served[key], ready...)
+			default:
+				if src := s.Labels[mcsv1beta1.LabelSourceCluster]; src != "" {
+					key := ns + "/" + s.Labels[mcsv1beta1.LabelServiceName] + "@" + src
+					v.imported[key] = append(v.imported[key], ready...)
+				}
+			}
+		}
+		svcs := &corev1.ServiceList{}
+		if err := cl.List(ctx, svcs, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		for _, s := range svcs.Items {
+			key := ns + "/" + s.Name
+			if src := s.Labels[syndicate.LabelSourceCluster]; src != "" {
+				v.replicas[key] = src
+			}
+			if len(s.Spec.IPFamilies) > 0 {
+				v.family[key] = string(s.Spec.IPFamilies[0])
+			}
+		}
+	}
+	imps := &mcsv1beta1.ServiceImportList{}
+	if err := cl.List(ctx, imps, client.InNamespace(nsMCS)); err != nil {
+		return nil, err
+	}
+	for _, si := range imps.Items {
+		v.imports[si.Namespace+"/"+si.Name] = true
+	}
+	return v, nil
+}
+
+// instance is one Cloud Map instance, by service.
+type instance struct {
+	service string
+	attrs   map[string]string
+}
+
+func (i instance) ip() string {
+	if ip := i.attrs["AWS_INSTANCE_IPV4"]; ip != "" {
+		return ip
+	}
+	return i.attrs["AWS_INSTANCE_IPV6"]
+}
+
+// cloudMap reads every instance of the namespaces of the campaign: the
+// MCS namespace (named after the Kubernetes one) and the DNS namespace.
+func (f *fleet) cloudMap(ctx context.Context) (map[string][]instance, error) {
+	out := map[string][]instance{}
+	nss, err := f.sd.ListNamespaces(ctx, &sd.ListNamespacesInput{})
+	if err != nil {
+		return nil, err
+	}
+	for _, ns := range nss.Namespaces {
+		name := aws.ToString(ns.Name)
+		if name != nsMCS && name != dnsNamespace {
+			continue
+		}
+		p := sd.NewListServicesPaginator(f.sd, &sd.ListServicesInput{Filters: []sdtypes.ServiceFilter{{Name: sdtypes.ServiceFilterNameNamespaceId, Values: []string{aws.ToString(ns.Id)}}}})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, s := range page.Services {
+				key := name + "/" + aws.ToString(s.Name)
+				out[key] = nil // a service, maybe empty
+				ip := sd.NewListInstancesPaginator(f.sd, &sd.ListInstancesInput{ServiceId: s.Id})
+				for ip.HasMorePages() {
+					ipage, err := ip.NextPage(ctx)
+					if err != nil {
+						return nil, err
+					}
+					for _, in := range ipage.Instances {
+						out[key] = append(out[key], instance{service: aws.ToString(s.Name), attrs: in.Attributes})
+					}
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// check compares every cluster and Cloud Map with the workload's truth.
+func (f *fleet) check(ctx context.Context) counts {
+	var c counts
+	views := make([]*clusterView, len(f.clients))
+	for i, cl := range f.clients {
+		v, err := f.view(ctx, cl)
+		if err != nil {
+			c.unreadable = fmt.Errorf("reading cluster %d: %w", i, err)
+			return c
+		}
+		views[i] = v
+	}
+	cm, err := f.cloudMap(ctx)
+	if err != nil {
+		c.unreadable = fmt.Errorf("reading Cloud Map: %w", err)
+		return c
+	}
+	live := map[item]bool{}
+	for _, it := range f.w.snapshot() {
+		live[it] = true
+	}
+	byName := map[string]item{}
+	for it := range live {
+		byName[it.name] = it
+	}
+	for _, it := range f.w.endedItems() {
+		if _, ok := byName[it.name]; !ok {
+			byName[it.name] = it
+		}
+	}
+
+	// Imports and replicas: complete for live items, gone for ended ones.
+	for it := range live {
+		key := it.kind.namespace() + "/" + it.name
+		want := sorted(views[it.cluster].ready[key])
+		for j, v := range views {
+			if j == it.cluster {
+				continue
+			}
+			switch it.kind {
+			case kindMCS:
+				if !v.imports[key] {
+					c.mismatched = append(c.mismatched, fmt.Sprintf("%s not imported in cluster %d", it, j))
+				} else if got := sorted(v.imported[key+"@"+f.ids[it.cluster]]); !slices.Equal(got, want) {
+					c.mismatched = append(c.mismatched, fmt.Sprintf("%s in cluster %d serves %v, want %v", it, j, got, want))
+				}
+			case kindSyn:
+				if v.replicas[key] != f.ids[it.cluster] {
+					c.mismatched = append(c.mismatched, fmt.Sprintf("%s not replicated to cluster %d", it, j))
+				} else if got := sorted(v.served[key]); !slices.Equal(got, want) {
+					c.mismatched = append(c.mismatched, fmt.Sprintf("%s in cluster %d serves %v, want %v", it, j, got, want))
+				}
+			}
+		}
+	}
+	for _, it := range f.w.endedItems() {
+		key := it.kind.namespace() + "/" + it.name
+		for j, v := range views {
+			if j != it.cluster && (it.kind == kindMCS && v.imports[key] || it.kind == kindSyn && v.replicas[key] != "") {
+				c.leftAfterEnd = append(c.leftAfterEnd, fmt.Sprintf("%s still in cluster %d", it, j))
+			}
+		}
+		if it.kind == kindDNS {
+			for _, name := range []string{it.name, cloudmapdns.LockName(it.name)} {
+				if _, ok := cm[dnsNamespace+"/"+name]; ok {
+					c.leftAfterEnd = append(c.leftAfterEnd, fmt.Sprintf("Cloud Map service %s of %s", name, it))
+				}
+			}
+		}
+	}
+
+	// Cloud Map against the endpoints: every instance backed by a live
+	// endpoint, every ready endpoint registered.
+	registered := map[string]bool{} // kind/name/ip
+	for key, ins := range cm {
+		ns, _, _ := strings.Cut(key, "/")
+		for _, in := range ins {
+			var it item
+			var ok bool
+			var cluster string
+			switch ns {
+			case nsMCS:
+				cluster = in.attrs[cmschema.AttrClusterID]
+				it, ok = byName[in.service]
+			default:
+				cluster = in.attrs[cloudmapdns.AttrCluster]
+				it, ok = byName[in.attrs[cloudmapdns.AttrService]]
+			}
+			desc := fmt.Sprintf("%s %v", key, in.attrs)
+			if !ok || !live[it] || f.ids[it.cluster] != cluster {
+				c.strayInstances = append(c.strayInstances, desc+" (no live source)")
+				continue
+			}
+			if in.attrs[cmschema.AttrRecord] != "" {
+				continue // MCS's service record: its source is live
+			}
+			own := views[it.cluster].own[it.kind.namespace()+"/"+it.name]
+			var all []string
+			for _, ips := range own {
+				all = append(all, ips...)
+			}
+			if !slices.Contains(all, in.ip()) {
+				c.strayInstances = append(c.strayInstances, desc+" (no such endpoint)")
+				continue
+			}
+			registered[string(it.kind)+"/"+it.name+"/"+in.ip()] = true
+		}
+	}
+	for it := range live {
+		if it.kind == kindSyn {
+			continue
+		}
+		key := it.kind.namespace() + "/" + it.name
+		for _, ip := range views[it.cluster].ready[key] {
+			if it.kind == kindDNS && !inFamily(ip, views[it.cluster].family[key]) {
+				continue // registered in the Service's first family only
+			}
+			if !registered[string(it.kind)+"/"+it.name+"/"+ip] {
+				c.missingEndpoints = append(c.missingEndpoints, fmt.Sprintf("%s endpoint %s", it, ip))
+			}
+		}
+	}
+	return c
+}
+
+func inFamily(ip, family string) bool {
+	return (family == string(corev1.IPv6Protocol)) == strings.Contains(ip, ":")
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	sort.Strings(out)
+	return slices.Compact(out)
+}

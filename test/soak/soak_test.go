@@ -1,0 +1,306 @@
+// Package soak is the fault campaign: clusters running the real
+// controller binary in all three modes (MCS, Cloud Map DNS registration,
+// syndication) under bulk exports and pod churn, while controllers are
+// killed, an apiserver restarts, the Cloud Map emulator stops and comes
+// back from its data directory, every call is throttled and a member
+// cluster stops. It counts what was lost or left behind and how long the
+// fleet takes to converge after the last fault.
+//
+// `make test` runs a short campaign; `make soak` (CLUSTERMAP_SOAK=full)
+// the full one.
+package soak
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// settings of one campaign.
+type settings struct {
+	clusters                           int
+	mcs, syn, dns                      int // initial services of each kind per cluster
+	kills                              int
+	emulatorDown, throttle, memberDown time.Duration
+	converge                           time.Duration // the promise
+	churnEvery                         time.Duration
+}
+
+var (
+	short = settings{clusters: 2, mcs: 6, syn: 3, dns: 3, kills: 5,
+		emulatorDown: 20 * time.Second, throttle: 20 * time.Second, memberDown: 20 * time.Second,
+		converge: 30 * time.Second, churnEvery: 700 * time.Millisecond}
+	full = settings{clusters: 3, mcs: 30, syn: 10, dns: 10, kills: 20,
+		emulatorDown: 5 * time.Minute, throttle: 2 * time.Minute, memberDown: 2 * time.Minute,
+		converge: 30 * time.Second, churnEvery: 500 * time.Millisecond}
+)
+
+const (
+	nsMCS, nsSyn, nsDNS = "soak", "soak-syn", "soak-dns"
+	dnsNamespace        = "soak.local" // the Cloud Map namespace annotated Services register in
+	replicasPerCluster  = 2            // controller replicas, leader-elected, as the chart runs them
+)
+
+type fleet struct {
+	s        settings
+	env      *devenv.Env
+	clients  []client.Client
+	ids      []string
+	cm       *proc
+	cmURL    string
+	cmAdmin  string
+	sd       *sd.Client
+	ctrls    [][]*proc
+	w        *workload
+	mu       sync.Mutex
+	down     map[int]bool // clusters stopped on purpose
+	lastKill time.Time
+}
+
+func TestFaultCampaign(t *testing.T) {
+	s := short
+	if os.Getenv("CLUSTERMAP_SOAK") == "full" {
+		s = full
+	}
+	f := start(t, s)
+	ctx := context.Background()
+	f.populate(t)
+	eventually(t, 3*time.Minute, "the initial workload converges", func() error { return f.check(ctx).err() })
+	t.Logf("initial workload converged: %d items", len(f.w.snapshot()))
+
+	// Faults, with churn and random kills throughout.
+	stopChurn := f.churn(t)
+	stopMonitor := f.monitor(t)
+	faultsStart := time.Now()
+	killsDone := f.killAtRandom(t, s.kills, s.emulatorDown+s.throttle+s.memberDown+30*time.Second)
+	phase := func(name string, fn func()) {
+		began := time.Now()
+		fn()
+		t.Logf("fault %-28s %6.1fs", name, time.Since(began).Seconds())
+	}
+	phase("apiserver restart", func() { f.restartCluster(t, len(f.ids)-1) })
+	phase("emulator stopped", func() { f.stopEmulator(t, s.emulatorDown) })
+	phase("every call throttled", func() { f.throttleAll(t, s.throttle) })
+	phase("member cluster stopped", func() { f.stopMember(t, 0, s.memberDown) })
+	<-killsDone
+	lastFault := time.Now()
+	stopChurn()
+
+	// Convergence: every count at zero.
+	var final counts
+	converged := time.Duration(-1)
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if final = f.check(ctx); final.err() == nil {
+			converged = time.Since(lastFault)
+			break
+		}
+	}
+	lost := stopMonitor()
+	final.lostWhileLive = lost
+	t.Logf("campaign: %d clusters, %d items at the end, %d churn operations, %d controller kills, faults for %v",
+		len(f.ids), len(f.w.snapshot()), f.w.ops(), s.kills, lastFault.Sub(faultsStart).Round(time.Second))
+	t.Logf("imports or replicas lost while their export lived: %d", len(final.lostWhileLive))
+	t.Logf("imports or replicas left after their export ended: %d", len(final.leftAfterEnd))
+	t.Logf("Cloud Map instances with no live endpoint:         %d", len(final.strayInstances))
+	t.Logf("endpoints missing from Cloud Map:                  %d", len(final.missingEndpoints))
+	t.Logf("imports or replicas not matching their source:     %d", len(final.mismatched))
+	if converged >= 0 {
+		t.Logf("time to converge after the last fault:             %.1fs", converged.Seconds())
+	} else {
+		t.Logf("time to converge after the last fault:             not within 5m")
+	}
+	if err := final.err(); err != nil || converged < 0 || converged > s.converge {
+		for _, ps := range f.ctrls {
+			for _, p := range ps {
+				t.Logf("--- %s (started %d times), last lines:\n%s", p.name, p.starts, p.tail(15))
+			}
+		}
+		t.Fatalf("the fleet did not converge within %v after the last fault (took %v): %v", s.converge, converged, err)
+	}
+}
+
+func start(t *testing.T, s settings) *fleet {
+	dir := t.TempDir()
+	env := devenv.ForTest(t, s.clusters)
+	f := &fleet{s: s, env: env, down: map[int]bool{}, w: newWorkload()}
+	for _, c := range env.Clusters {
+		cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.clients = append(f.clients, cl)
+		f.ids = append(f.ids, c.ID)
+		for _, ns := range []string{nsMCS, nsSyn, nsDNS, controller.DefaultStatusNamespace} {
+			mustDo(t, createNamespace(cl, ns))
+		}
+	}
+	// The emulator, as its own process, so it can stop and come back from
+	// its data directory.
+	bin := filepath.Join(devenv.BinDir(), "clustermap")
+	api, admin := freeAddr(t), freeAddr(t)
+	f.cmURL, f.cmAdmin = "http://"+api, "http://"+admin
+	f.cm = supervise(t, dir, "cloudmap-local", nil, bin, "cloudmap-local", "--listen", api, "--admin-listen", admin, "--data-dir", filepath.Join(dir, "cloudmap"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mustDo(t, waitListening(ctx, api))
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: f.cmURL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
+	mustDo(t, err)
+	f.sd = c
+	op, err := c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String(dnsNamespace), Vpc: aws.String("vpc-soak")})
+	mustDo(t, err)
+	_, err = cloudmapclient.WaitOperation(ctx, c, op.OperationId)
+	mustDo(t, err)
+
+	// The controllers: the real binary, every mode, at the shipped
+	// defaults (call budgets, drift period, grace period), two replicas
+	// per cluster under leader election as the chart runs them.
+	peers, err := env.PeerDirs(filepath.Join(dir, "peers"))
+	mustDo(t, err)
+	awsEnv := []string{"AWS_ACCESS_KEY_ID=soak", "AWS_SECRET_ACCESS_KEY=soak", "AWS_REGION=us-east-1"}
+	for _, c := range env.Clusters {
+		var ps []*proc
+		for r := range replicasPerCluster {
+			ps = append(ps, supervise(t, dir, fmt.Sprintf("%s-controller-%d", c.ID, r), awsEnv, bin, "controller",
+				"--kubeconfig", env.Kubeconfig, "--context", c.ID, "--cloudmap-endpoint", f.cmURL,
+				"--leader-elect", "--leader-election-namespace", controller.DefaultStatusNamespace,
+				"--cloudmap-dns", "--syndicate", "--peers-dir", peers[c.ID], "--cluster-name", c.ID,
+				"--namespaces", strings.Join([]string{nsMCS, nsSyn, nsDNS}, ","),
+				"--metrics-bind-address", "0", "--health-probe-bind-address", "0"))
+		}
+		f.ctrls = append(f.ctrls, ps)
+	}
+	return f
+}
+
+// killAtRandom kills n controller replicas (any cluster, leader or not) at
+// random moments within d; the channel closes after the last.
+func (f *fleet) killAtRandom(t *testing.T, n int, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	at := make([]time.Duration, n)
+	for i := range at {
+		at[i] = time.Duration(rand.Int64N(int64(d)))
+	}
+	go func() {
+		defer close(done)
+		began := time.Now()
+		slices.Sort(at)
+		for _, when := range at {
+			time.Sleep(time.Until(began.Add(when)))
+			ci := rand.IntN(len(f.ctrls))
+			f.mu.Lock()
+			isDown := f.down[ci]
+			f.mu.Unlock()
+			if isDown {
+				ci = (ci + 1) % len(f.ctrls)
+			}
+			p := f.ctrls[ci][rand.IntN(len(f.ctrls[ci]))]
+			p.kill()
+			t.Logf("kill -9 %s at %v", p.name, when.Round(time.Second))
+		}
+	}()
+	return done
+}
+
+// restartCluster stops a cluster's components and starts them at once.
+func (f *fleet) restartCluster(t *testing.T, i int) {
+	ctx := context.Background()
+	f.setDown(i, true)
+	mustDo(t, f.env.StopCluster(ctx, f.env.Clusters[i]))
+	mustDo(t, f.env.StartCluster(ctx, f.env.Clusters[i]))
+	f.setDown(i, false)
+}
+
+// stopMember stops a member cluster, its controllers with it, for d.
+func (f *fleet) stopMember(t *testing.T, i int, d time.Duration) {
+	ctx := context.Background()
+	f.setDown(i, true)
+	for _, p := range f.ctrls[i] {
+		p.pause()
+	}
+	mustDo(t, f.env.StopCluster(ctx, f.env.Clusters[i]))
+	time.Sleep(d)
+	mustDo(t, f.env.StartCluster(ctx, f.env.Clusters[i]))
+	for _, p := range f.ctrls[i] {
+		p.resume(t)
+	}
+	f.setDown(i, false)
+}
+
+func (f *fleet) setDown(i int, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down[i] = down
+}
+
+func (f *fleet) isDown(i int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.down[i]
+}
+
+// stopEmulator stops Cloud Map (SIGTERM: it saves its state) for d and
+// starts it again from its data directory on the same address.
+func (f *fleet) stopEmulator(t *testing.T, d time.Duration) {
+	f.cm.pause()
+	time.Sleep(d)
+	f.cm.resume(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mustDo(t, waitListening(ctx, strings.TrimPrefix(f.cmURL, "http://")))
+}
+
+// throttleAll answers every call RequestLimitExceeded for d.
+func (f *fleet) throttleAll(t *testing.T, d time.Duration) {
+	put := func(body string) {
+		req, err := http.NewRequest(http.MethodPut, f.cmAdmin+"/faults", bytes.NewBufferString(body))
+		mustDo(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		mustDo(t, err)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("PUT /faults: %s", resp.Status)
+		}
+	}
+	put(`{"rateLimits": {"*": {"rate": 0.000001, "burst": 1}}}`)
+	time.Sleep(d)
+	put(`{}`)
+}
+
+func eventually(t *testing.T, within time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, within, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
