@@ -110,6 +110,7 @@ func (ps *Peers) Start(ctx context.Context) error {
 
 func (ps *Peers) scan(ctx context.Context) {
 	files := map[string][]byte{}
+	paths := map[string]string{}
 	entries, err := os.ReadDir(ps.Dir)
 	if err != nil && !os.IsNotExist(err) {
 		ps.Log.Error(err, "reading the peers directory", "dir", ps.Dir)
@@ -127,7 +128,8 @@ func (ps *Peers) scan(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		files[strings.TrimSuffix(e.Name(), filepath.Ext(e.Name()))] = data
+		name := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name()))
+		files[name], paths[name] = data, path
 	}
 	changed := false
 	ps.mu.Lock()
@@ -153,7 +155,7 @@ func (ps *Peers) scan(ctx context.Context) {
 		p, err := ps.start(ctx, name, data)
 		if err != nil {
 			// Kept as a peer that is down: its replicas here stay.
-			file := filepath.Join(ps.Dir, name)
+			file := paths[name]
 			ps.Log.Error(err, "peer kubeconfig unusable; the peer counts as down, its replicas are kept; fix the file", "peer", name, "file", file)
 			if ps.OnBroken != nil {
 				ps.OnBroken(name, file, err)

@@ -120,6 +120,11 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 	if !strings.Contains(out, "peer unreachable: cluster-2") {
 		t.Errorf("status does not name the refused peer:\n%s", out)
 	}
+	// One that does not parse: the same, with its own reason.
+	mustDo(t, os.WriteFile(peerFile, []byte("apiVersion: v1\nclusters: [\n"), 0o600))
+	eventually(t, 30*time.Second, "PeerKubeconfigInvalid Event", wantEvent(one, controller.DefaultStatusNamespace, health.LeaseName,
+		controller.ReasonPeerKubeconfigInvalid, corev1.EventTypeWarning, "cluster-2.yaml"))
+	mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
 	mustDo(t, os.WriteFile(peerFile, data, 0o600))
 	scale(t, two, "web", "from2", 1)
 	eventually(t, 60*time.Second, "synced again once the file is fixed", replicaOf(one, "web", "from2", "cluster-2", false, waitPods(t, two, "web", "from2", 1)))
