@@ -179,11 +179,7 @@ func (d *dnsWorld) cloudMapServices(t *testing.T, nsID string) []string {
 func (d *dnsWorld) lostClaim(t *testing.T) {
 	ctx := context.Background()
 	cl := d.clients[0]
-	annotated(t, cl, "web", "keeper", 2, "test-namespace", "keeper")
-	ips := waitPods(t, cl, "web", "keeper", 2)
-	id := d.serviceID(t, d.privateNS, "keeper")
-	owner := d.owner(t, id, "web", "keeper")
-	eventually(t, importDeadline, "keeper registered", d.registered(id, owner, ips, nil))
+	id, owner, ips := d.registeredApp(t, cl, "keeper")
 	lockID := d.serviceID(t, d.privateNS, cloudmapdns.LockName("keeper"))
 	_, err := d.c.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(lockID)})
 	mustDo(t, err)
@@ -207,11 +203,7 @@ func (d *dnsWorld) lostClaim(t *testing.T) {
 func (d *dnsWorld) renamed(t *testing.T, restart func()) {
 	ctx := context.Background()
 	cl := d.clients[0]
-	annotated(t, cl, "web", "moved", 2, "test-namespace", "moved")
-	ips := waitPods(t, cl, "web", "moved", 2)
-	id := d.serviceID(t, d.privateNS, "moved")
-	oldOwner := d.owner(t, id, "web", "moved")
-	eventually(t, importDeadline, "registered", d.registered(id, oldOwner, ips, nil))
+	id, oldOwner, ips := d.registeredApp(t, cl, "moved")
 	cp := &aboutv1alpha1.ClusterProperty{}
 	mustDo(t, cl.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp))
 	mustDo(t, cl.Delete(ctx, cp))

@@ -414,14 +414,23 @@ func (d *dnsWorld) badInput(t *testing.T) {
 // it created goes.
 func (d *dnsWorld) afterRestart(t *testing.T, restart func()) {
 	cl := d.clients[0]
-	annotated(t, cl, "web", "late", 2, "test-namespace", "late")
-	ips := waitPods(t, cl, "web", "late", 2)
-	id := d.serviceID(t, d.privateNS, "late")
-	owner := d.owner(t, id, "web", "late")
-	eventually(t, importDeadline, "late registered", d.registered(id, owner, ips, nil))
+	d.registeredApp(t, cl, "late")
 	restart()
 	removeAnnotations(t, cl, "web", "late", cloudmapdns.AnnotationNamespace, cloudmapdns.AnnotationHostname)
 	d.withdrawn(t, cl, "web", "late", d.privateNS, "late")
+}
+
+// registeredApp deploys web/name with 2 pods, registered in the private
+// DNS namespace as name, and waits until it is: the Cloud Map service id,
+// the owner and the pod addresses.
+func (d *dnsWorld) registeredApp(t *testing.T, cl client.Client, name string) (id, owner string, ips []string) {
+	t.Helper()
+	annotated(t, cl, "web", name, 2, "test-namespace", name)
+	ips = waitPods(t, cl, "web", name, 2)
+	id = d.serviceID(t, d.privateNS, name)
+	owner = d.owner(t, id, "web", name)
+	eventually(t, importDeadline, name+" registered", d.registered(id, owner, ips, nil))
+	return id, owner, ips
 }
 
 // withdrawn waits until the Cloud Map service clustermap created for a

@@ -40,16 +40,16 @@ type settings struct {
 	kills                              int
 	emulatorDown, throttle, memberDown time.Duration
 	converge                           time.Duration // the promise
-	churnEvery                         time.Duration
+	churnEvery, exportEvery            time.Duration // a Deployment scaled; a Service published or withdrawn
 }
 
 var (
 	short = settings{clusters: 2, mcs: 6, syn: 3, dns: 3, kills: 5,
 		emulatorDown: 20 * time.Second, throttle: 20 * time.Second, memberDown: 20 * time.Second,
-		converge: 30 * time.Second, churnEvery: 700 * time.Millisecond}
+		converge: 30 * time.Second, churnEvery: 700 * time.Millisecond, exportEvery: 2 * time.Second}
 	full = settings{clusters: 3, mcs: 30, syn: 10, dns: 10, kills: 20,
 		emulatorDown: 5 * time.Minute, throttle: 2 * time.Minute, memberDown: 2 * time.Minute,
-		converge: 30 * time.Second, churnEvery: 500 * time.Millisecond}
+		converge: 30 * time.Second, churnEvery: 500 * time.Millisecond, exportEvery: 3 * time.Second}
 )
 
 const (

@@ -172,20 +172,25 @@ func (f *fleet) withdraw(it item) error {
 	return nil
 }
 
-// churn scales, withdraws and publishes at random until stopped, in the
-// clusters that are up; the returned func stops it and waits.
+// churn, until stopped and in the clusters that are up: pods scale every
+// churnEvery; every exportEvery an item is withdrawn or a new one
+// published. The returned func stops it and waits.
 func (f *fleet) churn(t *testing.T) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(f.s.churnEvery)
-		defer tick.Stop()
+		pods, exports := time.NewTicker(f.s.churnEvery), time.NewTicker(f.s.exportEvery)
+		defer pods.Stop()
+		defer exports.Stop()
 		for {
+			var lifecycle bool
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C:
+			case <-pods.C:
+			case <-exports.C:
+				lifecycle = true
 			}
 			live := f.w.snapshot()
 			if len(live) == 0 {
@@ -196,10 +201,10 @@ func (f *fleet) churn(t *testing.T) (stop func()) {
 				continue
 			}
 			var err error
-			switch r := rand.Float64(); {
-			case r < 0.6:
+			switch {
+			case !lifecycle:
 				err = f.scale(it, int32(1+rand.IntN(3)))
-			case r < 0.8:
+			case rand.IntN(2) == 0:
 				err = f.withdraw(it)
 			default:
 				err = f.publish(f.w.newItem(kinds[rand.IntN(len(kinds))], it.cluster), int32(1+rand.IntN(3)))
