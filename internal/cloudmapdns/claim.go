@@ -101,6 +101,43 @@ func Release(ctx context.Context, s LockStore, c Claim, owners []string) error {
 	return s.DeleteLock(ctx, c.LockID)
 }
 
+// ClaimStep is what a Service does once it has read its name's claim.
+type ClaimStep int
+
+const (
+	// KeepRegistering: it held the claim and still does.
+	KeepRegistering ClaimStep = iota
+	// StartRegistering: it holds the claim now (new, or since a restart).
+	StartRegistering
+	// TakeOverAbandoned: a Service of this cluster that no longer wants
+	// the name holds it (deleted between its claim and its finalizer):
+	// that lock, and only that one, goes, and the claim is tried again.
+	TakeOverAbandoned
+	// Wait: another holds the name; report the conflict and try later.
+	Wait
+	// WithdrawAndWait: it held the name and lost it (its lock was deleted
+	// out of band and someone else took the name): its instances go
+	// first.
+	WithdrawAndWait
+)
+
+// NextStep decides from the claim read; held says memory had it as ours,
+// registeredThere that the Service's annotation says it registered at
+// this name; abandoned is asked only when another holds the claim.
+func NextStep(c Claim, owners []string, held, registeredThere bool, abandoned func() bool) ClaimStep {
+	switch {
+	case c.HeldBy(owners) && held:
+		return KeepRegistering
+	case c.HeldBy(owners):
+		return StartRegistering
+	case held || registeredThere:
+		return WithdrawAndWait
+	case abandoned():
+		return TakeOverAbandoned
+	}
+	return Wait
+}
+
 // Owners are the owner values that are this Service's: its own, and those
 // recorded in its AnnotationOwners when it last registered, if they name
 // the same namespace and Service, which lets a cluster change its name

@@ -320,3 +320,33 @@ func TestClaimRace(t *testing.T) {
 		t.Errorf("reading a deleted lock: %v, want ErrLockGone", err)
 	}
 }
+
+func TestNextStep(t *testing.T) {
+	us := []string{"c1/web/nginx", "old/web/nginx"}
+	ours, former, theirs := Claim{LockID: "srv-1", Holder: "c1/web/nginx"}, Claim{LockID: "srv-1", Holder: "old/web/nginx"}, Claim{LockID: "srv-2", Holder: "c2/web/nginx"}
+	for _, c := range []struct {
+		name                           string
+		claim                          Claim
+		held, registeredThere, abandon bool
+		want                           ClaimStep
+		asked                          bool // whether abandoned() may be asked
+	}{
+		{"ours, known", ours, true, true, false, KeepRegistering, false},
+		{"ours, new", ours, false, false, false, StartRegistering, false},
+		{"ours since a restart", ours, false, true, false, StartRegistering, false},
+		{"ours under the cluster's former name", former, false, true, false, StartRegistering, false},
+		{"theirs", theirs, false, false, false, Wait, true},
+		{"theirs, held by a gone Service of ours", theirs, false, false, true, TakeOverAbandoned, true},
+		{"lost while running", theirs, true, true, true, WithdrawAndWait, false},
+		{"lost while down", theirs, false, true, true, WithdrawAndWait, false},
+	} {
+		asked := false
+		got := NextStep(c.claim, us, c.held, c.registeredThere, func() bool { asked = true; return c.abandon })
+		if got != c.want {
+			t.Errorf("%s: step %d, want %d", c.name, got, c.want)
+		}
+		if asked && !c.asked {
+			t.Errorf("%s: asked whether the holder is abandoned (a read) when it needs not be", c.name)
+		}
+	}
+}
