@@ -309,7 +309,7 @@ func (d *dnsWorld) conflict(t *testing.T) {
 	if newOwner == owner {
 		t.Fatalf("owner still %s", owner)
 	}
-	eventually(t, 20*time.Second, "the second takes over", d.registered(d.ecsServiceID, newOwner, secondIPs, d.ecs))
+	eventually(t, 15*time.Second+importDeadline, "the second takes over (other clusters poll every 15 s)", d.registered(d.ecsServiceID, newOwner, secondIPs, d.ecs))
 	eventually(t, importDeadline, "its condition", serviceCondition(second, "web", "nginx", "True/Registered"))
 }
 
