@@ -191,7 +191,11 @@ func Run(ctx context.Context, o Options) error {
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "clustermap-controller",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
+		// A leader that stops (SIGTERM: a rollout, a drain) hands the lease
+		// over at once rather than making its successor wait the lease out
+		// (15 s). Safe: the process exits as soon as the manager stops.
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return err

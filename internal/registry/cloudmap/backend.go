@@ -41,6 +41,7 @@ type Backend struct {
 	namespaces map[string]string       // Kubernetes namespace -> Cloud Map namespace id
 	services   map[registry.Key]string // -> Cloud Map service id
 	keys       map[string]registry.Key // Cloud Map service id -> key
+	created    map[string]bool         // Cloud Map service ids this controller created: tagged ours, no need to read the tags
 	// ownOps are operations this cluster started, so that the change feed
 	// knows their service without asking; entries the feed never sees (an
 	// operation that failed) expire.
@@ -57,7 +58,7 @@ func New(c *sd.Client, clusterSet, cluster, controller string, log logr.Logger) 
 	return &Backend{
 		c: c, clusterSet: clusterSet, cluster: cluster, controller: controller, log: log,
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
-		ownOps: map[string]ownOp{},
+		ownOps: map[string]ownOp{}, created: map[string]bool{},
 	}
 }
 
@@ -149,6 +150,11 @@ func (b *Backend) Withdraw(ctx context.Context, key registry.Key) error {
 	if err := b.deregister(ctx, svcID, key, ids); err != nil {
 		return err
 	}
+	if len(ids) > 0 {
+		// Deregistering is asynchronous: the service cannot be empty yet.
+		// Asking now would cost two calls to learn that.
+		return ErrPending
+	}
 	return b.cleanup(ctx, key, svcID)
 }
 
@@ -176,8 +182,13 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 		}
 		return err
 	}
-	if mine, err := b.createdByUs(ctx, svc.Service.Arn); err != nil || !mine {
-		return err
+	b.mu.Lock()
+	mine := b.created[svcID]
+	b.mu.Unlock()
+	if !mine {
+		if mine, err = b.createdByUs(ctx, svc.Service.Arn); err != nil || !mine {
+			return err
+		}
 	}
 	if _, err := b.c.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(svcID)}); err != nil {
 		var inUse *types.ResourceInUse
@@ -333,6 +344,9 @@ func (b *Backend) ensureService(ctx context.Context, nsID string, key registry.K
 		return "", fmt.Errorf("creating Cloud Map service %s: %w", key, err)
 	default:
 		id = aws.ToString(out.Service.Id)
+		b.mu.Lock()
+		b.created[id] = true
+		b.mu.Unlock()
 	}
 	b.remember(key, id)
 	return id, nil
@@ -381,6 +395,7 @@ func (b *Backend) remember(key registry.Key, id string) {
 func (b *Backend) forget(key registry.Key) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	delete(b.created, b.services[key])
 	delete(b.keys, b.services[key])
 	delete(b.services, key)
 }
