@@ -182,11 +182,6 @@ func (f *fleet) check(ctx context.Context) counts {
 		}
 		views[i] = v
 	}
-	cm, err := f.cloudMap(ctx)
-	if err != nil {
-		c.unreadable = fmt.Errorf("reading Cloud Map: %w", err)
-		return c
-	}
 	live := map[item]bool{}
 	for _, it := range f.w.snapshot() {
 		live[it] = true
@@ -232,11 +227,22 @@ func (f *fleet) check(ctx context.Context) counts {
 				c.leftAfterEnd = append(c.leftAfterEnd, fmt.Sprintf("%s still in cluster %d", it, j))
 			}
 		}
-		if it.kind == kindDNS {
-			for _, name := range []string{it.name, cloudmapdns.LockName(it.name)} {
-				if _, ok := cm[dnsNamespace+"/"+name]; ok {
-					c.leftAfterEnd = append(c.leftAfterEnd, fmt.Sprintf("Cloud Map service %s of %s", name, it))
-				}
+	}
+	if len(c.mismatched) > 0 || len(c.leftAfterEnd) > 0 {
+		return c // Cloud Map is read (a few hundred calls) once the clusters agree
+	}
+	cm, err := f.cloudMap(ctx)
+	if err != nil {
+		c.unreadable = fmt.Errorf("reading Cloud Map: %w", err)
+		return c
+	}
+	for _, it := range f.w.endedItems() {
+		if it.kind != kindDNS {
+			continue
+		}
+		for _, name := range []string{it.name, cloudmapdns.LockName(it.name)} {
+			if _, ok := cm[dnsNamespace+"/"+name]; ok {
+				c.leftAfterEnd = append(c.leftAfterEnd, fmt.Sprintf("Cloud Map service %s of %s", name, it))
 			}
 		}
 	}

@@ -21,11 +21,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/controller"
@@ -71,7 +74,7 @@ type fleet struct {
 	w        *workload
 	mu       sync.Mutex
 	down     map[int]bool // clusters stopped on purpose
-	lastKill time.Time
+	ownCalls atomic.Int64 // the test's own Cloud Map calls, not counted as the controllers'
 }
 
 func TestFaultCampaign(t *testing.T) {
@@ -102,6 +105,7 @@ func TestFaultCampaign(t *testing.T) {
 	<-killsDone
 	lastFault := time.Now()
 	stopChurn()
+	callsBefore := f.calls(t)
 
 	// Convergence: every count at zero.
 	var final counts
@@ -112,6 +116,7 @@ func TestFaultCampaign(t *testing.T) {
 			break
 		}
 	}
+	callsAfter := f.calls(t)
 	lost := stopMonitor()
 	final.lostWhileLive = lost
 	t.Logf("campaign: %d clusters, %d items at the end, %d churn operations, %d controller kills, faults for %v",
@@ -121,6 +126,8 @@ func TestFaultCampaign(t *testing.T) {
 	t.Logf("Cloud Map instances with no live endpoint:         %d", len(final.strayInstances))
 	t.Logf("endpoints missing from Cloud Map:                  %d", len(final.missingEndpoints))
 	t.Logf("imports or replicas not matching their source:     %d", len(final.mismatched))
+	t.Logf("Cloud Map calls meanwhile, fleet-wide:             %d control-plane, %d Discover* (%d controllers at %d control calls/s each)",
+		callsAfter.control-callsBefore.control, callsAfter.data-callsBefore.data, len(f.ids), controller.DefaultCloudMapQPS)
 	if converged >= 0 {
 		t.Logf("time to converge after the last fault:             %.1fs", converged.Seconds())
 	} else {
@@ -160,7 +167,8 @@ func start(t *testing.T, s settings) *fleet {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	mustDo(t, waitListening(ctx, api))
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: f.cmURL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: f.cmURL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
+		OnCall: func(string, error) { f.ownCalls.Add(1) }})
 	mustDo(t, err)
 	f.sd = c
 	op, err := c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String(dnsNamespace), Vpc: aws.String("vpc-soak")})
@@ -281,6 +289,33 @@ func (f *fleet) throttleAll(t *testing.T, d time.Duration) {
 	put(`{"rateLimits": {"*": {"rate": 0.000001, "burst": 1}}}`)
 	time.Sleep(d)
 	put(`{}`)
+}
+
+type callCount struct{ control, data int }
+
+// calls reads the emulator's count of API calls, every result included,
+// less the test's own.
+func (f *fleet) calls(t *testing.T) callCount {
+	resp, err := http.Get(f.cmAdmin + "/metrics")
+	mustDo(t, err)
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	mustDo(t, err)
+	c := callCount{control: -int(f.ownCalls.Load())}
+	for _, m := range families["cloudmaplocal_requests_total"].GetMetric() {
+		n := int(m.GetCounter().GetValue())
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "operation" {
+				if strings.HasPrefix(l.GetValue(), "DiscoverInstances") {
+					c.data += n
+				} else {
+					c.control += n
+				}
+			}
+		}
+	}
+	return c
 }
 
 func eventually(t *testing.T, within time.Duration, what string, check func() error) {

@@ -62,24 +62,19 @@ type workload struct {
 
 func newWorkload() *workload { return &workload{live: map[item]bool{}, ended: map[item]bool{}} }
 
-func (w *workload) snapshot() []item {
+func (w *workload) snapshot() []item { return w.items(w.live) }
+
+func (w *workload) endedItems() []item { return w.items(w.ended) }
+
+// items lists one of the sets, by name.
+func (w *workload) items(set map[item]bool) []item {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []item
-	for it := range w.live {
+	for it := range set {
 		out = append(out, it)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out
-}
-
-func (w *workload) endedItems() []item {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []item
-	for it := range w.ended {
-		out = append(out, it)
-	}
 	return out
 }
 
