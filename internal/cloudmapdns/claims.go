@@ -79,7 +79,9 @@ func (r *Reconciler) claim(ctx context.Context, svc *corev1.Service, target Targ
 				r.report(ctx, svc, metav1.ConditionFalse, ReasonCloudMapError, fmt.Sprintf("deregistering from %s: %v", target, err))
 				return nil, reconcile.Result{}, err
 			}
-			if err := r.unmark(ctx, svc, Target{}); err != nil {
+			// Registered there no more; the finalizer stays, as on every
+			// Service that asks for a name.
+			if err := r.unmark(ctx, svc, target); err != nil {
 				return nil, reconcile.Result{}, err
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // The annotation keys are those of the CloudMap Kubernetes Controller, so
@@ -232,6 +233,12 @@ func Intend(svc *corev1.Service, inScope bool, remembered *Target) Intent {
 	}
 	if remembered != nil && !slices.Contains(at, *remembered) {
 		at = append(at, *remembered)
+	}
+	// The finalizer goes on before a claim is tried: a Service that has it
+	// may hold the claim of the name it asks for (a crash between the
+	// claim and the annotation), which is checked as it leaves.
+	if annotated && invalid == nil && controllerutil.ContainsFinalizer(svc, Finalizer) && !slices.Contains(at, target) {
+		at = append(at, target)
 	}
 	for _, t := range at {
 		if t != in.Target {

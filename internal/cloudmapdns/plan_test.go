@@ -111,6 +111,7 @@ func TestIntend(t *testing.T) {
 		ann        map[string]string
 		inScope    bool
 		deleting   bool
+		finalizer  bool
 		condition  bool
 		remembered *Target
 		want       Intent
@@ -126,10 +127,15 @@ func TestIntend(t *testing.T) {
 		{name: "namespace out of scope", ann: withAnn(map[string]string{AnnotationRegistered: "ns/web"}), want: Intent{Withdraw: []Target{here}}},
 		{name: "invalid", ann: map[string]string{AnnotationHostname: "web", AnnotationRegistered: "ns/web"}, inScope: true, want: Intent{Withdraw: []Target{here}}, invalid: true},
 		{name: "never annotated", inScope: true, want: Intent{}},
+		{name: "waiting, finalizer on", ann: ann, inScope: true, finalizer: true, want: Intent{Target: here}},
+		{name: "deleted between its claim and the record of it", ann: ann, inScope: true, finalizer: true, deleting: true, want: Intent{Withdraw: []Target{here}}},
 	} {
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "b", Annotations: c.ann}}
 		if c.deleting {
 			svc.DeletionTimestamp = &now
+		}
+		if c.finalizer {
+			svc.Finalizers = []string{Finalizer}
 		}
 		if c.condition {
 			svc.Status.Conditions = []metav1.Condition{{Type: ConditionRegistered}}

@@ -204,6 +204,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, nil
 	}
+	// The finalizer first: if this process dies between taking the claim
+	// and recording it, the Service's deletion still lets the claim go.
+	if !controllerutil.ContainsFinalizer(svc, Finalizer) {
+		if err := r.patch(ctx, svc, func() { controllerutil.AddFinalizer(svc, Finalizer) }); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	e, res, err := r.claim(ctx, svc, in.Target, owners)
 	if e == nil {
 		return res, err
