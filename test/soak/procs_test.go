@@ -125,7 +125,7 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// waitHTTP waits until something answers on addr.
+// waitListening waits until something accepts connections on addr.
 func waitListening(ctx context.Context, addr string) error {
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
