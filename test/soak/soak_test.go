@@ -21,7 +21,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,7 +73,8 @@ type fleet struct {
 	w        *workload
 	mu       sync.Mutex
 	down     map[int]bool // clusters stopped on purpose
-	ownCalls atomic.Int64 // the test's own Cloud Map calls, not counted as the controllers'
+	ownMu    sync.Mutex
+	ownCalls map[string]int // the test's own Cloud Map calls by operation, not counted as the controllers'
 }
 
 func TestFaultCampaign(t *testing.T) {
@@ -110,10 +110,15 @@ func TestFaultCampaign(t *testing.T) {
 	// Convergence: every count at zero.
 	var final counts
 	converged := time.Duration(-1)
+	lastReport := time.Now()
 	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
 		if final = f.check(ctx); final.err() == nil {
 			converged = time.Since(lastFault)
 			break
+		}
+		if time.Since(lastReport) >= 5*time.Second {
+			lastReport = time.Now()
+			t.Logf("converging, %.0fs after the last fault: %v", time.Since(lastFault).Seconds(), final.err())
 		}
 	}
 	callsAfter := f.calls(t)
@@ -128,6 +133,7 @@ func TestFaultCampaign(t *testing.T) {
 	t.Logf("imports or replicas not matching their source:     %d", len(final.mismatched))
 	t.Logf("Cloud Map calls meanwhile, fleet-wide:             %d control-plane, %d Discover* (%d controllers at %d control calls/s each)",
 		callsAfter.control-callsBefore.control, callsAfter.data-callsBefore.data, len(f.ids), controller.DefaultCloudMapQPS)
+	t.Logf("  by operation: %s", callsAfter.since(callsBefore))
 	if converged >= 0 {
 		t.Logf("time to converge after the last fault:             %.1fs", converged.Seconds())
 	} else {
@@ -146,7 +152,7 @@ func TestFaultCampaign(t *testing.T) {
 func start(t *testing.T, s settings) *fleet {
 	dir := t.TempDir()
 	env := devenv.ForTest(t, s.clusters)
-	f := &fleet{s: s, env: env, down: map[int]bool{}, w: newWorkload()}
+	f := &fleet{s: s, env: env, down: map[int]bool{}, w: newWorkload(), ownCalls: map[string]int{}}
 	for _, c := range env.Clusters {
 		cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
 		if err != nil {
@@ -168,7 +174,7 @@ func start(t *testing.T, s settings) *fleet {
 	defer cancel()
 	mustDo(t, waitListening(ctx, api))
 	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: f.cmURL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
-		OnCall: func(string, error) { f.ownCalls.Add(1) }})
+		OnCall: func(op string, _ error) { f.ownMu.Lock(); f.ownCalls[op]++; f.ownMu.Unlock() }})
 	mustDo(t, err)
 	f.sd = c
 	op, err := c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String(dnsNamespace), Vpc: aws.String("vpc-soak")})
@@ -291,7 +297,10 @@ func (f *fleet) throttleAll(t *testing.T, d time.Duration) {
 	put(`{}`)
 }
 
-type callCount struct{ control, data int }
+type callCount struct {
+	control, data int
+	byOp          map[string]int
+}
 
 // calls reads the emulator's count of API calls, every result included,
 // less the test's own.
@@ -302,20 +311,48 @@ func (f *fleet) calls(t *testing.T) callCount {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	mustDo(t, err)
-	c := callCount{control: -int(f.ownCalls.Load())}
+	c := callCount{byOp: map[string]int{}}
 	for _, m := range families["cloudmaplocal_requests_total"].GetMetric() {
-		n := int(m.GetCounter().GetValue())
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "operation" {
-				if strings.HasPrefix(l.GetValue(), "DiscoverInstances") {
-					c.data += n
-				} else {
-					c.control += n
-				}
+				c.byOp[l.GetValue()] += int(m.GetCounter().GetValue())
 			}
 		}
 	}
+	f.ownMu.Lock()
+	for op, n := range f.ownCalls {
+		c.byOp[op] -= n
+	}
+	f.ownMu.Unlock()
+	for op, n := range c.byOp {
+		if strings.HasPrefix(op, "DiscoverInstances") {
+			c.data += n
+		} else {
+			c.control += n
+		}
+	}
 	return c
+}
+
+// since prints the calls made since an earlier count, by operation, most
+// first.
+func (c callCount) since(before callCount) string {
+	type opCount struct {
+		op string
+		n  int
+	}
+	var ops []opCount
+	for op, n := range c.byOp {
+		if d := n - before.byOp[op]; d > 0 {
+			ops = append(ops, opCount{op, d})
+		}
+	}
+	slices.SortFunc(ops, func(a, b opCount) int { return b.n - a.n })
+	var parts []string
+	for _, o := range ops {
+		parts = append(parts, fmt.Sprintf("%s %d", o.op, o.n))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func eventually(t *testing.T, within time.Duration, what string, check func() error) {

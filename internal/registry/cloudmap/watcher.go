@@ -121,6 +121,10 @@ type Watcher struct {
 	exported   map[registry.Key]bool // keys the sink last heard exports for
 	clock      clock
 	lastFull   time.Time // last poll with the whole overlap
+	// Foreign operations are attributed without asking twice: services
+	// found outside the HTTP namespaces, and namespaces by id.
+	elsewhere map[string]bool
+	nsByID    map[string]*types.Namespace
 }
 
 // NewWatcher watches the clusterset of a backend.
@@ -130,6 +134,7 @@ func NewWatcher(b *Backend, sink Sink, opts WatchOptions) *Watcher {
 		b: b, sink: sink, opts: opts, notify: make(chan registry.Key, 1024),
 		dirty: map[registry.Key]time.Time{}, seen: map[string]time.Time{}, revisions: map[registry.Key]int64{},
 		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
+		elsewhere: map[string]bool{}, nsByID: map[string]*types.Namespace{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
 		lookups: rate.NewLimiter(rate.Limit(opts.GetOperationRate), opts.MaxGetOperations),
 	}
@@ -390,6 +395,9 @@ func (w *Watcher) operationKey(ctx context.Context, opID string) (registry.Key, 
 	if known {
 		return key, nil
 	}
+	if w.elsewhere[svcID] {
+		return registry.Key{}, nil
+	}
 	svc, err := w.b.c.GetService(ctx, &sd.GetServiceInput{Id: aws.String(svcID)})
 	if isNotFound(err) {
 		return registry.Key{}, nil
@@ -397,19 +405,42 @@ func (w *Watcher) operationKey(ctx context.Context, opID string) (registry.Key, 
 	if err != nil {
 		return registry.Key{}, err
 	}
-	ns, err := w.b.c.GetNamespace(ctx, &sd.GetNamespaceInput{Id: svc.Service.NamespaceId})
+	ns, err := w.namespace(ctx, aws.ToString(svc.Service.NamespaceId))
 	if isNotFound(err) {
 		return registry.Key{}, nil
 	}
 	if err != nil {
 		return registry.Key{}, err
 	}
-	if ns.Namespace.Type != types.NamespaceTypeHttp {
+	if ns.Type != types.NamespaceTypeHttp {
+		// A DNS registration (clustermap's --cloudmap-dns, ECS): its next
+		// operations cost a GetOperation only.
+		if len(w.elsewhere) >= maxElsewhere {
+			clear(w.elsewhere)
+		}
+		w.elsewhere[svcID] = true
 		return registry.Key{}, nil
 	}
-	key = registry.Key{Namespace: aws.ToString(ns.Namespace.Name), Name: aws.ToString(svc.Service.Name)}
+	key = registry.Key{Namespace: aws.ToString(ns.Name), Name: aws.ToString(svc.Service.Name)}
 	w.b.remember(key, svcID)
 	return key, nil
+}
+
+// maxElsewhere bounds the memory of services outside the MCS namespaces.
+const maxElsewhere = 10000
+
+// namespace reads a namespace by id, once: an id names one namespace for
+// good.
+func (w *Watcher) namespace(ctx context.Context, id string) (*types.Namespace, error) {
+	if ns, ok := w.nsByID[id]; ok {
+		return ns, nil
+	}
+	out, err := w.b.c.GetNamespace(ctx, &sd.GetNamespaceInput{Id: aws.String(id)})
+	if err != nil {
+		return nil, err
+	}
+	w.nsByID[id] = out.Namespace
+	return out.Namespace, nil
 }
 
 // fetchDirty reads the services marked changed whose time has come. A

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/go-logr/logr"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
@@ -250,4 +251,54 @@ func TestServiceCountIsNotTrusted(t *testing.T) {
 			t.Errorf("%s not found after the first sync", key)
 		}
 	}
+}
+
+// Operations on services outside the MCS namespaces (DNS registrations, as
+// --cloudmap-dns makes) cost a GetOperation each: the service and its
+// namespace are looked up once, not on every operation.
+func TestDNSRegistrationsAreLookedUpOnce(t *testing.T) {
+	w := newWatched(t, 1, 0)
+	api := httptest.NewServer(w.srv.Handler())
+	defer api.Close()
+	w.start(t, api.URL)
+	ctx := context.Background()
+	op, err := w.setup.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("dns.local"), Vpc: aws.String("vpc-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := cloudmapclient.WaitOperation(ctx, w.setup, op.OperationId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		s, err := w.setup.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(fmt.Sprintf("web-%d", i)), NamespaceId: aws.String(o.Targets["NAMESPACE"]),
+			DnsConfig: &types.DnsConfig{DnsRecords: []types.DnsRecord{{Type: types.RecordTypeA, TTL: aws.Int64(10)}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, aws.ToString(s.Service.Id))
+	}
+	w.settle(t)
+	before := w.calls.Snapshot()
+	// 12 operations, slower than the lookup budget (5/s) so that each is
+	// attributed rather than caught up.
+	for round := range 4 {
+		for _, id := range ids {
+			if _, err := w.setup.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(id), InstanceId: aws.String("pod"),
+				Attributes: map[string]string{"AWS_INSTANCE_IPV4": fmt.Sprintf("10.1.0.%d", round+1)}}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	w.settle(t)
+	got := diff(before, w.calls.Snapshot())
+	if got["GetOperation"] < 12 {
+		t.Fatalf("%v: the watcher did not attribute the 12 operations", got)
+	}
+	if got["GetService"] > 3 || got["GetNamespace"] > 1 {
+		t.Errorf("%v: want one GetService per DNS service (3) and one GetNamespace (1)", got)
+	}
+	t.Logf("calls for 12 operations on 3 DNS services: %v", got)
 }
