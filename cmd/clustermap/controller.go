@@ -78,6 +78,7 @@ AWS_SECRET_ACCESS_KEY).`,
 	f.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", controller.DefaultLeaseDuration, "how long standbys wait before replacing a leader that stopped renewing")
 	f.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", controller.DefaultRenewDeadline, "how long a leader keeps trying to renew before it steps down (less than the lease duration)")
 	f.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", controller.DefaultRetryPeriod, "how often the lease is renewed or tried")
+	f.StringVar(&o.LeaderElectionIdentity, "leader-elect-identity", os.Getenv("POD_NAME"), "this replica's name in the leader lease, unique among running replicas and kept across restarts so that a restarted leader takes its lease back at once (default: $POD_NAME, else a random name)")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's)")
 	f.StringVar(&o.StatusNamespace, "status-namespace", controller.DefaultStatusNamespace, "namespace of the status Lease that clustermap status reads (the controller's own)")
 	f.StringSliceVar(&o.Namespaces, "namespaces", nil, "only these namespaces (default: all)")

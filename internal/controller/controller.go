@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,9 +22,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -71,6 +74,12 @@ type Options struct {
 	LeaderElectionNamespace string
 	// Lease timing; zero means the Default* values.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// LeaderElectionIdentity names this replica in the lease (the chart
+	// passes the pod's name). A replica restarted in place (kill -9, OOM,
+	// a crash) then finds its own name there and renews at once, where a
+	// fresh random name waits the lease out. Replicas running at the same
+	// time must have different ones; empty means a random one.
+	LeaderElectionIdentity string
 	// StatusNamespace holds the status Lease clustermap status reads.
 	StatusNamespace string
 	// RecordVersion, when set, is the Cloud Map record format to write
@@ -122,6 +131,37 @@ func orDefault(d, def time.Duration) time.Duration {
 	}
 	return d
 }
+
+// leaseLock is the leader lease under this replica's identity, built as
+// controller-runtime builds its own (which always adds a random suffix);
+// nil without an identity.
+func leaseLock(cfg *rest.Config, o Options) (resourcelock.Interface, error) {
+	if !o.LeaderElect || o.LeaderElectionIdentity == "" {
+		return nil, nil
+	}
+	ns := o.LeaderElectionNamespace
+	if ns == "" {
+		data, err := os.ReadFile(inClusterNamespaceFile)
+		if err != nil {
+			return nil, fmt.Errorf("leader election outside a cluster needs --leader-election-namespace: %w", err)
+		}
+		ns = strings.TrimSpace(string(data))
+	}
+	cfg = rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
+	// One hung request must not outlast the renew deadline.
+	cfg.Timeout = max(time.Second, orDefault(o.RenewDeadline, DefaultRenewDeadline)/2)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return resourcelock.New(resourcelock.LeasesResourceLock, ns, LeaderElectionID, cs.CoreV1(), cs.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: o.LeaderElectionIdentity})
+}
+
+// LeaderElectionID names the leader Lease.
+const LeaderElectionID = "clustermap-controller"
+
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 var setRootLogger sync.Once
 
@@ -204,14 +244,20 @@ func Run(ctx context.Context, o Options) error {
 	log := o.Log
 	// Libraries below controller-runtime log through its root logger.
 	setRootLogger.Do(func() { ctrl.SetLogger(log) })
+	lock, err := leaseLock(cfg, o)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
 		Logger:                  log,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElect,
-		LeaderElectionID:        "clustermap-controller",
+		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// Set only with an identity; otherwise controller-runtime's own.
+		LeaderElectionResourceLockInterface: lock,
 		// A leader that stops (SIGTERM: a rollout, a drain) hands the lease
 		// over at once rather than making its successor wait the lease out
 		// (15 s). Safe: the process exits as soon as the manager stops.

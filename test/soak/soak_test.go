@@ -191,7 +191,10 @@ func start(t *testing.T, s settings) *fleet {
 	for _, c := range env.Clusters {
 		var ps []*proc
 		for r := range replicasPerCluster {
-			ps = append(ps, supervise(t, dir, fmt.Sprintf("%s-controller-%d", c.ID, r), awsEnv, bin, "controller",
+			name := fmt.Sprintf("%s-controller-%d", c.ID, r)
+			// POD_NAME as the chart sets it: the replica's lease identity,
+			// kept across its restarts as a pod's name is.
+			ps = append(ps, supervise(t, dir, name, append([]string{"POD_NAME=" + name}, awsEnv...), bin, "controller",
 				"--kubeconfig", env.Kubeconfig, "--context", c.ID, "--cloudmap-endpoint", f.cmURL,
 				"--leader-elect", "--leader-election-namespace", controller.DefaultStatusNamespace,
 				"--cloudmap-dns", "--syndicate", "--peers-dir", peers[c.ID], "--cluster-name", c.ID,
