@@ -229,7 +229,18 @@ func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
 	if kubeconfig != "" {
 		rules.ExplicitPath = kubeconfig
 	}
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	// As ctrl.GetConfig does in a cluster: no client-side limit, the
+	// apiserver's priority and fairness instead. client-go's default (5
+	// requests/s, bursts of 10) made a controller that comes back to a
+	// backlog write its imports, replicas and finalizers 5 a second.
+	if cfg.QPS == 0 {
+		cfg.QPS = -1
+	}
+	return cfg, nil
 }
 
 // Run runs the controller until ctx ends.

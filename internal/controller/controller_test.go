@@ -1,6 +1,10 @@
 package controller
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 func TestNamespaceFilter(t *testing.T) {
 	all := namespaceFilter(nil, DefaultExcludeNamespaces)
@@ -11,5 +15,34 @@ func TestNamespaceFilter(t *testing.T) {
 		if all(ns) != want[0] || only(ns) != want[1] {
 			t.Errorf("%q: all %v only %v, want %v", ns, all(ns), only(ns), want)
 		}
+	}
+}
+
+// A controller reached through a kubeconfig (run outside the cluster, as
+// the dev fleet and the fault campaign run it) has no client-side request
+// limit, as in a cluster; client-go's default would allow 5 a second.
+func TestKubeconfigHasNoClientSideLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:6443"}
+users:
+- name: u
+  user: {token: t}
+contexts:
+- name: one
+  context: {cluster: c, user: u}
+current-context: one
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := RESTConfig(path, "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.QPS >= 0 || cfg.RateLimiter != nil {
+		t.Errorf("QPS %v, rate limiter %v: want none (QPS < 0), as in a cluster", cfg.QPS, cfg.RateLimiter)
 	}
 }
