@@ -11,7 +11,8 @@ GOTEST_FLAGS ?= -timeout 40m
 
 all: build
 
-## tools: build the pinned kube-apiserver, etcd, kwok, controller-gen into ./bin
+## tools: build the pinned kube-apiserver, kube-proxy, etcd, kwok, controller-gen into
+## ./bin; install the Debian packages the data plane uses (nftables, dnsutils, curl)
 tools:
 	@hack/build-tools.sh
 

@@ -23,10 +23,16 @@ func runtimeCores() int { return runtime.NumCPU() }
 // createApp makes a Deployment of replicas pods labelled app=name and a
 // Service selecting them on port 80 -> 8080; shape adjusts the Service.
 func createApp(ctx context.Context, b *testing.B, cl client.Client, ns, name string, replicas int32, shape func(*corev1.Service)) {
+	createAppWith(ctx, b, cl, ns, name, replicas, nil, shape)
+}
+
+// createAppWith is createApp with annotations on the pods.
+func createAppWith(ctx context.Context, b *testing.B, cl client.Client, ns, name string, replicas int32, podAnnotations map[string]string, shape func(*corev1.Service)) {
 	labels := map[string]string{"app": name}
 	if err := cl.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DeploymentSpec{
 		Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: podAnnotations}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "c", Image: "c", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}}},
 	}}); err != nil {
 		b.Fatal(err)
 	}

@@ -35,7 +35,15 @@ tools="$root/hack/tools"
 build "$tools" k8s.io/kubernetes \
 	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
 	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler
+	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
+	kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
 build "$tools" go.etcd.io/etcd/server/v3 etcd=go.etcd.io/etcd/server/v3
 build "$tools" sigs.k8s.io/controller-tools controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
 build "$tools/kwok" sigs.k8s.io/kwok kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
+
+# The data plane (dev up --dataplane) runs kube-proxy in nftables mode, which
+# needs nft; the demo and tests ask it with curl and dig.
+if ! command -v nft >/dev/null || ! command -v dig >/dev/null || ! command -v curl >/dev/null; then
+	echo "tools: installing Debian packages nftables dnsutils curl"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables dnsutils curl >/dev/null
+fi

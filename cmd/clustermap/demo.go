@@ -25,6 +25,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 	cmdns "github.com/clustermap/clustermap/internal/dns"
 	"github.com/clustermap/clustermap/internal/imports"
 )
@@ -80,7 +81,7 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloud
 	if err != nil {
 		return err
 	}
-	if err := deploySample(ctx, src); err != nil {
+	if err := deploySample(ctx, src, opts.Dataplane); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -109,7 +110,17 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloud
 		}
 	}
 
+	var clientPod string
+	if opts.Dataplane {
+		if clientPod, err = demoRequest(ctx, w, dst, env); err != nil {
+			return err
+		}
+	}
+
 	printUsage(cmd, env)
+	if clientPod != "" {
+		fmt.Fprintf(w, "  %s dev exec cluster-2 %s -- curl -s %s.%s.svc.clusterset.local    # a request from cluster-2\n", os.Args[0], clientPod, demoService, demoNamespace)
+	}
 	fmt.Fprintf(w, `
 Explore:
   kubectl --context cluster-2 get serviceimports,services,endpointslices -n %[1]s
@@ -128,17 +139,28 @@ The demo runs until interrupted (Ctrl-C), then stops everything.
 	return nil
 }
 
-func deploySample(ctx context.Context, cl client.Client) error {
+// deployment is a sample Deployment; with a data plane its pods get their
+// own network and a server answering on their ports.
+func deployment(name string, replicas int32, dataplaneOn bool, ports ...corev1.ContainerPort) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	tmpl := metav1.ObjectMeta{Labels: labels}
+	if dataplaneOn {
+		tmpl.Annotations = map[string]string{dataplane.Annotation: "true"}
+	}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: demoNamespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl, Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: name, Image: name, Ports: ports}}}},
+		},
+	}
+}
+
+func deploySample(ctx context.Context, cl client.Client, dataplaneOn bool) error {
 	labels := map[string]string{"app": demoService}
 	objs := []client.Object{
-		&appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: demoService, Namespace: demoNamespace},
-			Spec: appsv1.DeploymentSpec{
-				Replicas: ptr.To[int32](3), Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: "nginx", Image: "nginx", Ports: []corev1.ContainerPort{{ContainerPort: 80}}}}}},
-			},
-		},
+		deployment(demoService, 3, dataplaneOn, corev1.ContainerPort{ContainerPort: 80}),
 		&corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: demoService, Namespace: demoNamespace},
 			Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(80)}}},
@@ -213,4 +235,34 @@ func printLookup(w io.Writer, server, name string) error {
 		}
 	}
 	return nil
+}
+
+// demoRequest starts a client pod in cluster-2 and, from inside it, asks
+// the sample by its clusterset name until a pod of cluster-1 answers:
+// cluster-2's DNS, kube-proxy and the routes between the clusters at work.
+func demoRequest(ctx context.Context, w io.Writer, dst client.Client, env *devenv.Env) (string, error) {
+	if err := dst.Create(ctx, deployment("client", 1, true)); err != nil {
+		return "", fmt.Errorf("creating the client pod: %w", err)
+	}
+	url := demoService + "." + demoNamespace + ".svc.clusterset.local"
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var last string
+	for {
+		pods := &corev1.PodList{}
+		if err := dst.List(ctx, pods, client.InNamespace(demoNamespace), client.MatchingLabels{"app": "client"}); err == nil && len(pods.Items) == 1 {
+			pod := demoNamespace + "/" + pods.Items[0].Name
+			out, err := env.PodExec(ctx, env.Clusters[1], pod, "curl", "-sS", "--max-time", "2", url)
+			if err == nil {
+				fmt.Fprintf(w, "\n$ clustermap dev exec cluster-2 %s -- curl -s %s\n%s\n", pod, url, strings.TrimSpace(string(out)))
+				return pod, nil
+			}
+			last = strings.TrimSpace(string(out))
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no answer to curl %s from cluster-2 within a minute (last: %s): see kube-proxy.log and dns.log under %s", url, last, env.StateDir)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 	"github.com/clustermap/clustermap/internal/devenv/ipam"
 )
 
@@ -103,7 +104,9 @@ func newDev() *cobra.Command {
 	ipamCmd.Flags().StringVar(&ipamKubeconfig, "kubeconfig", "", "kubeconfig of the cluster")
 
 	dev.PersistentFlags().StringVar(&stateIn, "state-dir", defaultDevDir, "directory holding the environment's files")
-	dev.AddCommand(up, down, demo, ipamCmd)
+	up.Flags().BoolVar(&opts.Dataplane, "dataplane", false, "give every cluster a real network: kube-proxy, clusterset DNS, a namespace and server per pod annotated "+dataplane.Annotation+"=true (root, nft)")
+	demo.Flags().BoolVar(&opts.Dataplane, "dataplane", true, "end with a real request from cluster-2 to cluster-1 (see dev up --dataplane)")
+	dev.AddCommand(up, down, demo, ipamCmd, newDevNode(), newDevPodServer(), newDevExec(&stateIn), newDevUDP(), newDevProbe())
 	return dev
 }
 

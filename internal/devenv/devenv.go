@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 )
 
 // Defaults of a development environment.
@@ -54,13 +56,18 @@ type Options struct {
 	// PortBase, when set, fixes cluster i's apiserver port at PortBase+i; keep
 	// it below kwokctl's own picks, which count down from 32767.
 	PortBase int
-	Log      io.Writer
+	// Dataplane gives every cluster a real network (package dataplane):
+	// needs root, nft and kube-proxy.
+	Dataplane bool
+	Log       io.Writer
 }
 
 // Env is a running environment.
 type Env struct {
 	Options
 	Clusters []*Cluster
+	// Fabric is the data plane, when the environment has one.
+	Fabric *dataplane.Fabric
 }
 
 // Cluster is one running local cluster.
@@ -78,6 +85,8 @@ type state struct {
 	Kubeconfig string        `json:"kubeconfig"`
 	BinDir     string        `json:"binDir"`
 	Clusters   []ClusterSpec `json:"clusters"`
+	// Dataplane is the fabric when the environment has one.
+	Dataplane *dataplane.Fabric `json:"dataplane,omitempty"`
 }
 
 func (o *Options) defaults() error {
@@ -158,6 +167,11 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 	if _, err := os.Stat(filepath.Join(opts.StateDir, stateFile)); err == nil {
 		return nil, fmt.Errorf("an environment already runs from %s: run `clustermap dev down` first", opts.StateDir)
 	}
+	if opts.Dataplane {
+		if err := dataplane.Check(filepath.Join(opts.BinDir, "kube-proxy")); err != nil {
+			return nil, err
+		}
+	}
 	if err := checkPorts(specs); err != nil {
 		return nil, err
 	}
@@ -178,7 +192,15 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 		}
 	}()
 
-	env = &Env{Options: opts, Clusters: make([]*Cluster, len(specs))}
+	if opts.Dataplane {
+		if st.Dataplane, err = startFabric(ctx, opts, specs); err != nil {
+			return nil, err
+		}
+		if err := writeJSON(filepath.Join(opts.StateDir, stateFile), st); err != nil {
+			return nil, err
+		}
+	}
+	env = &Env{Options: opts, Clusters: make([]*Cluster, len(specs)), Fabric: st.Dataplane}
 	for i, s := range specs {
 		env.Clusters[i], err = startCluster(ctx, opts, s)
 		if errors.Is(err, errComponentExited) {
@@ -202,7 +224,15 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 func startCluster(ctx context.Context, opts Options, s ClusterSpec) (*Cluster, error) {
 	cfgPath := filepath.Join(opts.StateDir, s.ID+".kwok.yaml")
 	kubeconfig := filepath.Join(kwokClusterDir(opts.StateDir, s.KwokName), "kubeconfig.yaml")
-	if err := os.WriteFile(cfgPath, []byte(kwokConfig(s, filepath.Join(opts.BinDir, "clustermap"), kubeconfig)), 0o644); err != nil {
+	kwokCfg := kwokConfig(s, filepath.Join(opts.BinDir, "clustermap"), kubeconfig)
+	if opts.Dataplane {
+		node, err := nodeComponent(opts, s, kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		kwokCfg = strings.Replace(kwokCfg, "\n---\n", node+"\n---\n", 1)
+	}
+	if err := os.WriteFile(cfgPath, []byte(kwokCfg), 0o644); err != nil {
 		return nil, err
 	}
 	args := []string{"create", "cluster", "--name", s.KwokName, "--runtime", "binary",
@@ -454,6 +484,11 @@ func Down(ctx context.Context, stateDir string, log io.Writer) error {
 		if err := stopCluster(ctx, st.BinDir, stateDir, e.Name(), log); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// The data plane goes whether Up recorded it or died before: its
+	// names derive from the state directory.
+	if abs, err := filepath.Abs(stateDir); err == nil {
+		errs = append(errs, dataplane.Teardown(ctx, dataplane.TagOf(abs)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err

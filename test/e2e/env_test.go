@@ -125,6 +125,12 @@ func namespace(t *testing.T, cl client.Client, name string) {
 // app creates a Deployment and its Service.
 func app(t *testing.T, cl client.Client, ns, name string, replicas int32, headless bool, ports ...corev1.ServicePort) {
 	t.Helper()
+	appWith(t, cl, ns, name, replicas, headless, nil, ports...)
+}
+
+// appWith is app with annotations on the pods.
+func appWith(t *testing.T, cl client.Client, ns, name string, replicas int32, headless bool, podAnnotations map[string]string, ports ...corev1.ServicePort) {
+	t.Helper()
 	labels := map[string]string{"app": name}
 	var cports []corev1.ContainerPort
 	for _, p := range ports {
@@ -134,7 +140,7 @@ func app(t *testing.T, cl client.Client, ns, name string, replicas int32, headle
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: podAnnotations},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app", Ports: cports}}}},
 		},
 	}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/devenv/dataplane"
+)
+
+// newDevNode is a cluster's data plane node, run by kwokctl as a component
+// of the cluster.
+func newDevNode() *cobra.Command {
+	var o dataplane.NodeOptions
+	var fabricPath string
+	cmd := &cobra.Command{
+		Use:    "node",
+		Short:  "Run one local cluster's data plane node: kube-proxy, DNS and the pods' namespaces",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			var err error
+			if o.Fabric, err = dataplane.Load(fabricPath); err != nil {
+				return err
+			}
+			if o.Self, err = os.Executable(); err != nil {
+				return err
+			}
+			o.LogDir = filepath.Dir(o.Kubeconfig)
+			o.NodeKubeconfig = filepath.Join(o.LogDir, "node-kubeconfig.yaml")
+			if err := devenv.WriteNodeKubeconfig(o.Kubeconfig, o.NodeKubeconfig, o.Fabric.HostAddr().String()); err != nil {
+				return err
+			}
+			cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+			if err != nil {
+				return err
+			}
+			cfg.QPS, cfg.Burst = 200, 400
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			return dataplane.RunNode(ctx, cs, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster, from the host")
+	f.StringVar(&fabricPath, "fabric", "", "the environment's fabric.json")
+	f.StringVar(&o.Cluster, "cluster", "", "cluster id")
+	f.StringVar(&o.KubeProxy, "kube-proxy", "", "kube-proxy binary")
+	return cmd
+}
+
+func parsePorts(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		if p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("bad port %q", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// newDevPodServer is the server of a data plane pod.
+func newDevPodServer() *cobra.Command {
+	var id dataplane.Identity
+	var tcp, udp string
+	cmd := &cobra.Command{
+		Use:    "podserver",
+		Short:  "Answer HTTP on TCP ports and echo on UDP ports with the pod's name and cluster",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			t, err := parsePorts(tcp)
+			if err != nil {
+				return err
+			}
+			u, err := parsePorts(udp)
+			if err != nil {
+				return err
+			}
+			return dataplane.Serve(ctx, id, t, u)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&id.Pod, "pod", "", "pod name")
+	f.StringVar(&id.Namespace, "namespace", "", "pod namespace")
+	f.StringVar(&id.Cluster, "cluster", "", "cluster id")
+	f.StringVar(&tcp, "tcp", "80", "TCP ports (HTTP), comma-separated")
+	f.StringVar(&udp, "udp", "", "UDP ports (echo), comma-separated")
+	return cmd
+}
+
+// newDevExec runs a command inside a data plane pod's network namespace:
+// kwok runs `kubectl exec` on the host, outside any pod.
+func newDevExec(stateDir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "exec CLUSTER NAMESPACE/POD -- COMMAND [ARG...]",
+		Short: "Run a command in a data plane pod's network (as kubectl exec would)",
+		Example: `  clustermap dev exec cluster-2 default/client-6d4cf56db6-x7k2p -- curl -s nginx.default.svc.clusterset.local
+  clustermap dev exec cluster-2 default/client-6d4cf56db6-x7k2p -- clustermap dev udp 10.202.0.10:53 hello`,
+		Args: cobra.MinimumNArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 2 {
+				return fmt.Errorf("usage: clustermap dev exec CLUSTER NAMESPACE/POD -- COMMAND [ARG...]")
+			}
+			ns, err := devenv.PodNetNS(*stateDir, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			ip := dataplane.IPPath()
+			return syscall.Exec(ip, append([]string{ip, "netns", "exec", ns}, args[2:]...), os.Environ())
+		},
+	}
+}
+
+// newDevUDP sends one datagram and prints the answer: what curl is to the
+// pod servers' HTTP, for their UDP echo.
+func newDevUDP() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "udp HOST:PORT [MESSAGE]",
+		Short: "Send a UDP datagram and print the answer",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			msg := "hello"
+			if len(args) == 2 {
+				msg = args[1]
+			}
+			answer, err := dataplane.AskUDP(args[0], msg, timeout)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), answer)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for the answer")
+	return cmd
+}
+
+// newDevProbe asks every URL until it answers, printing when each first
+// did: run inside a pod (dev exec), it times what a client there sees.
+func newDevProbe() *cobra.Command {
+	var interval, timeout time.Duration
+	cmd := &cobra.Command{
+		Use:    "probe URL...",
+		Short:  "Ask every URL until it answers; print each URL with the time of its first answer",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, urls []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			hc := &http.Client{Timeout: time.Second}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			missing := 0
+			for _, u := range urls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						if resp, err := hc.Get(u); err == nil {
+							resp.Body.Close()
+							if resp.StatusCode == http.StatusOK {
+								mu.Lock()
+								fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", u, time.Now().Format(time.RFC3339Nano))
+								mu.Unlock()
+								return
+							}
+						}
+						select {
+						case <-ctx.Done():
+							mu.Lock()
+							missing++
+							mu.Unlock()
+							return
+						case <-time.After(interval):
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if missing > 0 {
+				return fmt.Errorf("%d of %d URLs did not answer within %v", missing, len(urls), timeout)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&interval, "interval", 100*time.Millisecond, "pause between tries of one URL")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up after")
+	return cmd
+}
