@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -40,12 +41,19 @@ func TestDemoRequestThenKillThenDown(t *testing.T) {
 	t.Cleanup(func() { _, _ = run(t, "dev", "down", "--state-dir", state) })
 
 	answer := make(chan string, 1)
+	var ended atomic.Bool // no logging once the test has ended
+	defer ended.Store(true)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			t.Log(sc.Text())
+			if !ended.Load() {
+				t.Log(sc.Text())
+			}
 			if a := dataplane.ParseAnswer(sc.Text()); a["cluster"] != "" {
-				answer <- sc.Text()
+				select {
+				case answer <- sc.Text():
+				default:
+				}
 			}
 		}
 	}()

@@ -19,6 +19,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 )
@@ -39,21 +40,46 @@ func TestDataplane(t *testing.T) {
 	w := &world{env: devenv.ForTestWith(t, devenv.Options{Clusters: 3, Dataplane: true}), cm: devenv.CloudMapForTest(t, cloudmaplocal.Options{})}
 	w.connect(t)
 	t.Cleanup(w.startControllers(t, nil))
+	// Beside MCS, replication of one namespace between the same clusters.
+	dirs, err := w.env.PeerDirs(t.TempDir())
+	mustDo(t, err)
+	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
+		w.asPeer(o, dirs)
+		o.MCS, o.Syndicate, o.CreateNamespaces, o.Namespaces = false, true, false, []string{"dp-syn"}
+	}))
 	const ns = "dp"
 	for _, cl := range w.clients {
 		namespace(t, cl, ns)
+		namespace(t, cl, "dp-syn")
 	}
-	d := &dpWorld{world: w, client: clientPod(t, w, 2, ns)}
+	d := &dpWorld{world: w, at: w.env.Clusters[2], client: clientPod(t, w, 2, ns)}
 	t.Run("only exporting clusters answer, then both", d.exporters)
 	t.Run("each port reaches the clusters exposing it", d.ports)
 	t.Run("UDP reaches the exporting cluster", d.udp)
 	t.Run("headless per-pod names reach their pods", d.headless)
 	t.Run("an unexported Service is unreachable", d.unexported)
+	t.Run("syndicate replicas carry traffic", d.replica)
+}
+
+// TestDataplaneIPv6Only: the same request between IPv6-only clusters.
+func TestDataplaneIPv6Only(t *testing.T) {
+	w := &world{env: devenv.ForTestWith(t, devenv.Options{Clusters: 2, Dataplane: true, IPFamily: devenv.IPv6}), cm: devenv.CloudMapForTest(t, cloudmaplocal.Options{})}
+	w.connect(t)
+	t.Cleanup(w.startControllers(t, nil))
+	const ns, name = "dp6", "web"
+	for _, cl := range w.clients {
+		namespace(t, cl, ns)
+	}
+	d := &dpWorld{world: w, at: w.env.Clusters[1], client: clientPod(t, w, 1, ns)}
+	appWith(t, d.clients[0], ns, name, 2, false, onDataplane, httpPort(80, 8080))
+	exportService(t, d.clients[0], ns, name)
+	d.untilAnswered(t, name+"."+ns+".svc.clusterset.local", "cluster-1")
 }
 
 type dpWorld struct {
 	*world
-	// client is cluster-3's client pod, namespace/name.
+	// client is a client pod of cluster at, namespace/name.
+	at     *devenv.Cluster
 	client string
 }
 
@@ -84,7 +110,7 @@ func (d *dpWorld) ask(url string, curlArgs ...string) (map[string]string, error)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	args := append([]string{"curl", "-sS", "--max-time", "2"}, curlArgs...)
-	out, err := d.env.PodExec(ctx, d.env.Clusters[2], d.client, append(args, url)...)
+	out, err := d.env.PodExec(ctx, d.at, d.client, append(args, url)...)
 	if err != nil {
 		return nil, fmt.Errorf("curl %s: %v: %s", url, err, strings.TrimSpace(string(out)))
 	}
@@ -201,7 +227,7 @@ func (d *dpWorld) udp(t *testing.T) {
 	eventually(t, time.Minute, "a UDP answer from "+addr, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		out, err := d.env.PodExec(ctx, d.env.Clusters[2], d.client, filepath.Join(d.env.BinDir, "clustermap"), "dev", "udp", addr, "ping")
+		out, err := d.env.PodExec(ctx, d.at, d.client, filepath.Join(d.env.BinDir, "clustermap"), "dev", "udp", addr, "ping")
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
 		}
@@ -234,6 +260,25 @@ func (d *dpWorld) headless(t *testing.T) {
 			return err
 		})
 	}
+}
+
+// replica: a Service of cluster-1 replicated by syndicate answers at its
+// replica's ClusterIP in cluster-3.
+func (d *dpWorld) replica(t *testing.T) {
+	const ns, name = "dp-syn", "api"
+	appWith(t, d.clients[0], ns, name, 2, false, onDataplane, httpPort(80, 8080))
+	replica := &corev1.Service{}
+	eventually(t, time.Minute, "the replica in cluster-3 serving", func() error {
+		if err := d.clients[2].Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, replica); err != nil {
+			return err
+		}
+		ips, err := servedIPs(d.clients[2], ns, name)
+		if err == nil && len(ips) == 0 {
+			err = fmt.Errorf("the replica serves no address yet")
+		}
+		return err
+	})
+	d.untilAnswered(t, "http://"+replica.Spec.ClusterIP, "cluster-1")
 }
 
 func (d *dpWorld) unexported(t *testing.T) {
