@@ -118,9 +118,6 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloud
 	}
 
 	printUsage(cmd, env)
-	if clientPod != "" {
-		fmt.Fprintf(w, "  %s dev exec cluster-2 %s -- curl -s %s.%s.svc.clusterset.local    # a request from cluster-2\n", os.Args[0], clientPod, demoService, demoNamespace)
-	}
 	fmt.Fprintf(w, `
 Explore:
   kubectl --context cluster-2 get serviceimports,services,endpointslices -n %[1]s
@@ -133,8 +130,9 @@ clusterset.local DNS servers (UDP and TCP): %[6]s
   dig -p <port> @127.0.0.1 %[2]s.%[1]s.svc.clusterset.local
 Controller logs: %[5]s
 
+%[7]s
 The demo runs until interrupted (Ctrl-C), then stops everything.
-`, demoNamespace, demoService, cm.URL, cm.AdminURL, strings.Join(logs, ", "), strings.Join(dnsAddrs, ", "))
+`, demoNamespace, demoService, cm.URL, cm.AdminURL, strings.Join(logs, ", "), strings.Join(dnsAddrs, ", "), requestHint(env, clientPod))
 	<-ctx.Done()
 	return nil
 }
@@ -265,4 +263,16 @@ func demoRequest(ctx context.Context, w io.Writer, dst client.Client, env *deven
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// requestHint shows how to send the demo's request again.
+func requestHint(env *devenv.Env, clientPod string) string {
+	if clientPod == "" {
+		return ""
+	}
+	self, _ := filepath.Abs(os.Args[0])
+	return fmt.Sprintf(`Requests from cluster-2 (its DNS, kube-proxy, the routes between the clusters):
+  %[1]s dev exec --state-dir %[2]s cluster-2 %[3]s -- curl -s %[4]s.%[5]s.svc.clusterset.local
+  %[1]s dev exec --state-dir %[2]s cluster-2 %[3]s -- dig +short %[4]s.%[5]s.svc.clusterset.local
+`, self, env.StateDir, clientPod, demoService, demoNamespace)
 }

@@ -66,8 +66,6 @@ type Options struct {
 type Env struct {
 	Options
 	Clusters []*Cluster
-	// Fabric is the data plane, when the environment has one.
-	Fabric *dataplane.Fabric
 }
 
 // Cluster is one running local cluster.
@@ -85,8 +83,6 @@ type state struct {
 	Kubeconfig string        `json:"kubeconfig"`
 	BinDir     string        `json:"binDir"`
 	Clusters   []ClusterSpec `json:"clusters"`
-	// Dataplane is the fabric when the environment has one.
-	Dataplane *dataplane.Fabric `json:"dataplane,omitempty"`
 }
 
 func (o *Options) defaults() error {
@@ -193,14 +189,11 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 	}()
 
 	if opts.Dataplane {
-		if st.Dataplane, err = startFabric(ctx, opts, specs); err != nil {
-			return nil, err
-		}
-		if err := writeJSON(filepath.Join(opts.StateDir, stateFile), st); err != nil {
+		if err := startFabric(ctx, opts, specs); err != nil {
 			return nil, err
 		}
 	}
-	env = &Env{Options: opts, Clusters: make([]*Cluster, len(specs)), Fabric: st.Dataplane}
+	env = &Env{Options: opts, Clusters: make([]*Cluster, len(specs))}
 	for i, s := range specs {
 		env.Clusters[i], err = startCluster(ctx, opts, s)
 		if errors.Is(err, errComponentExited) {

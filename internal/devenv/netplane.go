@@ -18,19 +18,19 @@ import (
 
 const fabricFile = "fabric.json"
 
-// startFabric builds the environment's fabric and node namespaces. Down
+// startFabric builds the environment's fabric and node namespaces and
+// records them in fabric.json, for the node agents and `dev exec`. Down
 // removes it all, also when this fails half-way.
-func startFabric(ctx context.Context, opts Options, specs []ClusterSpec) (*dataplane.Fabric, error) {
+func startFabric(ctx context.Context, opts Options, specs []ClusterSpec) error {
 	f := &dataplane.Fabric{Tag: dataplane.TagOf(opts.StateDir)}
 	for _, s := range specs {
 		f.Nodes = append(f.Nodes, dataplane.Node{Cluster: s.ID, PodCIDRs: s.PodCIDRs})
 	}
 	if err := f.Build(ctx); err != nil {
-		return nil, fmt.Errorf("building the data plane: %w", err)
+		return fmt.Errorf("building the data plane: %w", err)
 	}
 	fmt.Fprintf(opts.Log, "devenv: data plane %s on 198.18.%d.0/24\n", f.Tag, f.Subnet)
-	// Written once built: node agents start after this.
-	return f, f.Save(filepath.Join(opts.StateDir, fabricFile))
+	return f.Save(filepath.Join(opts.StateDir, fabricFile))
 }
 
 // nodeComponent is the kwokctl component running a cluster's data plane
