@@ -89,12 +89,7 @@ func newDev() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cfg, err := clientcmd.BuildConfigFromFlags("", ipamKubeconfig)
-			if err != nil {
-				return err
-			}
-			cfg.QPS, cfg.Burst = 200, 400
-			cs, err := kubernetes.NewForConfig(cfg)
+			cs, err := componentClient(ipamKubeconfig)
 			if err != nil {
 				return err
 			}
@@ -120,4 +115,15 @@ func printUsage(cmd *cobra.Command, env *devenv.Env) {
 		fmt.Fprintf(w, "  kubectl --context %s get clusterproperties    # pods %s, services %s\n", c.ID, strings.Join(c.PodCIDRs, ","), strings.Join(c.ServiceCIDRs, ","))
 	}
 	fmt.Fprintln(w, "Stop them with: clustermap dev down")
+}
+
+// componentClient reaches a local cluster for a component kwokctl runs
+// beside it, without client-side rate limits, as its controllers run.
+func componentClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	return kubernetes.NewForConfig(cfg)
 }

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
@@ -46,12 +44,7 @@ func newDevNode() *cobra.Command {
 			if err := devenv.WriteNodeKubeconfig(o.Kubeconfig, o.NodeKubeconfig, o.Fabric.HostAddr().String()); err != nil {
 				return err
 			}
-			cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-			if err != nil {
-				return err
-			}
-			cfg.QPS, cfg.Burst = 200, 400
-			cs, err := kubernetes.NewForConfig(cfg)
+			cs, err := componentClient(o.Kubeconfig)
 			if err != nil {
 				return err
 			}
