@@ -157,6 +157,23 @@ func (d *dpWorld) untilAnswered(t *testing.T, url string, want ...string) {
 	})
 }
 
+// untilPods waits until n distinct pods have answered url.
+func (d *dpWorld) untilPods(t *testing.T, url string, n int) {
+	t.Helper()
+	seen := map[string]bool{}
+	eventually(t, time.Minute, fmt.Sprintf("answers from %d pods at %s", n, url), func() error {
+		a, err := d.ask(url)
+		if err != nil {
+			return err
+		}
+		seen[a["pod"]] = true
+		if len(seen) < n {
+			return fmt.Errorf("answers from %v", slices.Sorted(maps.Keys(seen)))
+		}
+		return nil
+	})
+}
+
 func (d *dpWorld) exporters(t *testing.T) {
 	const ns, name = "dp", "web"
 	url := name + "." + ns + ".svc.clusterset.local"
@@ -167,6 +184,9 @@ func (d *dpWorld) exporters(t *testing.T) {
 	}
 	exportService(t, d.clients[0], ns, name)
 	d.untilAnswered(t, url, "cluster-1")
+	// Every pod's server listens before answers are counted: kwok makes a
+	// pod Ready before its node has started the server.
+	d.untilPods(t, url, 2)
 	if got := d.answeringClusters(t, 20, url); !slices.Equal(got, []string{"cluster-1"}) {
 		t.Fatalf("answers from %v, want cluster-1 only", got)
 	}
