@@ -7,7 +7,7 @@ RUN go mod download
 COPY . .
 ARG TARGETOS=linux TARGETARCH=amd64 VERSION=dev
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
-    -ldflags "-X github.com/clustermap/clustermap/internal/version.Version=$VERSION" \
+    -ldflags "-s -w -X github.com/clustermap/clustermap/internal/version.Version=$VERSION" \
     -o /out/clustermap ./cmd/clustermap
 
 FROM scratch

@@ -3,7 +3,7 @@
 SHELL := /usr/bin/env bash
 BIN := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/clustermap/clustermap/internal/version.Version=$(VERSION)
+LDFLAGS := -s -w -X github.com/clustermap/clustermap/internal/version.Version=$(VERSION)
 MCS_API_DIR = $(shell go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 GOTEST_FLAGS ?= -timeout 40m
 
@@ -16,9 +16,11 @@ all: build
 tools:
 	@hack/build-tools.sh
 
-## build: the clustermap binary in ./bin (static, as the image needs)
+## build: into ./bin, the product binary clustermap (static, as the image
+## needs) and the lab's: clustermap-dev (local clusters, data plane, demo)
+## and cloudmap-local (the Cloud Map emulator)
 build:
-	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/clustermap ./cmd/clustermap
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/clustermap ./cmd/clustermap-dev ./cmd/cloudmap-local
 
 PLATFORMS ?= linux/amd64 linux/arm64
 
@@ -78,11 +80,11 @@ bench: tools build bench-tools
 
 ## demo: local clusters with clustermap (see README)
 demo: tools build
-	$(BIN)/clustermap dev demo
+	$(BIN)/clustermap-dev demo
 
-## down: stop what `make demo` or `clustermap dev up` started
+## down: stop what `make demo` or `clustermap-dev up` started
 down: build
-	$(BIN)/clustermap dev down
+	$(BIN)/clustermap-dev down
 
 clean: down
 	rm -rf $(BIN)

@@ -25,12 +25,12 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 )
 
-// startEmulator runs `clustermap cloudmap-local` as its own process, so that
+// startEmulator runs `cloudmap-local` as its own process, so that
 // its memory is its own, and returns its API URL and pid.
 func startEmulator(b *testing.B, args ...string) (string, int) {
 	b.Helper()
-	bin := filepath.Join(devenv.BinDir(), "clustermap")
-	cmd := exec.Command(bin, append([]string{"cloudmap-local", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
+	bin := filepath.Join(devenv.BinDir(), "cloudmap-local")
+	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)

@@ -61,9 +61,9 @@ func BenchmarkDataplane(b *testing.B) {
 	imported := track(ctx, b, env.Clusters[1], imports.ManagedBy, mcsv1beta1.LabelServiceName)
 
 	// The prober runs inside the client pod from before the first export.
-	args := append([]string{"dev", "exec", "--state-dir", env.StateDir, env.Clusters[1].ID, client, "--",
-		filepath.Join(env.BinDir, "clustermap"), "dev", "probe", "--timeout", "5m"}, urls...)
-	probe := exec.CommandContext(ctx, filepath.Join(env.BinDir, "clustermap"), args...)
+	args := append([]string{"exec", "--state-dir", env.StateDir, env.Clusters[1].ID, client, "--",
+		filepath.Join(env.BinDir, "clustermap-dev"), "probe", "--timeout", "5m"}, urls...)
+	probe := exec.CommandContext(ctx, filepath.Join(env.BinDir, "clustermap-dev"), args...)
 	out, err := probe.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)

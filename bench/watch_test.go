@@ -321,7 +321,7 @@ func BenchmarkIdle(b *testing.B) {
 
 // BenchmarkEmulatorOperations: 1 million asynchronous operations
 // (RegisterInstance of 100 instances over and over) through the real SDK
-// against `clustermap cloudmap-local --data-dir`: resident memory and the
+// against `cloudmap-local --data-dir`: resident memory and the
 // snapshot's size must stay flat, since finished operations are pruned
 // past 10,000.
 func BenchmarkEmulatorOperations(b *testing.B) {

@@ -1,4 +1,7 @@
-// Command clustermap is multi-cluster service discovery for Kubernetes.
+// Command clustermap is multi-cluster service discovery for Kubernetes:
+// what runs in or against a cluster (the controller, the DNS server,
+// status, uninstall). The dev environment and the Cloud Map emulator are
+// binaries of their own (clustermap-dev, cloudmap-local).
 package main
 
 import (
@@ -34,8 +37,6 @@ func newRoot() *cobra.Command {
 			Args:  cobra.NoArgs,
 			Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version.String()) },
 		},
-		newDev(),
-		newCloudMapLocal(),
 		newController(),
 		newDNS(),
 		newStatus(),

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package devenv starts and stops local Kubernetes clusters for the demo,
 // tests and benchmarks: real kube-apiservers and etcd run by kwokctl's binary
 // runtime from ./bin, with simulated nodes and pods from kwok.
@@ -5,6 +7,7 @@ package devenv
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"text/template"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -34,8 +38,16 @@ const (
 )
 
 // Binaries are the tools kwokctl's binary runtime needs, all from ./bin.
-// clustermap itself assigns the pods' addresses (dev ipam).
-var Binaries = []string{"kwokctl", "kwok", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "clustermap"}
+// clustermap-dev itself assigns the pods' addresses (its ipam command);
+// clustermap serves DNS in a data plane's nodes.
+var Binaries = []string{"kwokctl", "kwok", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", DevBinary, ProductBinary}
+
+// The two binaries of this project the environment runs: the product, and
+// the dev environment's own (make build puts both in ./bin).
+const (
+	ProductBinary = "clustermap"
+	DevBinary     = "clustermap-dev"
+)
 
 // Options say what environment to start.
 type Options struct {
@@ -161,7 +173,7 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(opts.StateDir, stateFile)); err == nil {
-		return nil, fmt.Errorf("an environment already runs from %s: run `clustermap dev down` first", opts.StateDir)
+		return nil, fmt.Errorf("an environment already runs from %s: run `clustermap-dev down` first", opts.StateDir)
 	}
 	if opts.Dataplane {
 		if err := dataplane.Check(filepath.Join(opts.BinDir, "kube-proxy")); err != nil {
@@ -217,13 +229,16 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 func startCluster(ctx context.Context, opts Options, s ClusterSpec) (*Cluster, error) {
 	cfgPath := filepath.Join(opts.StateDir, s.ID+".kwok.yaml")
 	kubeconfig := filepath.Join(kwokClusterDir(opts.StateDir, s.KwokName), "kubeconfig.yaml")
-	kwokCfg := kwokConfig(s, filepath.Join(opts.BinDir, "clustermap"), kubeconfig)
+	v := kwokValues{ServiceCIDRs: strings.Join(s.ServiceCIDRs, ","), IPv6Primary: strings.Contains(s.ServiceCIDRs[0], ":"),
+		DevBinary: filepath.Join(opts.BinDir, DevBinary), Kubeconfig: kubeconfig, WorkDir: filepath.Dir(kubeconfig)}
 	if opts.Dataplane {
-		node, err := nodeComponent(opts, s, kubeconfig)
-		if err != nil {
+		if err := nodeComponent(opts, s, &v); err != nil {
 			return nil, err
 		}
-		kwokCfg = strings.Replace(kwokCfg, "\n---\n", node+"\n---\n", 1)
+	}
+	kwokCfg, err := kwokConfig(v)
+	if err != nil {
+		return nil, err
 	}
 	if err := os.WriteFile(cfgPath, []byte(kwokCfg), 0o644); err != nil {
 		return nil, err
@@ -293,105 +308,32 @@ func createWatched(ctx context.Context, opts Options, s ClusterSpec, args []stri
 }
 
 // kwokConfig gives the apiserver its service ranges, lifts the components'
-// client rate limits, runs clustermap's pod IPAM as a component of the
-// cluster (started and stopped with it), and replaces kwok's pod stages by
-// ones that wait for the IPAM's addresses: kwok's own allocator is
-// IPv4-only and reuses addresses at once.
-func kwokConfig(s ClusterSpec, clustermap, kubeconfig string) string {
-	// The apiserver's address must be of the primary service family: kwok
-	// gives it 192.0.2.2, so an IPv6-only cluster gets the IPv6
-	// documentation address instead (nothing dials it).
-	advertise := ""
-	if strings.Contains(s.ServiceCIDRs[0], ":") {
-		advertise = "\n  - key: advertise-address\n    value: 2001:db8::2"
-	}
-	return fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokctlConfiguration
-options:
-  # The controller manager's default 20 requests/s makes thousands of pods
-  # take minutes to appear.
-  disableQPSLimits: true
-componentsPatches:
-- name: kube-apiserver
-  extraArgs:
-  - key: service-cluster-ip-range
-    value: %[1]s%[5]s
-- name: kube-controller-manager
-  extraArgs:
-  - key: service-cluster-ip-range
-    value: %[1]s
-components:
-- name: clustermap-ipam
-  links: [kube-apiserver]
-  binary: %[2]s
-  workDir: %[4]s
-  args: [dev, ipam, --kubeconfig, %[3]s]
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-ready
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.podIP'
-      operator: 'Exists'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Pending']
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: Initialized
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: Ready
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: ContainersReady
-      {{ range .spec.readinessGates }}
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: {{ .conditionType | Quote }}
-      {{ end }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: true
-        restartCount: 0
-        state:
-          running:
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Running
-      startTime: {{ $now | Quote }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-delete
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'Exists'
-  next:
-    finalizers:
-      empty: true
-    delete: true
-`, strings.Join(s.ServiceCIDRs, ","), clustermap, kubeconfig, filepath.Dir(kubeconfig), advertise)
+// client rate limits, runs the dev environment's pod IPAM (and, with a data
+// plane, its node agent) as components of the cluster (started and stopped
+// with it), and replaces kwok's pod stages by ones that wait for the IPAM's
+// addresses: kwok's own allocator is IPv4-only and reuses addresses at once.
+//
+//go:embed kwok.yaml.tmpl
+var kwokTemplateText string
+
+var kwokTemplate = template.Must(template.New("kwok").Parse(kwokTemplateText))
+
+// kwokValues fill kwok.yaml.tmpl.
+type kwokValues struct {
+	ServiceCIDRs string
+	// IPv6Primary: the apiserver's address must be of the primary service
+	// family; kwok gives it 192.0.2.2, so an IPv6-only cluster gets the
+	// IPv6 documentation address instead (nothing dials it).
+	IPv6Primary                    bool
+	DevBinary, Kubeconfig, WorkDir string
+	// The node agent's, set with a data plane.
+	NodeBinary, Fabric, Cluster, KubeProxy, Clustermap string
+}
+
+func kwokConfig(v kwokValues) (string, error) {
+	var b strings.Builder
+	err := kwokTemplate.Execute(&b, v)
+	return b.String(), err
 }
 
 func kwokWorkdir(stateDir string) string { return filepath.Join(stateDir, "kwok") }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package devenv
 
 import (
@@ -33,26 +35,21 @@ func startFabric(ctx context.Context, opts Options, specs []ClusterSpec) error {
 	return f.Save(filepath.Join(opts.StateDir, fabricFile))
 }
 
-// nodeComponent is the kwokctl component running a cluster's data plane
-// node, started and stopped with the cluster. kwokctl keeps a component's
-// pid and log under its binary's name, so the node runs clustermap through
-// a link of its own name, apart from the IPAM's.
-func nodeComponent(opts Options, s ClusterSpec, kubeconfig string) (string, error) {
+// nodeComponent fills in the kwokctl component running a cluster's data
+// plane node, started and stopped with the cluster. kwokctl keeps a
+// component's pid and log under its binary's name, so the node runs
+// clustermap-dev through a link of its own name, apart from the IPAM's.
+func nodeComponent(opts Options, s ClusterSpec, v *kwokValues) error {
 	bin := filepath.Join(opts.StateDir, "bin", "clustermap-node")
 	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		return "", err
+		return err
 	}
-	if err := os.Symlink(filepath.Join(opts.BinDir, "clustermap"), bin); err != nil && !os.IsExist(err) {
-		return "", err
+	if err := os.Symlink(filepath.Join(opts.BinDir, DevBinary), bin); err != nil && !os.IsExist(err) {
+		return err
 	}
-	return fmt.Sprintf(`
-- name: clustermap-node
-  links: [kube-apiserver]
-  binary: %s
-  workDir: %s
-  args: [dev, node, --kubeconfig, %s, --fabric, %s, --cluster, %s, --kube-proxy, %s]`,
-		bin, filepath.Dir(kubeconfig), kubeconfig,
-		filepath.Join(opts.StateDir, fabricFile), s.ID, filepath.Join(opts.BinDir, "kube-proxy")), nil
+	v.NodeBinary, v.Fabric, v.Cluster = bin, filepath.Join(opts.StateDir, fabricFile), s.ID
+	v.KubeProxy, v.Clustermap = filepath.Join(opts.BinDir, "kube-proxy"), filepath.Join(opts.BinDir, ProductBinary)
+	return nil
 }
 
 // WriteNodeKubeconfig copies a cluster's kubeconfig for components in its
@@ -89,7 +86,7 @@ func PodNetNS(stateDir, cluster, pod string) (string, error) {
 	}
 	f, err := dataplane.Load(filepath.Join(abs, fabricFile))
 	if os.IsNotExist(err) {
-		return "", fmt.Errorf("no environment with a data plane runs from %s: start one with `clustermap dev up --dataplane` (or pass its --state-dir)", stateDir)
+		return "", fmt.Errorf("no environment with a data plane runs from %s: start one with `clustermap-dev up --dataplane` (or pass its --state-dir)", stateDir)
 	}
 	if err != nil {
 		return "", err
@@ -113,8 +110,8 @@ func PodNetNS(stateDir, cluster, pod string) (string, error) {
 }
 
 // PodExec runs a command in a data plane pod ("namespace/name") of cluster
-// c, as `clustermap dev exec` does, and returns its output.
+// c, as `clustermap-dev exec` does, and returns its output.
 func (e *Env) PodExec(ctx context.Context, c *Cluster, pod string, argv ...string) ([]byte, error) {
-	args := append([]string{"dev", "exec", "--state-dir", e.StateDir, c.ID, pod, "--"}, argv...)
-	return exec.CommandContext(ctx, filepath.Join(e.BinDir, "clustermap"), args...).CombinedOutput()
+	args := append([]string{"exec", "--state-dir", e.StateDir, c.ID, pod, "--"}, argv...)
+	return exec.CommandContext(ctx, filepath.Join(e.BinDir, DevBinary), args...).CombinedOutput()
 }

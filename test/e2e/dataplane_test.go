@@ -247,7 +247,7 @@ func (d *dpWorld) udp(t *testing.T) {
 	eventually(t, time.Minute, "a UDP answer from "+addr, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		out, err := d.env.PodExec(ctx, d.at, d.client, filepath.Join(d.env.BinDir, "clustermap"), "dev", "udp", addr, "ping")
+		out, err := d.env.PodExec(ctx, d.at, d.client, filepath.Join(d.env.BinDir, "clustermap-dev"), "udp", addr, "ping")
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
 		}

@@ -166,10 +166,9 @@ func start(t *testing.T, s settings) *fleet {
 	}
 	// The emulator, as its own process, so it can stop and come back from
 	// its data directory.
-	bin := filepath.Join(devenv.BinDir(), "clustermap")
 	api, admin := freeAddr(t), freeAddr(t)
 	f.cmURL, f.cmAdmin = "http://"+api, "http://"+admin
-	f.cm = supervise(t, dir, "cloudmap-local", nil, bin, "cloudmap-local", "--listen", api, "--admin-listen", admin, "--data-dir", filepath.Join(dir, "cloudmap"))
+	f.cm = supervise(t, dir, "cloudmap-local", nil, filepath.Join(devenv.BinDir(), "cloudmap-local"), "--listen", api, "--admin-listen", admin, "--data-dir", filepath.Join(dir, "cloudmap"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	mustDo(t, waitListening(ctx, api))
@@ -194,7 +193,7 @@ func start(t *testing.T, s settings) *fleet {
 			name := fmt.Sprintf("%s-controller-%d", c.ID, r)
 			// POD_NAME as the chart sets it: the replica's lease identity,
 			// kept across its restarts as a pod's name is.
-			ps = append(ps, supervise(t, dir, name, append([]string{"POD_NAME=" + name}, awsEnv...), bin, "controller",
+			ps = append(ps, supervise(t, dir, name, append([]string{"POD_NAME=" + name}, awsEnv...), filepath.Join(devenv.BinDir(), "clustermap"), "controller",
 				"--kubeconfig", env.Kubeconfig, "--context", c.ID, "--cloudmap-endpoint", f.cmURL,
 				"--leader-elect", "--leader-election-namespace", controller.DefaultStatusNamespace,
 				"--cloudmap-dns", "--syndicate", "--peers-dir", peers[c.ID], "--cluster-name", c.ID,

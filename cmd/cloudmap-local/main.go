@@ -1,3 +1,6 @@
+// Command cloudmap-local is a local AWS Cloud Map (the servicediscovery
+// API) for development and tests: part of clustermap's lab, not of the
+// product users install.
 package main
 
 import (
@@ -18,7 +21,14 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 )
 
-func newCloudMapLocal() *cobra.Command {
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "cloudmap-local:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
 	var (
 		listen, admin string
 		opts          cloudmaplocal.Options
@@ -35,7 +45,9 @@ func newCloudMapLocal() *cobra.Command {
 model) on --listen; point any AWS SDK or the AWS CLI at it with
 --endpoint-url or AWS_ENDPOINT_URL_SERVICEDISCOVERY. Faults and metrics are
 served apart, on --admin-listen: GET/PUT /faults, GET /metrics.`,
-		Args: cobra.NoArgs,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			opts.Faults = cloudmaplocal.Faults{

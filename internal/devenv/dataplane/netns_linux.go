@@ -105,7 +105,7 @@ func freeSubnet() (int, error) {
 			return s, nil
 		}
 	}
-	return 0, fmt.Errorf("all %d data plane subnets of 198.18.0.0/16 are in use: stop an environment (`clustermap dev down`)", MaxSubnets)
+	return 0, fmt.Errorf("all %d data plane subnets of 198.18.0.0/16 are in use: stop an environment (`clustermap-dev down`)", MaxSubnets)
 }
 
 // Save and Load keep the fabric beside the environment's state, where

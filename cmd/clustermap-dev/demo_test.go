@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -28,7 +30,7 @@ func TestDemoRequestThenKillThenDown(t *testing.T) {
 	}
 	defer os.RemoveAll(state)
 	bin := devenv.BinDir()
-	demo := exec.Command(filepath.Join(bin, "clustermap"), "dev", "demo", "--state-dir", state, "--bin-dir", bin,
+	demo := exec.Command(filepath.Join(bin, "clustermap-dev"), "demo", "--state-dir", state, "--bin-dir", bin,
 		"--port-base", "0", "--cloudmap-listen", "127.0.0.1:0")
 	out, err := demo.StdoutPipe()
 	if err != nil {
@@ -38,7 +40,7 @@ func TestDemoRequestThenKillThenDown(t *testing.T) {
 	if err := demo.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = run(t, "dev", "down", "--state-dir", state) })
+	t.Cleanup(func() { _, _ = run(t, "down", "--state-dir", state) })
 
 	answer := make(chan string, 1)
 	var ended atomic.Bool // no logging once the test has ended
@@ -85,7 +87,7 @@ func TestDemoRequestThenKillThenDown(t *testing.T) {
 	_ = demo.Process.Signal(syscall.SIGKILL)
 	_ = demo.Wait()
 
-	if o, err := run(t, "dev", "down", "--state-dir", state); err != nil {
+	if o, err := run(t, "down", "--state-dir", state); err != nil {
 		t.Fatalf("dev down after kill -9: %v\n%s", err, o)
 	}
 	if left := dataplane.Leftovers(tag); len(left) > 0 {

@@ -35,8 +35,9 @@ type NodeOptions struct {
 	// Kubeconfig reaches the apiserver from the host; NodeKubeconfig from
 	// inside the node namespace (through the fabric's uplink).
 	Kubeconfig, NodeKubeconfig string
-	// KubeProxy and Self are the kube-proxy and clustermap binaries.
-	KubeProxy, Self string
+	// KubeProxy, Clustermap and Self are the kube-proxy, clustermap (its
+	// DNS server) and clustermap-dev (the pod servers) binaries.
+	KubeProxy, Clustermap, Self string
 	// LogDir receives kube-proxy's, the DNS server's and the pods' logs.
 	LogDir string
 }
@@ -66,7 +67,7 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 		// A namespace cannot change the host's conntrack table size or timeouts.
 		"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0", "--conntrack-tcp-timeout-close-wait", "0",
 		"--conntrack-udp-timeout", "0", "--conntrack-udp-timeout-stream", "0"}
-	dnsArgs := []string{o.Self, "dns", "--kubeconfig", o.NodeKubeconfig, "--listen", ":53", "--health-address", "0"}
+	dnsArgs := []string{o.Clustermap, "dns", "--kubeconfig", o.NodeKubeconfig, "--listen", ":53", "--health-address", "0"}
 	for name, argv := range map[string][]string{"kube-proxy": proxyArgs, "dns": dnsArgs} {
 		wg.Add(1)
 		go func() {
@@ -210,7 +211,7 @@ func (a *agent) start(ctx context.Context, k string, p *corev1.Pod, ips []netip.
 		return err
 	}
 	tcp, udp := Ports(p)
-	argv := []string{a.o.Self, "dev", "podserver", "--pod", p.Name, "--namespace", p.Namespace, "--cluster", a.o.Cluster,
+	argv := []string{a.o.Self, "podserver", "--pod", p.Name, "--namespace", p.Namespace, "--cluster", a.o.Cluster,
 		"--tcp", joinPorts(tcp), "--udp", joinPorts(udp)}
 	runCtx, stop := context.WithCancel(context.Background())
 	run := &podRun{uid: p.UID, ips: ips, ns: pod.NetNS, stop: stop, done: make(chan struct{})}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -50,7 +52,7 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloud
 	defer func() {
 		fmt.Fprintln(cmd.ErrOrStderr(), "demo: stopping")
 		if err := env.Down(context.Background()); err != nil {
-			fmt.Fprintln(cmd.ErrOrStderr(), "demo: stopping failed, run `clustermap dev down`:", err)
+			fmt.Fprintln(cmd.ErrOrStderr(), "demo: stopping failed, run `clustermap-dev down`:", err)
 		}
 	}()
 
@@ -252,7 +254,7 @@ func demoRequest(ctx context.Context, w io.Writer, dst client.Client, env *deven
 			pod := demoNamespace + "/" + pods.Items[0].Name
 			out, err := env.PodExec(ctx, env.Clusters[1], pod, "curl", "-sS", "--max-time", "2", url)
 			if err == nil {
-				fmt.Fprintf(w, "\n$ clustermap dev exec cluster-2 %s -- curl -s %s\n%s\n", pod, url, strings.TrimSpace(string(out)))
+				fmt.Fprintf(w, "\n$ clustermap-dev exec cluster-2 %s -- curl -s %s\n%s\n", pod, url, strings.TrimSpace(string(out)))
 				return pod, nil
 			}
 			last = strings.TrimSpace(string(out))

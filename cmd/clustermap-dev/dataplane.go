@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -56,6 +58,7 @@ func newDevNode() *cobra.Command {
 	f.StringVar(&fabricPath, "fabric", "", "the environment's fabric.json")
 	f.StringVar(&o.Cluster, "cluster", "", "cluster id")
 	f.StringVar(&o.KubeProxy, "kube-proxy", "", "kube-proxy binary")
+	f.StringVar(&o.Clustermap, "clustermap", "", "clustermap binary (its DNS server runs in the node)")
 	return cmd
 }
 
@@ -112,12 +115,12 @@ func newDevExec(stateDir *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "exec CLUSTER NAMESPACE/POD -- COMMAND [ARG...]",
 		Short: "Run a command in a data plane pod's network (as kubectl exec would)",
-		Example: `  clustermap dev exec cluster-2 default/client-6d4cf56db6-x7k2p -- curl -s nginx.default.svc.clusterset.local
-  clustermap dev exec cluster-2 default/client-6d4cf56db6-x7k2p -- clustermap dev udp 10.202.0.10:53 hello`,
+		Example: `  clustermap-dev exec cluster-2 default/client-6d4cf56db6-x7k2p -- curl -s nginx.default.svc.clusterset.local
+  clustermap-dev exec cluster-2 default/client-6d4cf56db6-x7k2p -- clustermap-dev udp 10.202.0.10:53 hello`,
 		Args: cobra.MinimumNArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 2 {
-				return fmt.Errorf("usage: clustermap dev exec CLUSTER NAMESPACE/POD -- COMMAND [ARG...]")
+				return fmt.Errorf("usage: clustermap-dev exec CLUSTER NAMESPACE/POD -- COMMAND [ARG...]")
 			}
 			ns, err := devenv.PodNetNS(*stateDir, args[0], args[1])
 			if err != nil {

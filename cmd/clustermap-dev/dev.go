@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -20,10 +22,21 @@ import (
 
 const defaultDevDir = ".clustermap/dev"
 
-func newDev() *cobra.Command {
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "clustermap-dev:", err)
+		os.Exit(1)
+	}
+}
+
+// newRoot is the dev environment's command: the lab, apart from the
+// product binary users install (as kwokctl is apart from kwok).
+func newRoot() *cobra.Command {
 	dev := &cobra.Command{
-		Use:   "dev",
-		Short: "Local clusters (kwok) for development, the demo and tests",
+		Use:           "clustermap-dev",
+		Short:         "Local clusters (kwok) with clustermap and the Cloud Map emulator, for development, the demo and tests",
+		SilenceUsage:  true,
+		SilenceErrors: true,
 	}
 	var (
 		opts         devenv.Options
@@ -114,7 +127,7 @@ func printUsage(cmd *cobra.Command, env *devenv.Env) {
 	for _, c := range env.Clusters {
 		fmt.Fprintf(w, "  kubectl --context %s get clusterproperties    # pods %s, services %s\n", c.ID, strings.Join(c.PodCIDRs, ","), strings.Join(c.ServiceCIDRs, ","))
 	}
-	fmt.Fprintln(w, "Stop them with: clustermap dev down")
+	fmt.Fprintln(w, "Stop them with: clustermap-dev down")
 }
 
 // componentClient reaches a local cluster for a component kwokctl runs
