@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/clustermap/clustermap/internal/version.Version=$(
 MCS_API_DIR = $(shell go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 GOTEST_FLAGS ?= -timeout 40m
 
-.PHONY: all tools build image generate crds test soak bench bench-tools demo down clean
+.PHONY: all tools build image generate crds test test-fast soak bench bench-tools demo down clean
 
 all: build
 
@@ -54,18 +54,25 @@ crds:
 	chmod 0644 config/crd/bases/multicluster.x-k8s.io_*.yaml
 	cp config/crd/bases/*.yaml $(CHART)/crds/
 
-## test: every test, on real local clusters built from ./bin; the short
-## fault campaign runs last and alone (it times convergence), printing its counts
+## test: every test: the fast ones and, with the build tag e2e, those that
+## start clusters, network namespaces or emulator processes, or build
+## binaries (from ./bin); the short fault campaign runs last and alone (it
+## times convergence), printing its counts
 test: tools build
-	go vet ./...
-	CLUSTERMAP_BIN_DIR=$(BIN) go test $(GOTEST_FLAGS) $$(go list ./... | grep -v /test/soak)
-	CLUSTERMAP_BIN_DIR=$(BIN) go test $(GOTEST_FLAGS) -v -run TestFaultCampaign ./test/soak/
+	go vet -tags e2e ./...
+	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) $$(go list ./... | grep -v /test/soak)
+	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) -v -run TestFaultCampaign ./test/soak/
+
+## test-fast: the tests that need no cluster, root, tool or built binary
+## (about a minute cold)
+test-fast:
+	go test ./...
 
 ## soak: the full fault campaign over all three modes (about 15 minutes:
 ## 3 clusters, 20 controller kills, Cloud Map down 5 min, throttled 2 min, a
 ## member down 2 min); `make test` runs a short one
 soak: tools build
-	CLUSTERMAP_SOAK=full CLUSTERMAP_BIN_DIR=$(BIN) go test -count=1 -v -run TestFaultCampaign -timeout 60m ./test/soak/
+	CLUSTERMAP_SOAK=full CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e -count=1 -v -run TestFaultCampaign -timeout 60m ./test/soak/
 
 COREDNS_VERSION := v1.13.1
 
@@ -76,7 +83,7 @@ bench-tools:
 
 ## bench: the benchmarks, printing the numbers the issues set targets for
 bench: tools build bench-tools
-	CLUSTERMAP_BIN_DIR=$(BIN) go test -run XXX -bench . -benchtime 1x -timeout 60m ./bench/...
+	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e -run XXX -bench . -benchtime 1x -timeout 60m ./bench/...
 
 ## demo: local clusters with clustermap (see README)
 demo: tools build

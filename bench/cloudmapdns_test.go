@@ -1,3 +1,5 @@
+//go:build e2e
+
 package bench
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // counter reads one of this process's Prometheus counters, summed over labels.
@@ -66,7 +69,7 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 		o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, drift
 	})
 	defer func() { cancel(); _ = wait() }()
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		b.Fatal(err)
 	}

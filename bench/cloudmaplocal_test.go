@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package bench holds benchmarks that print the numbers the issues ask for.
 // Run them with `make bench`.
 package bench

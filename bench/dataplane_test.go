@@ -1,3 +1,5 @@
+//go:build e2e
+
 package bench
 
 import (
@@ -16,10 +18,10 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
-	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // BenchmarkDataplane: two clusters with a real data plane, controllers at
@@ -39,7 +41,7 @@ func BenchmarkDataplane(b *testing.B) {
 	defer func() { cancel(); _ = wait() }()
 	var clients []client.Client
 	for _, c := range env.Clusters {
-		cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
+		cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
 		if err != nil {
 			b.Fatal(err)
 		}

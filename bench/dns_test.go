@@ -1,3 +1,5 @@
+//go:build e2e
+
 package bench
 
 import (
@@ -20,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 func freePort(b *testing.B) int {
@@ -140,7 +142,7 @@ func BenchmarkDNS(b *testing.B) {
 		b.Fatal("bin/coredns is missing: make bench builds it")
 	}
 	env := devenv.ForTest(b, 1)
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package bench
 
 import (
@@ -26,6 +28,7 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // importTracker follows one importing cluster's EndpointSlices: the ready
@@ -75,7 +78,7 @@ func (tr *importTracker) ips(svc string) map[string]bool {
 // service the label names.
 func track(ctx context.Context, b *testing.B, c *devenv.Cluster, manager, serviceLabel string) *importTracker {
 	tr := &importTracker{slices: map[string]map[string]bool{}, owner: map[string]string{}}
-	ca, err := cache.New(c.Config, cache.Options{Scheme: controller.Scheme()})
+	ca, err := cache.New(c.Config, cache.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -200,7 +203,7 @@ func BenchmarkMCS(b *testing.B) {
 	clients := make([]client.Client, 3)
 	for i, c := range env.Clusters {
 		var err error
-		if clients[i], err = client.New(c.Config, client.Options{Scheme: controller.Scheme()}); err != nil {
+		if clients[i], err = client.New(c.Config, client.Options{Scheme: kube.Scheme()}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package bench
 
 import (
@@ -16,6 +18,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/syndicate"
 )
 
@@ -43,7 +46,7 @@ func BenchmarkSyndicate(b *testing.B) {
 		o.MCS, o.Syndicate, o.CreateNamespaces = false, true, true
 	})
 	defer func() { cancel(); _ = wait() }()
-	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package bench
 
 import (
@@ -28,6 +30,7 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/health"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
@@ -154,7 +157,7 @@ func (w *writeCounter) count(kind string) {
 
 func countWrites(ctx context.Context, b *testing.B, c *devenv.Cluster) *writeCounter {
 	wc := &writeCounter{n: map[string]int{}}
-	ca, err := cache.New(c.Config, cache.Options{Scheme: controller.Scheme()})
+	ca, err := cache.New(c.Config, cache.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -231,11 +234,11 @@ func BenchmarkIdle(b *testing.B) {
 	cm := devenv.CloudMapForTest(b, cloudmaplocal.Options{MaxInstancesPerNamespace: 100000})
 	counts, wait := startCounted(ctx, env, cm.URL)
 	defer func() { cancel(); _ = wait() }()
-	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	dst, err := client.New(env.Clusters[1].Config, client.Options{Scheme: controller.Scheme()})
+	dst, err := client.New(env.Clusters[1].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		b.Fatal(err)
 	}

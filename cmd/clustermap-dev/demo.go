@@ -25,11 +25,11 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
-	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 	cmdns "github.com/clustermap/clustermap/internal/dns"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 const demoNamespace, demoService = "default", "nginx"
@@ -75,11 +75,11 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloud
 		}
 	}()
 
-	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		return err
 	}
-	dst, err := client.New(env.Clusters[1].Config, client.Options{Scheme: controller.Scheme()})
+	dst, err := client.New(env.Clusters[1].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		return err
 	}

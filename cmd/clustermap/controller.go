@@ -14,6 +14,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/syndicate"
 )
 
@@ -80,9 +81,9 @@ AWS_SECRET_ACCESS_KEY).`,
 	f.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", controller.DefaultRetryPeriod, "how often the lease is renewed or tried")
 	f.StringVar(&o.LeaderElectionIdentity, "leader-elect-identity", os.Getenv("POD_NAME"), "this replica's name in the leader lease, unique among running replicas and kept across restarts so that a restarted leader takes its lease back at once (default: $POD_NAME, else a random name)")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's)")
-	f.StringVar(&o.StatusNamespace, "status-namespace", controller.DefaultStatusNamespace, "namespace of the status Lease that clustermap status reads (the controller's own)")
+	f.StringVar(&o.StatusNamespace, "status-namespace", kube.DefaultStatusNamespace, "namespace of the status Lease that clustermap status reads (the controller's own)")
 	f.StringSliceVar(&o.Namespaces, "namespaces", nil, "only these namespaces (default: all)")
-	f.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", controller.DefaultExcludeNamespaces, "never these namespaces")
+	f.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", kube.DefaultExcludeNamespaces, "never these namespaces")
 	f.BoolVar(&o.MCS, "mcs", true, "run the Multi-Cluster Services reconcilers")
 	f.BoolVar(&o.CloudMapDNS, "cloudmap-dns", false, "register Services annotated "+cloudmapdns.AnnotationNamespace+" and "+cloudmapdns.AnnotationHostname+" in Cloud Map (ECS-compatible)")
 	f.StringVar(&o.ClusterName, "cluster-name", "", "this cluster's name on Cloud Map instances (default: the cluster.clusterset.k8s.io ClusterProperty, else kube-system's UID)")

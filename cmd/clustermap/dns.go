@@ -14,8 +14,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/clustermap/clustermap/internal/controller"
 	cmdns "github.com/clustermap/clustermap/internal/dns"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 func newDNS() *cobra.Command {
@@ -37,7 +37,7 @@ its informers synced) and metrics (/metrics) are on --health-address.`,
 			ctrl.SetLogger(log)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cfg, err := controller.RESTConfig(kubeconfig, kubeContext)
+			cfg, err := kube.RESTConfig(kubeconfig, kubeContext)
 			if err != nil {
 				return fmt.Errorf("reaching the cluster: %w (pass --kubeconfig and --context, or run in a cluster)", err)
 			}

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/clusterstatus"
-	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 func newStatus() *cobra.Command {
@@ -67,7 +67,7 @@ stuck.`,
 	f.StringSliceVar(&contexts, "context", nil, "kubeconfig contexts, one per cluster (repeat or comma-separate)")
 	f.BoolVar(&all, "all-contexts", false, "every context of the kubeconfig")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
-	f.StringVar(&statusNS, "status-namespace", controller.DefaultStatusNamespace, "the controller's namespace (its status Lease)")
+	f.StringVar(&statusNS, "status-namespace", kube.DefaultStatusNamespace, "the controller's namespace (its status Lease)")
 	return cmd
 }
 
@@ -111,12 +111,12 @@ func contextName(kctx string) string {
 // clusterClient reaches one cluster, with a timeout on every request: a
 // cluster that does not answer is reported, not waited on.
 func clusterClient(kubeconfig, kctx string) (client.Client, error) {
-	cfg, err := controller.RESTConfig(kubeconfig, kctx)
+	cfg, err := kube.RESTConfig(kubeconfig, kctx)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Timeout = 15 * time.Second
-	return client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	return client.New(cfg, client.Options{Scheme: kube.Scheme()})
 }
 
 func allContexts(kubeconfig string) ([]string, error) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/uninstall"
 )
 
@@ -87,7 +87,7 @@ stay, and are named).`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	f.StringSliceVar(&contexts, "context", nil, "kubeconfig contexts of the clusters to uninstall from")
 	f.BoolVar(&all, "all-contexts", false, "every context of the kubeconfig")
-	f.StringVar(&namespace, "namespace", controller.DefaultStatusNamespace, "the controller's namespace")
+	f.StringVar(&namespace, "namespace", kube.DefaultStatusNamespace, "the controller's namespace")
 	f.StringVar(&phase, "phase", "all", "all, or one of withdraw, stop, cleanup")
 	f.BoolVar(&force, "force", false, "drop finalizers a stopped controller cannot remove (their Cloud Map records stay)")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long each phase may wait")

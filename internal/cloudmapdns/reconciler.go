@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -57,23 +56,18 @@ const (
 	ReasonCloudMapError     = "CloudMapError"
 )
 
-var instancesChanged = func() *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "clustermap_cloudmapdns_instances_total",
-		Help: "Instances registered and deregistered in Cloud Map DNS namespaces, by action (registered, deregistered, restored, stale_removed).",
-	}, []string{"action"})
-	metrics.Registry.MustRegister(c)
-	return c
-}()
+var instancesChanged = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "clustermap_cloudmapdns_instances_total",
+	Help: "Instances registered and deregistered in Cloud Map DNS namespaces, by action (registered, deregistered, restored, stale_removed).",
+}, []string{"action"})
 
-var driftCycles = func() prometheus.Counter {
-	c := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "clustermap_cloudmapdns_drift_cycles_total",
-		Help: "Drift checks started (every registered Service re-read from Cloud Map).",
-	})
-	metrics.Registry.MustRegister(c)
-	return c
-}()
+var driftCycles = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "clustermap_cloudmapdns_drift_cycles_total",
+	Help: "Drift checks started (every registered Service re-read from Cloud Map).",
+})
+
+// Metrics are this mode's collectors, registered by Setup.
+func Metrics() []prometheus.Collector { return []prometheus.Collector{instancesChanged, driftCycles} }
 
 // Reconciler registers annotated Services' ready endpoints in Cloud Map.
 type Reconciler struct {

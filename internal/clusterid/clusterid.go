@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,4 +51,22 @@ func Read(ctx context.Context, c client.Reader) (Identity, error) {
 		*into = cp.Spec.Value
 	}
 	return id, Validate(id)
+}
+
+// Name is how this cluster names itself where no clusterset identity is
+// needed (Cloud Map DNS instances): flag when set, else the
+// cluster.clusterset.k8s.io ClusterProperty, else kube-system's UID.
+func Name(ctx context.Context, c client.Reader, flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	cp := &aboutv1alpha1.ClusterProperty{}
+	if err := c.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp); err == nil && cp.Spec.Value != "" {
+		return cp.Spec.Value, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns); err != nil {
+		return "", fmt.Errorf("naming this cluster: pass --cluster-name (reading kube-system: %w)", err)
+	}
+	return string(ns.UID), nil
 }

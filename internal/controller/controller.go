@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -18,33 +17,23 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/clusterid"
-	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/internal/health"
-	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/mcs"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/internal/syndicate"
 	"github.com/clustermap/clustermap/internal/version"
@@ -166,14 +155,10 @@ const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/na
 var setRootLogger sync.Once
 
 // cloudMapCalls counts Cloud Map calls (HTTP attempts) for /metrics.
-var cloudMapCalls = func() *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "clustermap_cloudmap_calls_total",
-		Help: "Cloud Map API calls, retries included, by operation and result (ok or error).",
-	}, []string{"operation", "result"})
-	metrics.Registry.MustRegister(c)
-	return c
-}()
+var cloudMapCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "clustermap_cloudmap_calls_total",
+	Help: "Cloud Map API calls, retries included, by operation and result (ok or error).",
+}, []string{"operation", "result"})
 
 func countCall(op string, err error) {
 	result := "ok"
@@ -194,53 +179,11 @@ const (
 	DefaultCloudMapDataBurst = 400
 )
 
-// Events on the status Lease about peer kubeconfig files.
-const (
-	ReasonPeerKubeconfigRefused = "PeerKubeconfigRefused"
-	ReasonPeerKubeconfigInvalid = "PeerKubeconfigInvalid"
-)
-
-// DefaultExcludeNamespaces are the system namespaces left alone by default.
-var DefaultExcludeNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
-
-// Scheme knows every type the controller reads or writes.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(mcsv1beta1.Install(s))
-	utilruntime.Must(aboutv1alpha1.AddToScheme(s))
-	return s
-}
-
 func restConfig(o Options) (*rest.Config, error) {
 	if o.Config != nil {
 		return o.Config, nil
 	}
-	return RESTConfig(o.Kubeconfig, o.Context)
-}
-
-// RESTConfig reaches a cluster through a kubeconfig file and context, or
-// in-cluster (or $KUBECONFIG) when both are empty.
-func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
-	if kubeconfig == "" && context == "" {
-		return ctrl.GetConfig()
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
-	if err != nil {
-		return nil, err
-	}
-	// As ctrl.GetConfig does in a cluster: no client-side limit, the
-	// apiserver's priority and fairness instead. client-go's default (5
-	// requests/s, bursts of 10) made a controller that comes back to a
-	// backlog write its imports, replicas and finalizers 5 a second.
-	if cfg.QPS == 0 {
-		cfg.QPS = -1
-	}
-	return cfg, nil
+	return kube.RESTConfig(o.Kubeconfig, o.Context)
 }
 
 // Run runs the controller until ctx ends.
@@ -260,7 +203,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  Scheme(),
+		Scheme:                  kube.Scheme(),
 		Logger:                  log,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.ProbeAddr,
@@ -281,7 +224,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	inScope := namespaceFilter(o.Namespaces, o.ExcludeNamespaces)
+	inScope := kube.NamespaceFilter(o.Namespaces, o.ExcludeNamespaces)
 	recorder := mgr.GetEventRecorderFor("clustermap")
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
@@ -292,13 +235,14 @@ func Run(ctx context.Context, o Options) error {
 	reporter := &health.Reporter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.StatusNamespace,
 		Holder: holderName(), Version: version.Version, Modes: modes(o), Log: log.WithName("status")}
 	if reporter.Namespace == "" {
-		reporter.Namespace = DefaultStatusNamespace
+		reporter.Namespace = kube.DefaultStatusNamespace
 	}
 	if err := mgr.Add(reporter); err != nil {
 		return err
 	}
 	var sd *servicediscovery.Client
 	if o.MCS || o.CloudMapDNS {
+		kube.Register(metrics.Registry, cloudMapCalls)
 		if sd, err = cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, Credentials: o.CloudMapCredentials, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
 			DataQPS: o.CloudMapDataQPS, DataBurst: o.CloudMapDataBurst,
 			OnCall: func(op string, err error) {
@@ -311,99 +255,34 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if o.MCS {
-		if err := setupMCS(mgr, sd, o, inScope, recorder, reporter); err != nil {
+		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
+			Namespaces: inScope, Recorder: recorder, Log: log,
+			OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) }, OnRead: reporter.CloudMapRead}); err != nil {
 			return err
 		}
 	}
 	if o.CloudMapDNS {
-		cluster, err := clusterName(ctx, mgr.GetAPIReader(), o.ClusterName)
+		cluster, err := cloudmapdns.Setup(ctx, mgr, cloudmapdns.Options{CloudMap: sd, ClusterName: o.ClusterName, TTL: o.DNSTTL, DriftPeriod: o.DriftPeriod,
+			Namespaces: inScope, Recorder: recorder, Metrics: metrics.Registry, Log: log})
 		if err != nil {
 			return err
 		}
-		log.Info("registering annotated Services in Cloud Map", "cluster", cluster)
 		reporter.SetCluster(cluster)
-		if err := (&cloudmapdns.Reconciler{Client: mgr.GetClient(), CloudMap: sd, Cluster: cluster, TTL: o.DNSTTL, DriftPeriod: o.DriftPeriod,
-			Recorder: recorder, Namespaces: inScope}).SetupWithManager(mgr); err != nil {
-			return err
-		}
 	}
 	if o.Syndicate {
-		cluster := o.ClusterName
-		if cluster == "" {
-			cp := &aboutv1alpha1.ClusterProperty{}
-			if err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp); err != nil || cp.Spec.Value == "" {
-				return errors.New("--syndicate needs this cluster's name: pass --cluster-name, the name peers' kubeconfig files use for it")
-			}
-			cluster = cp.Spec.Value
-		}
-		log.Info("replicating Services to peers", "cluster", cluster, "peers", o.PeersDir)
-		peers := &syndicate.Peers{Dir: o.PeersDir, Scheme: mgr.GetScheme(), Log: log.WithName("peers"),
-			Namespaces: o.Namespaces, ExcludeNamespaces: o.ExcludeNamespaces, AllowExecPlugins: o.AllowExecPlugins}
-		reporter.SetCluster(cluster)
-		reporter.PeersDown = peers.Down
-		// Said where `kubectl describe` of the status Lease shows it: the
-		// files have no Kubernetes object of their own.
-		statusLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: reporter.Namespace, Name: health.LeaseName}}
-		peers.OnBroken = func(peer, file string, err error) {
-			reason := ReasonPeerKubeconfigInvalid
-			if errors.Is(err, syndicate.ErrExecPlugin) {
-				reason = ReasonPeerKubeconfigRefused
-			}
-			recorder.Eventf(statusLease, corev1.EventTypeWarning, reason, "peer %s (%s): %v; the peer counts as down and its replicas here are kept until the file is fixed", peer, file, err)
-		}
-		if err := (&syndicate.Reconciler{Client: mgr.GetClient(), Cluster: cluster, Peers: peers, Recorder: recorder, Namespaces: inScope,
-			CreateNamespaces: o.CreateNamespaces, Grace: o.PeerGrace}).SetupWithManager(mgr); err != nil {
+		cluster, peers, err := syndicate.Setup(ctx, mgr, syndicate.Options{ClusterName: o.ClusterName, PeersDir: o.PeersDir,
+			Namespaces: o.Namespaces, ExcludeNamespaces: o.ExcludeNamespaces, InScope: inScope, CreateNamespaces: o.CreateNamespaces,
+			Grace: o.PeerGrace, AllowExecPlugins: o.AllowExecPlugins, Recorder: recorder,
+			EventsOn: &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: reporter.Namespace, Name: health.LeaseName}},
+			Metrics:  metrics.Registry, Log: log})
+		if err != nil {
 			return err
 		}
+		reporter.SetCluster(cluster)
+		reporter.PeersDown = peers.Down
 	}
 	return mgr.Start(ctx)
 }
-
-// setupMCS adds the export and import reconcilers, which start once the
-// cluster identity is valid.
-func setupMCS(mgr manager.Manager, sd *servicediscovery.Client, o Options, inScope func(string) bool, recorder record.EventRecorder, reporter *health.Reporter) error {
-	log := o.Log
-	gate := &clusterid.Gate{}
-	view := imports.NewView()
-	// The registry and its watcher start once the identity is valid.
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		id, err := waitIdentity(ctx, mgr.GetAPIReader(), recorder, log)
-		if err != nil {
-			return nil // ctx ended
-		}
-		backend := cloudmap.New(sd, id.ClusterSet, id.ClusterID, "clustermap "+version.Version, log.WithName("cloudmap"))
-		backend.RecordVersion = o.RecordVersion
-		watcher := cloudmap.NewWatcher(backend, view.Set, o.Watch)
-		watcher.OnSynced = view.MarkSynced
-		watcher.OnUnreadable = view.SetUnreadable
-		watcher.OnRead = reporter.CloudMapRead
-		reporter.SetCluster(id.ClusterID)
-		gate.Open(id, backend, watcher.Notify)
-		log.Info("cluster identity known; exporting and importing", "cluster", id.ClusterID, "clusterset", id.ClusterSet)
-		return watcher.Start(ctx)
-	})); err != nil {
-		return err
-	}
-	if err := (&export.Reconciler{Client: mgr.GetClient(), Gate: gate, Recorder: recorder, Namespaces: inScope}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&imports.Reconciler{Client: mgr.GetClient(), Gate: gate, View: view, Recorder: recorder, Namespaces: inScope}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	// Ready only with a valid identity: until then nothing is exported. It
-	// is read here rather than taken from the gate, which opens on the
-	// leader only: a standby replica must be ready too.
-	if err := mgr.AddReadyzCheck("identity", func(r *http.Request) error {
-		_, err := clusterid.Read(r.Context(), mgr.GetAPIReader())
-		return err
-	}); err != nil {
-		return err
-	}
-	return nil
-}
-
-// DefaultStatusNamespace is where the status Lease goes unless told.
-const DefaultStatusNamespace = "clustermap-system"
 
 func modes(o Options) []string {
 	var m []string
@@ -426,63 +305,3 @@ func holderName() string {
 // Events, and this cluster's name from its ClusterProperty.
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=about.k8s.io,resources=clusterproperties,verbs=get
-
-// clusterName is how this cluster names itself on Cloud Map instances.
-func clusterName(ctx context.Context, c client.Reader, flag string) (string, error) {
-	if flag != "" {
-		return flag, nil
-	}
-	cp := &aboutv1alpha1.ClusterProperty{}
-	if err := c.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp); err == nil && cp.Spec.Value != "" {
-		return cp.Spec.Value, nil
-	}
-	ns := &corev1.Namespace{}
-	if err := c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns); err != nil {
-		return "", fmt.Errorf("naming this cluster: pass --cluster-name (reading kube-system: %w)", err)
-	}
-	return string(ns.UID), nil
-}
-
-// waitIdentity polls the ClusterProperties until they are valid, saying
-// why not (log, Event on the ClusterProperty, readiness) each time the
-// reason changes.
-func waitIdentity(ctx context.Context, c client.Reader, rec record.EventRecorder, log logr.Logger) (clusterid.Identity, error) {
-	last := ""
-	for {
-		id, err := clusterid.Read(ctx, c)
-		if err == nil {
-			return id, nil
-		}
-		if err.Error() != last {
-			last = err.Error()
-			log.Error(err, "not exporting or importing until the cluster identity is valid")
-			for _, name := range []string{aboutv1alpha1.ClusterIDProperty, aboutv1alpha1.ClusterSetProperty} {
-				cp := &aboutv1alpha1.ClusterProperty{}
-				if c.Get(ctx, client.ObjectKey{Name: name}, cp) == nil {
-					rec.Event(cp, corev1.EventTypeWarning, "InvalidClusterIdentity", err.Error())
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return id, ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-func namespaceFilter(include, exclude []string) func(string) bool {
-	inc, exc := map[string]bool{}, map[string]bool{}
-	for _, n := range include {
-		inc[n] = true
-	}
-	for _, n := range exclude {
-		exc[n] = true
-	}
-	return func(ns string) bool {
-		if exc[ns] {
-			return false
-		}
-		return len(inc) == 0 || inc[ns] || ns == ""
-	}
-}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // StartControllers runs `clustermap controller` for every cluster in this
@@ -27,7 +28,7 @@ func (e *Env) StartControllers(ctx context.Context, cloudMapURL string, log func
 			// The shipped call budgets: the lab runs as users do.
 			CloudMapQPS: controller.DefaultCloudMapQPS, CloudMapBurst: controller.DefaultCloudMapBurst,
 			CloudMapDataQPS: controller.DefaultCloudMapDataQPS, CloudMapDataBurst: controller.DefaultCloudMapDataBurst,
-			MetricsAddr: "0", ProbeAddr: "0", ExcludeNamespaces: controller.DefaultExcludeNamespaces,
+			MetricsAddr: "0", ProbeAddr: "0", ExcludeNamespaces: kube.DefaultExcludeNamespaces,
 			Log: log(c).WithName(c.ID),
 		}
 		if tune != nil {
@@ -35,7 +36,7 @@ func (e *Env) StartControllers(ctx context.Context, cloudMapURL string, log func
 		}
 		// The controller's namespace, as an install makes it: the status
 		// Lease goes there.
-		if err := ensureNamespace(ctx, c, controller.DefaultStatusNamespace); err != nil {
+		if err := ensureNamespace(ctx, c, kube.DefaultStatusNamespace); err != nil {
 			done <- err
 			continue
 		}

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package dns_test
 
 import (
@@ -17,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	cmdns "github.com/clustermap/clustermap/internal/dns"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 const zone = "clusterset.local."
@@ -97,7 +99,7 @@ func answers(r *dns.Msg) string {
 
 func TestDNSServesImports(t *testing.T) {
 	env := devenv.ForTest(t, 1)
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	mustDo(t, err)
 	ctx := context.Background()
 	mustDo(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}))

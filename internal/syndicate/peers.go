@@ -26,17 +26,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-var peerUp = func() *prometheus.GaugeVec {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "clustermap_syndicate_peer_up",
-		Help: "1 when a peer cluster's API server answers and its caches are synced, 0 otherwise.",
-	}, []string{"peer"})
-	metrics.Registry.MustRegister(g)
-	return g
-}()
+var peerUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "clustermap_syndicate_peer_up",
+	Help: "1 when a peer cluster's API server answers and its caches are synced, 0 otherwise.",
+}, []string{"peer"})
 
 // Peer is one cluster from the peers directory: a cache of its Services
 // and EndpointSlices for reads, a direct client for writes.

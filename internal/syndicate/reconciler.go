@@ -24,19 +24,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
-var writes = func() *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "clustermap_syndicate_writes_total",
-		Help: "Writes of replicas and EndpointSlices, by cluster (local or a peer's name) and result (ok or error).",
-	}, []string{"cluster", "result"})
-	metrics.Registry.MustRegister(c)
-	return c
-}()
+var writes = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "clustermap_syndicate_writes_total",
+	Help: "Writes of replicas and EndpointSlices, by cluster (local or a peer's name) and result (ok or error).",
+}, []string{"cluster", "result"})
+
+// Metrics are this mode's collectors, registered by Setup.
+func Metrics() []prometheus.Collector { return []prometheus.Collector{writes, peerUp} }
 
 // DefaultGrace is how long replicas from a removed peer stay by default.
 const DefaultGrace = 10 * time.Minute

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -9,8 +11,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // What `kubectl apply -k` does on a fresh cluster: kustomize builds the
@@ -20,7 +22,7 @@ import (
 // validated, nothing stored).
 func TestKustomizeApplies(t *testing.T) {
 	env := devenv.ForTest(t, 1)
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package e2e runs clustermap on local clusters against the Cloud Map
 // emulator and checks what each cluster ends up holding.
 package e2e
@@ -30,6 +32,7 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
 
@@ -60,7 +63,7 @@ func worldWithoutControllers(t *testing.T, n int, cmOpts cloudmaplocal.Options) 
 // connect makes a client per cluster.
 func (w *world) connect(t *testing.T) {
 	for _, c := range w.env.Clusters {
-		cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
+		cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -21,6 +23,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 func freeAddr(t *testing.T) string {
@@ -37,7 +40,7 @@ func freeAddr(t *testing.T) string {
 func TestInvalidIdentityExportsNothing(t *testing.T) {
 	env := devenv.ForTest(t, 1)
 	cm := devenv.CloudMapForTest(t, cloudmaplocal.Options{})
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: controller.Scheme()})
+	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	mustDo(t, err)
 	ctx := context.Background()
 	prop := &aboutv1alpha1.ClusterProperty{}

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -13,6 +15,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // A leader killed and restarted in place (same pod, so same identity)
@@ -23,22 +26,22 @@ func TestRestartedLeaderTakesItsLeaseBack(t *testing.T) {
 	w := worldWithoutControllers(t, 1, cloudmaplocal.Options{})
 	ctx := context.Background()
 	cl := w.clients[0]
-	namespace(t, cl, controller.DefaultStatusNamespace)
+	namespace(t, cl, kube.DefaultStatusNamespace)
 	// The lease as a leader killed a moment ago left it.
 	renewed := metav1.NewMicroTime(time.Now().Add(-time.Second))
 	mustDo(t, cl.Create(ctx, &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: controller.LeaderElectionID, Namespace: controller.DefaultStatusNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: controller.LeaderElectionID, Namespace: kube.DefaultStatusNamespace},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("replica-a"), LeaseDurationSeconds: ptr.To[int32](3600),
 			AcquireTime: &renewed, RenewTime: &renewed, LeaseTransitions: ptr.To[int32](3)},
 	}))
 
 	stop := w.startControllers(t, func(o *controller.Options) {
-		o.LeaderElect, o.LeaderElectionNamespace, o.LeaderElectionIdentity = true, controller.DefaultStatusNamespace, "replica-a"
+		o.LeaderElect, o.LeaderElectionNamespace, o.LeaderElectionIdentity = true, kube.DefaultStatusNamespace, "replica-a"
 	})
 	defer stop()
 	eventually(t, 30*time.Second, "the restarted leader renews its own lease", func() error {
 		l := &coordinationv1.Lease{}
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: controller.DefaultStatusNamespace, Name: controller.LeaderElectionID}, l); err != nil {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: kube.DefaultStatusNamespace, Name: controller.LeaderElectionID}, l); err != nil {
 			return err
 		}
 		s := l.Spec

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -19,6 +21,8 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/health"
+	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/syndicate"
 )
 
 // A controller that starts while a peer is down, and sees that peer's
@@ -108,8 +112,8 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 		u.Exec = &clientcmdapi.ExecConfig{APIVersion: "client.authentication.k8s.io/v1", Command: "/bin/sh", Args: []string{"-c", "touch " + marker}, InteractiveMode: clientcmdapi.NeverExecInteractiveMode}
 	}
 	mustDo(t, clientcmd.WriteToFile(*cfg, peerFile))
-	eventually(t, 30*time.Second, "PeerKubeconfigRefused Event", wantEvent(one, controller.DefaultStatusNamespace, health.LeaseName,
-		controller.ReasonPeerKubeconfigRefused, corev1.EventTypeWarning, "--allow-exec-plugins"))
+	eventually(t, 30*time.Second, "PeerKubeconfigRefused Event", wantEvent(one, kube.DefaultStatusNamespace, health.LeaseName,
+		syndicate.ReasonPeerKubeconfigRefused, corev1.EventTypeWarning, "--allow-exec-plugins"))
 	for start := time.Now(); time.Since(start) < 2*grace; time.Sleep(time.Second) {
 		mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
 	}
@@ -122,8 +126,8 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 	}
 	// One that does not parse: the same, with its own reason.
 	mustDo(t, os.WriteFile(peerFile, []byte("apiVersion: v1\nclusters: [\n"), 0o600))
-	eventually(t, 30*time.Second, "PeerKubeconfigInvalid Event", wantEvent(one, controller.DefaultStatusNamespace, health.LeaseName,
-		controller.ReasonPeerKubeconfigInvalid, corev1.EventTypeWarning, "cluster-2.yaml"))
+	eventually(t, 30*time.Second, "PeerKubeconfigInvalid Event", wantEvent(one, kube.DefaultStatusNamespace, health.LeaseName,
+		syndicate.ReasonPeerKubeconfigInvalid, corev1.EventTypeWarning, "cluster-2.yaml"))
 	mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
 	mustDo(t, os.WriteFile(peerFile, data, 0o600))
 	scale(t, two, "web", "from2", 1)

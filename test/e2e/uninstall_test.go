@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -25,6 +27,7 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/health"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/syndicate"
 )
 
@@ -120,7 +123,7 @@ func TestUninstall(t *testing.T) {
 				t.Errorf("%s: %d EndpointSlices of %s left", id, len(sl.Items), m)
 			}
 		}
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: controller.DefaultStatusNamespace, Name: health.LeaseName}, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: kube.DefaultStatusNamespace, Name: health.LeaseName}, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
 			t.Errorf("%s: the status Lease is left (%v)", id, err)
 		}
 	}

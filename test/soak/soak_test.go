@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package soak is the fault campaign: clusters running the real
 // controller binary in all three modes (MCS, Cloud Map DNS registration,
 // syndication) under bulk exports and pod churn, while controllers are
@@ -32,6 +34,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/kube"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -154,13 +157,13 @@ func start(t *testing.T, s settings) *fleet {
 	env := devenv.ForTest(t, s.clusters)
 	f := &fleet{s: s, env: env, down: map[int]bool{}, w: newWorkload(), ownCalls: map[string]int{}}
 	for _, c := range env.Clusters {
-		cl, err := client.New(c.Config, client.Options{Scheme: controller.Scheme()})
+		cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.clients = append(f.clients, cl)
 		f.ids = append(f.ids, c.ID)
-		for _, ns := range []string{nsMCS, nsSyn, nsDNS, controller.DefaultStatusNamespace} {
+		for _, ns := range []string{nsMCS, nsSyn, nsDNS, kube.DefaultStatusNamespace} {
 			mustDo(t, createNamespace(cl, ns))
 		}
 	}
@@ -195,7 +198,7 @@ func start(t *testing.T, s settings) *fleet {
 			// kept across its restarts as a pod's name is.
 			ps = append(ps, supervise(t, dir, name, append([]string{"POD_NAME=" + name}, awsEnv...), filepath.Join(devenv.BinDir(), "clustermap"), "controller",
 				"--kubeconfig", env.Kubeconfig, "--context", c.ID, "--cloudmap-endpoint", f.cmURL,
-				"--leader-elect", "--leader-election-namespace", controller.DefaultStatusNamespace,
+				"--leader-elect", "--leader-election-namespace", kube.DefaultStatusNamespace,
 				"--cloudmap-dns", "--syndicate", "--peers-dir", peers[c.ID], "--cluster-name", c.ID,
 				"--namespaces", strings.Join([]string{nsMCS, nsSyn, nsDNS}, ","),
 				"--metrics-bind-address", "0", "--health-probe-bind-address", "0"))

@@ -1,4 +1,4 @@
-package controller
+package kube
 
 import (
 	"os"
@@ -7,8 +7,8 @@ import (
 )
 
 func TestNamespaceFilter(t *testing.T) {
-	all := namespaceFilter(nil, DefaultExcludeNamespaces)
-	only := namespaceFilter([]string{"a", "kube-system"}, DefaultExcludeNamespaces)
+	all := NamespaceFilter(nil, DefaultExcludeNamespaces)
+	only := NamespaceFilter([]string{"a", "kube-system"}, DefaultExcludeNamespaces)
 	for ns, want := range map[string][2]bool{
 		"default": {true, false}, "a": {true, true}, "kube-system": {false, false}, "": {true, true},
 	} {

@@ -1,0 +1,113 @@
+// Package mcs wires the Multi-Cluster Services mode: this cluster's
+// ServiceExports are published to the registry (export), every cluster's
+// exports are watched, merged and written as imports (imports). Nothing is
+// exported or imported until the cluster's identity is valid.
+package mcs
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	servicediscovery "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
+	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/export"
+	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+// Options of the MCS mode.
+type Options struct {
+	CloudMap *servicediscovery.Client
+	Watch    cloudmap.WatchOptions
+	// Controller names the writer on Cloud Map records.
+	Controller string
+	// RecordVersion, when set, is the Cloud Map record format to write
+	// instead of this release's: version-skew tests run a cluster as an
+	// older (or newer) release would.
+	RecordVersion int
+	Namespaces    func(string) bool
+	Recorder      record.EventRecorder
+	// OnIdentity hears the identity once it is valid; OnRead how each read
+	// of the registry went (the status Lease reports both).
+	OnIdentity func(clusterid.Identity)
+	OnRead     func(error)
+	Log        logr.Logger
+}
+
+// Setup adds the export and import reconcilers, and the registry watcher
+// that starts once the cluster identity is valid.
+func Setup(mgr manager.Manager, o Options) error {
+	gate := &clusterid.Gate{}
+	view := imports.NewView()
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		id, err := waitIdentity(ctx, mgr.GetAPIReader(), o.Recorder, o.Log)
+		if err != nil {
+			return nil // ctx ended
+		}
+		backend := cloudmap.New(o.CloudMap, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap"))
+		backend.RecordVersion = o.RecordVersion
+		watcher := cloudmap.NewWatcher(backend, view.Set, o.Watch)
+		watcher.OnSynced = view.MarkSynced
+		watcher.OnUnreadable = view.SetUnreadable
+		watcher.OnRead = o.OnRead
+		if o.OnIdentity != nil {
+			o.OnIdentity(id)
+		}
+		gate.Open(id, backend, watcher.Notify)
+		o.Log.Info("cluster identity known; exporting and importing", "cluster", id.ClusterID, "clusterset", id.ClusterSet)
+		return watcher.Start(ctx)
+	})); err != nil {
+		return err
+	}
+	if err := (&export.Reconciler{Client: mgr.GetClient(), Gate: gate, Recorder: o.Recorder, Namespaces: o.Namespaces}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&imports.Reconciler{Client: mgr.GetClient(), Gate: gate, View: view, Recorder: o.Recorder, Namespaces: o.Namespaces}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	// Ready only with a valid identity: until then nothing is exported. It
+	// is read here rather than taken from the gate, which opens on the
+	// leader only: a standby replica must be ready too.
+	return mgr.AddReadyzCheck("identity", func(r *http.Request) error {
+		_, err := clusterid.Read(r.Context(), mgr.GetAPIReader())
+		return err
+	})
+}
+
+// identityPoll is how often the ClusterProperties are read until valid.
+const identityPoll = 2 * time.Second
+
+// waitIdentity polls the ClusterProperties until they are valid, saying
+// why not (log, Event on the ClusterProperty, readiness) each time the
+// reason changes.
+func waitIdentity(ctx context.Context, c client.Reader, rec record.EventRecorder, log logr.Logger) (clusterid.Identity, error) {
+	var id clusterid.Identity
+	last := ""
+	err := wait.PollUntilContextCancel(ctx, identityPoll, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if id, err = clusterid.Read(ctx, c); err == nil {
+			return true, nil
+		}
+		if err.Error() != last {
+			last = err.Error()
+			log.Error(err, "not exporting or importing until the cluster identity is valid")
+			for _, name := range []string{aboutv1alpha1.ClusterIDProperty, aboutv1alpha1.ClusterSetProperty} {
+				cp := &aboutv1alpha1.ClusterProperty{}
+				if c.Get(ctx, client.ObjectKey{Name: name}, cp) == nil {
+					rec.Event(cp, corev1.EventTypeWarning, "InvalidClusterIdentity", err.Error())
+				}
+			}
+		}
+		return false, nil
+	})
+	return id, err
+}
