@@ -97,10 +97,11 @@ func BenchmarkWatcherStorm(b *testing.B) {
 	}
 	synced := make(chan struct{})
 	var heard sync.Map
-	w := cloudmap.NewWatcher(cloudmap.New(c, "set", "c2", "bench", logr.Discard()),
-		func(k registry.Key, e []registry.Export) { heard.Store(k, len(e)) }, cloudmap.WatchOptions{SweepInterval: 4 * time.Minute})
-	w.OnSynced = func() { close(synced) }
-	go func() { _ = w.Start(ctx) }()
+	reg := cloudmap.New(c, "set", "c2", "bench", logr.Discard())
+	reg.WatchOptions = cloudmap.WatchOptions{SweepInterval: 4 * time.Minute}
+	go func() {
+		_ = reg.Watch(ctx, registry.SinkFuncs{OnSet: func(k registry.Key, e []registry.Export) { heard.Store(k, len(e)) }, OnSynced: func() { close(synced) }})
+	}()
 	<-synced
 	time.Sleep(30 * time.Second) // the first reads settle
 

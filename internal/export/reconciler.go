@@ -72,7 +72,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	logger := log.FromContext(ctx)
-	id, reg, notify, open := r.Gate.Get()
+	id, reg, open := r.Gate.Get()
 	if !open {
 		// Nothing is exported until the cluster knows who it is.
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
@@ -91,7 +91,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := reg.Withdraw(ctx, key); err != nil {
 			return r.retry(ctx, se, before, err)
 		}
-		notify(key)
 		controllerutil.RemoveFinalizer(se, Finalizer)
 		logger.Info("export withdrawn", "service", key.String())
 		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, se))
@@ -107,12 +106,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	err := r.Client.Get(ctx, req.NamespacedName, svc)
 	switch {
 	case apierrors.IsNotFound(err):
-		return r.invalid(ctx, se, before, reg, notify, mcsv1beta1.ServiceExportReasonNoService,
+		return r.invalid(ctx, se, before, reg, mcsv1beta1.ServiceExportReasonNoService,
 			fmt.Sprintf("Service %s does not exist: create it, or delete this ServiceExport", key))
 	case err != nil:
 		return reconcile.Result{}, err
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:
-		return r.invalid(ctx, se, before, reg, notify, mcsv1beta1.ServiceExportReasonInvalidServiceType,
+		return r.invalid(ctx, se, before, reg, mcsv1beta1.ServiceExportReasonInvalidServiceType,
 			fmt.Sprintf("Service %s is of type ExternalName, which cannot be exported", key))
 	}
 	slices := &discoveryv1.EndpointSliceList{}
@@ -124,7 +123,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := reg.Publish(ctx, e); err != nil {
 		return r.retry(ctx, se, before, err)
 	}
-	notify(key)
 	ready := 0
 	for _, ep := range e.Endpoints {
 		if ep.Ready {
@@ -138,7 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // invalid reports a ServiceExport that cannot be exported and withdraws
 // whatever it had published: its Service is gone or cannot be exported.
-func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus, reg registry.Registry, notify func(registry.Key),
+func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus, reg registry.Registry,
 	reason mcsv1beta1.ServiceExportConditionReason, msg string) (reconcile.Result, error) {
 	if setCondition(se, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse, reason, msg) {
 		r.Recorder.Event(se, corev1.EventTypeWarning, string(reason), msg)
@@ -149,7 +147,6 @@ func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, 
 	if err := reg.Withdraw(ctx, key); err != nil && !errors.Is(err, registry.ErrPending) {
 		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se, before))
 	}
-	notify(key)
 	return reconcile.Result{}, r.updateStatus(ctx, se, before)
 }
 

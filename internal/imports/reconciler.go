@@ -48,17 +48,19 @@ type View struct {
 	synced atomic.Bool
 }
 
-// MarkSynced says the view now holds every service of the registry.
-func (v *View) MarkSynced() { v.synced.Store(true) }
+var _ registry.Sink = (*View)(nil)
+
+// Synced says the view now holds every service of the registry.
+func (v *View) Synced() { v.synced.Store(true) }
 
 // NewView makes an empty view.
 func NewView() *View {
 	return &View{exports: map[registry.Key][]registry.Export{}, unreadable: map[registry.Key]bool{}, events: make(chan event.GenericEvent, 4096)}
 }
 
-// SetUnreadable says a service could not be read: nothing of its import is
+// Unreadable says a service could not be read: nothing of its import is
 // changed or removed until Set says what it is.
-func (v *View) SetUnreadable(key registry.Key) {
+func (v *View) Unreadable(key registry.Key) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.unreadable[key] = true
@@ -158,7 +160,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !r.Namespaces(req.Namespace) {
 		return reconcile.Result{}, nil
 	}
-	if _, _, _, open := r.Gate.Get(); !open {
+	if _, _, open := r.Gate.Get(); !open {
 		// Come back once the identity is known: a stale import must still
 		// be found and removed then.
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
@@ -381,7 +383,7 @@ func (r *Reconciler) reportInvalid(si *mcsv1beta1.ServiceImport, key registry.Ke
 // the service, if it exports it: every cluster sees the same merge, so every
 // disagreeing export in every cluster gets it.
 func (r *Reconciler) reportConflicts(ctx context.Context, key registry.Key, m merge.Result) error {
-	id, _, _, _ := r.Gate.Get()
+	id, _, _ := r.Gate.Get()
 	exporting := false
 	for _, e := range m.Exports {
 		exporting = exporting || e.Cluster == id.ClusterID

@@ -21,11 +21,15 @@ import (
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
 
 // Options of the MCS mode.
 type Options struct {
+	// Registry, when set, makes the registry of a cluster instead of Cloud
+	// Map (tests: a memory registry).
+	Registry func(clusterid.Identity) registry.Registry
 	CloudMap *servicediscovery.Client
 	Watch    cloudmap.WatchOptions
 	// Controller names the writer on Cloud Map records.
@@ -53,18 +57,20 @@ func Setup(mgr manager.Manager, o Options) error {
 		if err != nil {
 			return nil // ctx ended
 		}
-		backend := cloudmap.New(o.CloudMap, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap"))
-		backend.RecordVersion = o.RecordVersion
-		watcher := cloudmap.NewWatcher(backend, view.Set, o.Watch)
-		watcher.OnSynced = view.MarkSynced
-		watcher.OnUnreadable = view.SetUnreadable
-		watcher.OnRead = o.OnRead
+		var reg registry.Registry
+		if o.Registry != nil {
+			reg = o.Registry(id)
+		} else {
+			backend := cloudmap.New(o.CloudMap, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap"))
+			backend.RecordVersion, backend.WatchOptions, backend.OnRead = o.RecordVersion, o.Watch, o.OnRead
+			reg = backend
+		}
 		if o.OnIdentity != nil {
 			o.OnIdentity(id)
 		}
-		gate.Open(id, backend, watcher.Notify)
+		gate.Open(id, reg)
 		o.Log.Info("cluster identity known; exporting and importing", "cluster", id.ClusterID, "clusterset", id.ClusterSet)
-		return watcher.Start(ctx)
+		return reg.Watch(ctx, view)
 	})); err != nil {
 		return err
 	}

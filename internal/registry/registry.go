@@ -71,7 +71,10 @@ type Endpoint struct {
 	TargetPort string
 }
 
-// Registry shares exports across the clusters of a clusterset.
+// Registry shares exports across the clusters of a clusterset: each
+// cluster publishes and withdraws its own, and watches everyone's. Cloud
+// Map in one account and Region is one implementation, memory another;
+// several registries compose behind this seam.
 type Registry interface {
 	// Publish makes the registry hold exactly this export for its cluster,
 	// changing only what differs.
@@ -79,6 +82,24 @@ type Registry interface {
 	// Withdraw removes this cluster's export of a service, and the
 	// registry's service and namespace when they are empty and ours.
 	Withdraw(ctx context.Context, key Key) error
+	// Watch tells sink what the registry holds, and every change, until
+	// ctx ends. What this cluster publishes or withdraws is read back soon
+	// after (its import follows its export).
+	Watch(ctx context.Context, sink Sink) error
+}
+
+// Sink hears positive knowledge from a registry's Watch. A registry never
+// calls Set because of an error: a failed read is Unreadable, and what
+// depends on the service stays as it is.
+type Sink interface {
+	// Set gives every cluster's exports of a service in this clusterset
+	// (none: the service is exported nowhere).
+	Set(key Key, exports []Export)
+	// Unreadable says a service's read failed: keep its imports until Set.
+	Unreadable(key Key)
+	// Synced says every service was read once (or its read failed): an
+	// absent service is now exported nowhere, not unread.
+	Synced()
 }
 
 // ErrPending says an asynchronous registry change has not finished yet:
@@ -90,3 +111,28 @@ var ErrPending = errors.New("waiting for the registry to finish deregistering")
 type LimitError struct{ Reason string }
 
 func (e *LimitError) Error() string { return e.Reason }
+
+// SinkFuncs is a Sink made of functions; a nil one ignores what it hears.
+type SinkFuncs struct {
+	OnSet        func(Key, []Export)
+	OnUnreadable func(Key)
+	OnSynced     func()
+}
+
+func (s SinkFuncs) Set(key Key, exports []Export) {
+	if s.OnSet != nil {
+		s.OnSet(key, exports)
+	}
+}
+
+func (s SinkFuncs) Unreadable(key Key) {
+	if s.OnUnreadable != nil {
+		s.OnUnreadable(key)
+	}
+}
+
+func (s SinkFuncs) Synced() {
+	if s.OnSynced != nil {
+		s.OnSynced()
+	}
+}

@@ -46,6 +46,14 @@ type Backend struct {
 	// knows their service without asking; entries the feed never sees (an
 	// operation that failed) expire.
 	ownOps map[string]ownOp
+	// changed are services this cluster published or withdrew: the watcher
+	// reads them again at once.
+	changed chan registry.Key
+
+	// WatchOptions tune Watch; OnRead, when set, hears how each of its steps'
+	// reads went.
+	WatchOptions WatchOptions
+	OnRead       func(error)
 }
 
 type ownOp struct {
@@ -58,7 +66,22 @@ func New(c *sd.Client, clusterSet, cluster, controller string, log logr.Logger) 
 	return &Backend{
 		c: c, clusterSet: clusterSet, cluster: cluster, controller: controller, log: log,
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
-		ownOps: map[string]ownOp{}, created: map[string]bool{},
+		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024),
+	}
+}
+
+// Watch reads Cloud Map's changes into sink until ctx ends.
+func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
+	w := NewWatcher(b, sink, b.WatchOptions)
+	w.OnRead = b.OnRead
+	return w.Start(ctx)
+}
+
+// reread asks the watcher to read a service again now.
+func (b *Backend) reread(key registry.Key) {
+	select {
+	case b.changed <- key:
+	default: // full: the next poll finds the change anyway
 	}
 }
 
@@ -68,6 +91,14 @@ var _ registry.Registry = (*Backend)(nil)
 // no longer has: new records first, so that a service never goes empty
 // while it changes.
 func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
+	err := b.publish(ctx, e)
+	if err == nil {
+		b.reread(e.Key)
+	}
+	return err
+}
+
+func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	version := b.RecordVersion
 	if version == 0 {
 		version = RecordVersion
@@ -135,6 +166,14 @@ func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key
 // the Cloud Map service and namespace if clustermap created them and
 // nothing else is left in them.
 func (b *Backend) Withdraw(ctx context.Context, key registry.Key) error {
+	err := b.withdraw(ctx, key)
+	if err == nil || errors.Is(err, ErrPending) {
+		b.reread(key)
+	}
+	return err
+}
+
+func (b *Backend) withdraw(ctx context.Context, key registry.Key) error {
 	current, err := b.ownInstances(ctx, key)
 	if err != nil {
 		return err

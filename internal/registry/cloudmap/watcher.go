@@ -14,11 +14,6 @@ import (
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
-// Sink receives positive knowledge about a service: every cluster's export
-// of it in this clusterset (none: the service is not exported anywhere).
-// It is never called because of an error.
-type Sink func(key registry.Key, exports []registry.Export)
-
 // WatchOptions tune change detection. The defaults keep an idle cluster at
 // about 40 calls a minute plus a page per 100 services every 5 minutes:
 // ListOperations every PollInterval, a listing of namespaces and services
@@ -96,19 +91,13 @@ func (o *WatchOptions) defaults() {
 
 // Watcher turns Cloud Map changes into Sink calls.
 type Watcher struct {
-	b    *Backend
-	sink Sink
-	opts WatchOptions
-	// OnSynced, when set, is called once: after the first listing, once
-	// every service was read or its read failed.
-	OnSynced func()
-	// OnUnreadable, when set, hears of a service whose read failed: what
-	// this cluster imports of it must stay as it is until a read succeeds.
-	OnUnreadable func(registry.Key)
+	b      *Backend
+	sink   registry.Sink
+	opts   WatchOptions
+	synced bool // the sink heard Synced
 	// OnRead, when set, hears how each step's reads of Cloud Map went.
 	OnRead func(error)
 
-	notify chan registry.Key
 	// dirty holds the services to read, each with the time before which
 	// not to: a read that fails backs off per service.
 	dirty      map[registry.Key]time.Time
@@ -128,24 +117,15 @@ type Watcher struct {
 }
 
 // NewWatcher watches the clusterset of a backend.
-func NewWatcher(b *Backend, sink Sink, opts WatchOptions) *Watcher {
+func NewWatcher(b *Backend, sink registry.Sink, opts WatchOptions) *Watcher {
 	opts.defaults()
 	return &Watcher{
-		b: b, sink: sink, opts: opts, notify: make(chan registry.Key, 1024),
+		b: b, sink: sink, opts: opts,
 		dirty: map[registry.Key]time.Time{}, seen: map[string]time.Time{}, revisions: map[registry.Key]int64{},
 		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
 		elsewhere: map[string]bool{}, nsByID: map[string]*types.Namespace{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
 		lookups: rate.NewLimiter(rate.Limit(opts.GetOperationRate), opts.MaxGetOperations),
-	}
-}
-
-// Notify asks for a service to be read again now, as after this cluster
-// published it.
-func (w *Watcher) Notify(key registry.Key) {
-	select {
-	case w.notify <- key:
-	default: // full: the next poll finds the change anyway
 	}
 }
 
@@ -165,16 +145,16 @@ func (w *Watcher) Start(ctx context.Context) error {
 		w.fetchDirty(ctx)
 		// Every service was tried once: those whose read failed are
 		// unreadable, not gone, and block no other import.
-		if w.clock.Synced && w.OnSynced != nil {
-			w.OnSynced()
-			w.OnSynced = nil
+		if w.clock.Synced && !w.synced {
+			w.sink.Synced()
+			w.synced = true
 		}
 		w.clock.Now = time.Now()
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(nextWait(w.clock, w.opts)):
-		case key := <-w.notify:
+		case key := <-w.b.changed:
 			w.dirty[key] = time.Time{}
 		}
 	}
@@ -457,9 +437,7 @@ func (w *Watcher) fetchDirty(ctx context.Context) {
 			retry := w.backoff.When(key)
 			w.dirty[key] = now.Add(retry)
 			w.b.log.Error(err, "reading a Cloud Map service failed; its import stays as it is", "service", key.String(), "retryIn", retry)
-			if w.OnUnreadable != nil {
-				w.OnUnreadable(key)
-			}
+			w.sink.Unreadable(key)
 			w.unreadable[key] = true
 			continue
 		}
@@ -500,7 +478,7 @@ func (w *Watcher) report(key registry.Key, exports []registry.Export) {
 	} else {
 		w.exported[key] = true
 	}
-	w.sink(key, exports)
+	w.sink.Set(key, exports)
 }
 
 // fetch reads one service's exports in this clusterset; nil when Cloud Map

@@ -93,13 +93,16 @@ func (w *watched) start(t *testing.T, endpoint string) {
 		t.Fatal(err)
 	}
 	synced := make(chan struct{})
-	watcher := cloudmap.NewWatcher(cloudmap.New(c, "set", "c2", "test", logr.Discard()), func(key registry.Key, e []registry.Export) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		w.heard[key] = e
-	}, cloudmap.WatchOptions{})
-	watcher.OnSynced = func() { close(synced) }
-	go func() { _ = watcher.Start(ctx) }()
+	go func() {
+		_ = cloudmap.New(c, "set", "c2", "test", logr.Discard()).Watch(ctx, registry.SinkFuncs{
+			OnSet: func(key registry.Key, e []registry.Export) {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				w.heard[key] = e
+			},
+			OnSynced: func() { close(synced) },
+		})
+	}()
 	select {
 	case <-synced:
 	case <-time.After(time.Minute):
