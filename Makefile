@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X github.com/clustermap/clustermap/internal/version.Version=$(
 MCS_API_DIR = $(shell go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 GOTEST_FLAGS ?= -timeout 40m
 
-.PHONY: all tools build image generate crds test test-fast soak bench bench-tools demo down clean
+.PHONY: all tools build image generate crds test test-fast fuzz soak bench bench-tools demo down clean
 
 all: build
 
@@ -67,6 +67,17 @@ test: tools build
 ## (about a minute cold)
 test-fast:
 	go test ./...
+
+FUZZTIME ?= 1m
+FUZZ_TARGETS := FuzzDecode:./internal/registry/cloudmap FuzzAnswer:./internal/dns \
+	FuzzRequest:./internal/cloudmaplocal FuzzPeerConfig:./internal/syndicate
+
+## fuzz: each fuzz target for FUZZTIME (their seed corpora run in every
+## go test): another cluster's Cloud Map records, DNS packets, the
+## emulator's requests, peer kubeconfigs
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  go test -run XXX -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) $${t#*:}; done
 
 ## soak: the full fault campaign over all three modes (about 15 minutes:
 ## 3 clusters, 20 controller kills, Cloud Map down 5 min, throttled 2 min, a
