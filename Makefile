@@ -11,7 +11,7 @@ GOTEST_FLAGS ?= -timeout 40m
 
 all: build
 
-## tools: build the pinned kube-apiserver, kube-proxy, etcd, kwok, controller-gen into
+## tools: build the pinned kube-apiserver, kube-proxy, etcd, kwok, controller-gen, staticcheck into
 ## ./bin; install the Debian packages the data plane uses (nftables, dnsutils, curl)
 tools:
 	@hack/build-tools.sh
@@ -60,6 +60,7 @@ crds:
 ## times convergence), printing its counts
 test: tools build
 	go vet -tags e2e ./...
+	$(BIN)/staticcheck -tags e2e ./...
 	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) $$(go list ./... | grep -v /test/soak)
 	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) -v -run TestFaultCampaign ./test/soak/
 

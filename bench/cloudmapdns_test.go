@@ -84,7 +84,7 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 		})
 	}
 	// Every Cloud Map service created and holding its pods before timing.
-	ids := map[string]string{}
+	var ids map[string]string
 	setup := time.Now()
 	for {
 		ids = map[string]string{}

@@ -40,6 +40,7 @@ build "$tools" k8s.io/kubernetes \
 build "$tools" go.etcd.io/etcd/server/v3 etcd=go.etcd.io/etcd/server/v3
 build "$tools" sigs.k8s.io/controller-tools controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
 build "$tools/kwok" sigs.k8s.io/kwok kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
+build "$tools/lint" honnef.co/go/tools staticcheck=honnef.co/go/tools/cmd/staticcheck
 
 # The data plane (dev up --dataplane) runs kube-proxy in nftables mode, which
 # needs nft; the demo and tests ask it with curl and dig.

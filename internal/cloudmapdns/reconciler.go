@@ -237,7 +237,7 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 		cur, err := cm.Instances(ctx, e.service)
 		if IsServiceGone(err) {
 			r.forget(client.ObjectKeyFromObject(svc)) // deleted behind our back: made anew
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: time.Millisecond}, nil
 		}
 		if err != nil {
 			r.markStale(e)

@@ -23,7 +23,7 @@ var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(corev1.AddToScheme(s))
 	utilruntime.Must(discoveryv1.AddToScheme(s))
-	utilruntime.Must(mcsv1beta1.AddToScheme(s))
+	utilruntime.Must(mcsv1beta1.Install(s))
 	return s
 }()
 

@@ -325,7 +325,7 @@ func (r *Reconciler) apply(ctx context.Context, w client.Client, reader client.R
 		}
 	}
 	if ch.DeleteEndpoints {
-		e := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: ch.Namespace, Name: ch.Name}} //nolint:staticcheck // the orphan the mirroring controller copies
+		e := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: ch.Namespace, Name: ch.Name}} //lint:ignore SA1019 the orphan the mirroring controller copies
 		if err := w.Delete(ctx, e); client.IgnoreNotFound(err) != nil {
 			return err
 		}
