@@ -61,7 +61,7 @@ crds:
 test: tools build
 	go vet -tags e2e ./...
 	$(BIN)/staticcheck -tags e2e ./...
-	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) $$(go list ./... | grep -v /test/soak)
+	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) $$(go list -tags e2e ./... | grep -v /test/soak)
 	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) -v -run TestFaultCampaign ./test/soak/
 
 ## test-fast: the tests that need no cluster, root, tool or built binary
