@@ -83,3 +83,39 @@ func pollFrom(c clock, lastFull time.Time, o WatchOptions) (from time.Time, full
 	}
 	return c.LastPoll.Add(-time.Second), false
 }
+
+// readResult is what the watcher does after reading one service.
+type readResult int
+
+const (
+	// readReport: tell the sink what the read found.
+	readReport readResult = iota
+	// readRetry: the read failed; the service is unreadable (its imports
+	// stay as they are) and is read again after its backoff.
+	readRetry
+	// readConfirm: an exported service was found exported nowhere; only a
+	// second read ConfirmAbsence after the first may remove its imports
+	// (Cloud Map's reads are eventually consistent).
+	readConfirm
+)
+
+// afterRead decides what a read of a service leads to: failed tells the
+// read failed, empty that it found no export. exported says the sink last
+// heard exports of the service, absentSince when a read first found it
+// gone (zero: never). It returns when to read again for readRetry and
+// readConfirm.
+func afterRead(now time.Time, failed, empty, exported bool, absentSince time.Time, backoff time.Duration, o WatchOptions) (readResult, time.Time) {
+	switch {
+	case failed:
+		return readRetry, now.Add(backoff)
+	case empty && exported:
+		first := absentSince
+		if first.IsZero() {
+			first = now
+		}
+		if now.Sub(first) < o.ConfirmAbsence {
+			return readConfirm, first.Add(o.ConfirmAbsence)
+		}
+	}
+	return readReport, time.Time{}
+}

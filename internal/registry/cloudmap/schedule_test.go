@@ -80,3 +80,30 @@ func TestPollFrom(t *testing.T) {
 		}
 	}
 }
+
+func TestAfterRead(t *testing.T) {
+	o := WatchOptions{}
+	o.defaults()
+	now := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name                    string
+		failed, empty, exported bool
+		absentSince             time.Time
+		want                    readResult
+		at                      time.Time
+	}{
+		{name: "found exports", want: readReport},
+		{name: "a failure backs off, never reports", failed: true, exported: true, want: readRetry, at: now.Add(4 * time.Second)},
+		{name: "a failure of a service found gone before backs off", failed: true, empty: true, exported: true, absentSince: now.Add(-time.Minute), want: readRetry, at: now.Add(4 * time.Second)},
+		{name: "never exported and empty: reported (nothing to remove)", empty: true, want: readReport},
+		{name: "exported, found gone first: confirm later", empty: true, exported: true, want: readConfirm, at: now.Add(o.ConfirmAbsence)},
+		{name: "gone, confirmation too early", empty: true, exported: true, absentSince: now.Add(-time.Second), want: readConfirm, at: now.Add(o.ConfirmAbsence - time.Second)},
+		{name: "gone, confirmed", empty: true, exported: true, absentSince: now.Add(-o.ConfirmAbsence), want: readReport},
+		{name: "back before confirmation", exported: true, absentSince: now.Add(-time.Second), want: readReport},
+	} {
+		got, at := afterRead(now, c.failed, c.empty, c.exported, c.absentSince, 4*time.Second, o)
+		if got != c.want || !at.Equal(c.at) {
+			t.Errorf("%s: %v at %v, want %v at %v", c.name, got, at, c.want, c.at)
+		}
+	}
+}

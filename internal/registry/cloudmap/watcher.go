@@ -433,26 +433,26 @@ func (w *Watcher) fetchDirty(ctx context.Context) {
 			continue
 		}
 		exports, rev, err := w.fetch(ctx, key)
+		var backoff time.Duration
 		if err != nil {
-			retry := w.backoff.When(key)
-			w.dirty[key] = now.Add(retry)
-			w.b.log.Error(err, "reading a Cloud Map service failed; its import stays as it is", "service", key.String(), "retryIn", retry)
+			backoff = w.backoff.When(key)
+		}
+		result, at := afterRead(now, err != nil, len(exports) == 0, w.exported[key], w.absent[key], backoff, w.opts)
+		switch result {
+		case readRetry:
+			w.dirty[key] = at
+			w.b.log.Error(err, "reading a Cloud Map service failed; its import stays as it is", "service", key.String(), "retryIn", backoff)
 			w.sink.Unreadable(key)
 			w.unreadable[key] = true
 			continue
-		}
-		w.backoff.Forget(key)
-		if len(exports) == 0 && w.exported[key] {
-			first, seen := w.absent[key]
-			if !seen {
-				first = now
+		case readConfirm:
+			if w.absent[key].IsZero() {
 				w.absent[key] = now
 			}
-			if now.Sub(first) < w.opts.ConfirmAbsence {
-				w.dirty[key] = first.Add(w.opts.ConfirmAbsence)
-				continue
-			}
+			w.dirty[key] = at
+			continue
 		}
+		w.backoff.Forget(key)
 		if w.unreadable[key] {
 			// The sink must hear the answer, whatever it is.
 			delete(w.unreadable, key)
