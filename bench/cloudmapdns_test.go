@@ -23,6 +23,7 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // counter reads one of this process's Prometheus counters, summed over labels.
@@ -52,8 +53,8 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 	const drift = 10 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env := devenv.ForTest(b, 1)
-	cm := devenv.CloudMapForTest(b, cloudmaplocal.Options{})
+	env := harness.Clusters(b, 1)
+	cm := harness.CloudMap(b, cloudmaplocal.Options{})
 	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: cm.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 	if err != nil {
 		b.Fatal(err)

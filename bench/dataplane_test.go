@@ -22,6 +22,7 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // BenchmarkDataplane: two clusters with a real data plane, controllers at
@@ -35,8 +36,8 @@ func BenchmarkDataplane(b *testing.B) {
 	const services, ns = 50, "bench-dp"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env := devenv.ForTestWith(b, devenv.Options{Clusters: 2, Dataplane: true})
-	cm := devenv.CloudMapForTest(b, cloudmaplocal.Options{})
+	env := harness.ClustersWith(b, devenv.Options{Clusters: 2, Dataplane: true})
+	cm := harness.CloudMap(b, cloudmaplocal.Options{})
 	_, wait := startCounted(ctx, env, cm.URL)
 	defer func() { cancel(); _ = wait() }()
 	var clients []client.Client

@@ -24,6 +24,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 func freePort(b *testing.B) int {
@@ -141,7 +142,7 @@ func BenchmarkDNS(b *testing.B) {
 	if _, err := os.Stat(coredns); err != nil {
 		b.Fatal("bin/coredns is missing: make bench builds it")
 	}
-	env := devenv.ForTest(b, 1)
+	env := harness.Clusters(b, 1)
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		b.Fatal(err)

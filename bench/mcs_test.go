@@ -29,6 +29,7 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // importTracker follows one importing cluster's EndpointSlices: the ready
@@ -195,8 +196,8 @@ func BenchmarkMCS(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// 5,050 pods need 6 nodes of 1,022 addresses.
-	env := devenv.ForTestWith(b, devenv.Options{Clusters: 3, Nodes: 6})
-	cm := devenv.CloudMapForTest(b, cloudmaplocal.Options{})
+	env := harness.ClustersWith(b, devenv.Options{Clusters: 3, Nodes: 6})
+	cm := harness.CloudMap(b, cloudmaplocal.Options{})
 	counts, wait := startCounted(ctx, env, cm.URL)
 	defer func() { cancel(); _ = wait() }()
 

@@ -20,6 +20,7 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // BenchmarkSyndicate: 3 clusters replicating to each other, 500 Services
@@ -31,12 +32,12 @@ func BenchmarkSyndicate(b *testing.B) {
 	const services = namespaces * perNamespace
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env := devenv.ForTest(b, 3)
+	env := harness.Clusters(b, 3)
 	dirs, err := env.PeerDirs(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
-	cm := devenv.CloudMapForTest(b, cloudmaplocal.Options{}) // unused by this mode; StartControllers wants an endpoint
+	cm := harness.CloudMap(b, cloudmaplocal.Options{}) // unused by this mode; StartControllers wants an endpoint
 	wait := env.StartControllers(ctx, cm.URL, func(*devenv.Cluster) logr.Logger { return logr.Discard() }, func(o *controller.Options) {
 		for _, c := range env.Clusters {
 			if c.Config == o.Config {

@@ -33,6 +33,7 @@ import (
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // BenchmarkWatcherStorm: one cluster's change feed, at the shipped call
@@ -231,8 +232,8 @@ func BenchmarkIdle(b *testing.B) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env := devenv.ForTest(b, 2)
-	cm := devenv.CloudMapForTest(b, cloudmaplocal.Options{MaxInstancesPerNamespace: 100000})
+	env := harness.Clusters(b, 2)
+	cm := harness.CloudMap(b, cloudmaplocal.Options{MaxInstancesPerNamespace: 100000})
 	counts, wait := startCounted(ctx, env, cm.URL)
 	defer func() { cancel(); _ = wait() }()
 	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})

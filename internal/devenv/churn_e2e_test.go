@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // 1,000 pods created and deleted over two clusters, at most 50 alive per
@@ -26,7 +27,7 @@ import (
 // across clusters.
 func TestPodAddressesUnderChurn(t *testing.T) {
 	const perCluster, window = 500, 50
-	env := devenv.ForTest(t, 2)
+	env := harness.Clusters(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"testing"
 	"time"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -55,15 +54,4 @@ func (c *CloudMap) Close() error {
 	}
 	errs = append(errs, c.Server.Close())
 	return errors.Join(errs...)
-}
-
-// CloudMapForTest serves an emulator for the length of a test.
-func CloudMapForTest(t testing.TB, opts cloudmaplocal.Options) *CloudMap {
-	t.Helper()
-	cm, err := StartCloudMap(opts, "127.0.0.1:0", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cm.Close() })
-	return cm
 }

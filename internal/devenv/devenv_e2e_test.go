@@ -21,6 +21,7 @@ import (
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // Three clusters, a Deployment and Service in each: pods run with IPs, the
@@ -32,7 +33,7 @@ func TestThreeClustersServeEndpointSlices(t *testing.T) {
 
 	var pids []int
 	t.Run("clusters", func(t *testing.T) {
-		env := devenv.ForTest(t, 3)
+		env := harness.Clusters(t, 3)
 		pids = env.Pids()
 		if len(pids) < 3*5 {
 			t.Fatalf("expected etcd, apiserver, controller-manager, scheduler and kwok per cluster, found %d processes", len(pids))

@@ -22,16 +22,10 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 	cmdns "github.com/clustermap/clustermap/internal/dns"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 const zone = "clusterset.local."
-
-func mustDo(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 func slice(ns, svc, cluster, name string, port int32, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
 	return &discoveryv1.EndpointSlice{
@@ -54,9 +48,9 @@ func endpoint(ip, hostname string) discoveryv1.Endpoint {
 // server runs the DNS server on loopback, UDP and TCP, fed from cluster c.
 func server(t *testing.T, c *devenv.Cluster) string {
 	s, err := cmdns.Start(context.Background(), c.Config, "127.0.0.1:0", zone, 5, nil)
-	mustDo(t, err)
+	harness.Must(t, err)
 	t.Cleanup(s.Close)
-	mustDo(t, s.WaitSynced(30*time.Second))
+	harness.Must(t, s.WaitSynced(30*time.Second))
 	return s.Addr
 }
 
@@ -98,11 +92,11 @@ func answers(r *dns.Msg) string {
 }
 
 func TestDNSServesImports(t *testing.T) {
-	env := devenv.ForTest(t, 1)
+	env := harness.Clusters(t, 1)
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	mustDo(t, err)
+	harness.Must(t, err)
 	ctx := context.Background()
-	mustDo(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}))
+	harness.Must(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}))
 	http := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}
 	for _, si := range []*mcsv1beta1.ServiceImport{
 		{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo"}, Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{"10.201.0.10"}, Ports: []mcsv1beta1.ServicePort{http}}},
@@ -110,16 +104,16 @@ func TestDNSServesImports(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "demo"}, Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.Headless, Ports: []mcsv1beta1.ServicePort{{Name: "db", Protocol: corev1.ProtocolTCP, Port: 5432}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "demo"}, Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.Headless, Ports: []mcsv1beta1.ServicePort{{Name: "db", Protocol: corev1.ProtocolTCP, Port: 5432}}}},
 	} {
-		mustDo(t, cl.Create(ctx, si))
+		harness.Must(t, cl.Create(ctx, si))
 	}
-	mustDo(t, cl.Create(ctx, slice("demo", "db", "cluster-1", "db-c1", 5432, endpoint("10.101.0.1", "db-0"), endpoint("10.101.0.2", "db-1"))))
-	mustDo(t, cl.Create(ctx, slice("demo", "db", "cluster-2", "db-c2", 5433, endpoint("10.102.0.9", ""))))
+	harness.Must(t, cl.Create(ctx, slice("demo", "db", "cluster-1", "db-c1", 5432, endpoint("10.101.0.1", "db-0"), endpoint("10.101.0.2", "db-1"))))
+	harness.Must(t, cl.Create(ctx, slice("demo", "db", "cluster-2", "db-c2", 5433, endpoint("10.102.0.9", ""))))
 	for n := 0; n < 3; n++ {
 		var eps []discoveryv1.Endpoint
 		for i := 0; i < 100; i++ {
 			eps = append(eps, endpoint(fmt.Sprintf("10.103.%d.%d", n, i), ""))
 		}
-		mustDo(t, cl.Create(ctx, slice("demo", "big", "cluster-3", fmt.Sprintf("big-%d", n), 5432, eps...)))
+		harness.Must(t, cl.Create(ctx, slice("demo", "big", "cluster-3", fmt.Sprintf("big-%d", n), 5432, eps...)))
 	}
 	addr := server(t, env.Clusters[0])
 
@@ -176,10 +170,10 @@ func TestDNSServesImports(t *testing.T) {
 
 	// An EndpointSlice change is answered within a second.
 	s := &discoveryv1.EndpointSlice{}
-	mustDo(t, cl.Get(ctx, client.ObjectKey{Namespace: "demo", Name: "db-c2"}, s))
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Namespace: "demo", Name: "db-c2"}, s))
 	s.Endpoints = append(s.Endpoints, endpoint("10.102.0.10", ""))
 	changed := time.Now()
-	mustDo(t, cl.Update(ctx, s))
+	harness.Must(t, cl.Update(ctx, s))
 	for !strings.Contains(answers(query(t, addr, "udp", "db.demo.svc.clusterset.local.", dns.TypeA, 0)), "10.102.0.10") {
 		if time.Since(changed) > time.Second {
 			t.Fatalf("the new endpoint is not answered a second after the change")
@@ -191,7 +185,7 @@ func TestDNSServesImports(t *testing.T) {
 	// Bad packets get an rcode (or nothing), and the server keeps serving.
 	raw := func(b []byte) *dns.Msg {
 		conn, err := net.Dial("udp", addr)
-		mustDo(t, err)
+		harness.Must(t, err)
 		defer conn.Close()
 		_ = conn.SetDeadline(time.Now().Add(time.Second))
 		_, _ = conn.Write(b)

@@ -33,6 +33,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 const chartDir, release, releaseNS = "../../charts/clustermap", "clustermap", "clustermap-system"
@@ -112,7 +113,7 @@ func TestChart(t *testing.T) {
 	ch := loadChart(t)
 	for _, cl := range w.clients {
 		namespace(t, cl, releaseNS)
-		mustDo(t, applyAll(context.Background(), cl, crds(t, ch)))
+		harness.Must(t, applyAll(context.Background(), cl, crds(t, ch)))
 	}
 	t.Run("every mode combination renders and applies (server dry run)", func(t *testing.T) { everyMode(t, w, ch) })
 	t.Run("bad values fail with a clear message", func(t *testing.T) { badValues(t, ch) })
@@ -216,7 +217,7 @@ func (w *world) asServiceAccount(t *testing.T, ch *chart.Chart) {
 	}
 	configs := map[string]*rest.Config{} // by apiserver
 	for i, cl := range w.clients {
-		mustDo(t, applyAll(ctx, cl, objs))
+		harness.Must(t, applyAll(ctx, cl, objs))
 		c := w.env.Clusters[i]
 		cs := kubernetes.NewForConfigOrDie(c.Config)
 		tok, err := cs.CoreV1().ServiceAccounts(releaseNS).CreateToken(ctx, release, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
@@ -244,7 +245,7 @@ func (w *world) asServiceAccount(t *testing.T, ch *chart.Chart) {
 	t.Run("uninstall stops the chart's controller Deployment", func(t *testing.T) {
 		t.Log(runCLI(t, "uninstall", "--kubeconfig", w.env.Kubeconfig, "--context", "cluster-1", "--namespace", releaseNS, "--phase", "stop", "--timeout", "1m"))
 		dep := &appsv1.Deployment{}
-		mustDo(t, w.clients[0].Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: release + "-controller"}, dep))
+		harness.Must(t, w.clients[0].Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: release + "-controller"}, dep))
 		if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 0 {
 			t.Errorf("the controller Deployment has %v replicas after uninstall's stop", dep.Spec.Replicas)
 		}

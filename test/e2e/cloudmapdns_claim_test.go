@@ -23,6 +23,7 @@ import (
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // exclusive: in each of 20 rounds, 20 Services in two namespaces of each of
@@ -67,7 +68,7 @@ func (d *dnsWorld) exclusive(t *testing.T) {
 		}
 		wg.Wait()
 		var winner string
-		eventually(t, importDeadline, host+": one registered, the others in conflict", func() error {
+		harness.Eventually(t, importDeadline, host+": one registered, the others in conflict", func() error {
 			var won []string
 			var conflicts []string
 			for _, r := range racers {
@@ -116,11 +117,11 @@ func (d *dnsWorld) exclusive(t *testing.T) {
 			return nil
 		})
 		for _, r := range racers {
-			mustDo(t, client.IgnoreNotFound(r.cl.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: r.name}})))
+			harness.Must(t, client.IgnoreNotFound(r.cl.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: r.name}})))
 		}
 	}
 	// Everything the rounds made goes with their Services, locks included.
-	eventually(t, 60*time.Second, "every race Service and Cloud Map service gone", func() error {
+	harness.Eventually(t, 60*time.Second, "every race Service and Cloud Map service gone", func() error {
 		for _, cl := range d.clients {
 			for _, ns := range []string{"race-a", "race-b"} {
 				list := &corev1.ServiceList{}
@@ -166,7 +167,7 @@ func (d *dnsWorld) cloudMapServices(t *testing.T, nsID string) []string {
 		{Name: sdtypes.ServiceFilterNameNamespaceId, Values: []string{nsID}}}})
 	for p.HasMorePages() {
 		page, err := p.NextPage(context.Background())
-		mustDo(t, err)
+		harness.Must(t, err)
 		for _, s := range page.Services {
 			names = append(names, aws.ToString(s.Name))
 		}
@@ -184,18 +185,18 @@ func (d *dnsWorld) lostClaim(t *testing.T) {
 	id, owner, ips := d.registeredApp(t, cl, "keeper")
 	lockID := d.serviceID(t, d.privateNS, cloudmapdns.LockName("keeper"))
 	_, err := d.c.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(lockID)})
-	mustDo(t, err)
+	harness.Must(t, err)
 	// Taken by another the way clustermap takes one.
 	thief, err := cloudmapdns.NewCloudMap(d.c).CreateLock(ctx, d.privateNS, cloudmapdns.LockName("keeper"), "elsewhere/web/keeper")
-	mustDo(t, err)
-	eventually(t, 3*driftPeriod+importDeadline, "the former holder withdrew", d.registered(id, owner, nil, nil))
-	eventually(t, importDeadline, "its conflict", serviceCondition(cl, "web", "keeper", "False/DomainConflict"))
-	eventually(t, 5*time.Second, "its Event", wantEvent(cl, "web", "keeper", "DomainConflict", corev1.EventTypeWarning, "already claimed by elsewhere/web/keeper"))
+	harness.Must(t, err)
+	harness.Eventually(t, 3*driftPeriod+importDeadline, "the former holder withdrew", d.registered(id, owner, nil, nil))
+	harness.Eventually(t, importDeadline, "its conflict", serviceCondition(cl, "web", "keeper", "False/DomainConflict"))
+	harness.Eventually(t, 5*time.Second, "its Event", wantEvent(cl, "web", "keeper", "DomainConflict", corev1.EventTypeWarning, "already claimed by elsewhere/web/keeper"))
 	_, err = d.c.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(thief)})
-	mustDo(t, err)
+	harness.Must(t, err)
 	// Waiters in other clusters poll every 15 s.
-	eventually(t, 20*time.Second+importDeadline, "taken back", d.registered(d.serviceID(t, d.privateNS, "keeper"), owner, ips, nil))
-	eventually(t, importDeadline, "its condition", serviceCondition(cl, "web", "keeper", "True/Registered"))
+	harness.Eventually(t, 20*time.Second+importDeadline, "taken back", d.registered(d.serviceID(t, d.privateNS, "keeper"), owner, ips, nil))
+	harness.Eventually(t, importDeadline, "its condition", serviceCondition(cl, "web", "keeper", "True/Registered"))
 }
 
 // renamed: the cluster's name falls back to the kube-system UID when its
@@ -207,8 +208,8 @@ func (d *dnsWorld) renamed(t *testing.T, restart func()) {
 	cl := d.clients[0]
 	id, oldOwner, ips := d.registeredApp(t, cl, "moved")
 	cp := &aboutv1alpha1.ClusterProperty{}
-	mustDo(t, cl.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp))
-	mustDo(t, cl.Delete(ctx, cp))
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp))
+	harness.Must(t, cl.Delete(ctx, cp))
 	t.Cleanup(func() {
 		restored := &aboutv1alpha1.ClusterProperty{ObjectMeta: metav1.ObjectMeta{Name: cp.Name}, Spec: cp.Spec}
 		if err := cl.Create(ctx, restored); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -217,14 +218,14 @@ func (d *dnsWorld) renamed(t *testing.T, restart func()) {
 	})
 	restart()
 	ks := &corev1.Namespace{}
-	mustDo(t, cl.Get(ctx, client.ObjectKey{Name: "kube-system"}, ks))
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Name: "kube-system"}, ks))
 	newOwner := string(ks.UID) + "/web/moved"
 	if newOwner == oldOwner {
 		t.Fatalf("owner unchanged: %s", oldOwner)
 	}
-	eventually(t, importDeadline, "re-registered under the new name, the old instances gone", d.registered(id, newOwner, ips, nil))
-	mustDo(t, d.registered(id, oldOwner, nil, nil)())
-	eventually(t, importDeadline, "still registered", serviceCondition(cl, "web", "moved", "True/Registered"))
+	harness.Eventually(t, importDeadline, "re-registered under the new name, the old instances gone", d.registered(id, newOwner, ips, nil))
+	harness.Must(t, d.registered(id, oldOwner, nil, nil)())
+	harness.Eventually(t, importDeadline, "still registered", serviceCondition(cl, "web", "moved", "True/Registered"))
 	removeAnnotations(t, cl, "web", "moved", cloudmapdns.AnnotationNamespace, cloudmapdns.AnnotationHostname)
 	d.withdrawn(t, cl, "web", "moved", d.privateNS, "moved")
 	if id := d.lookupService(t, d.privateNS, cloudmapdns.LockName("moved")); id != "" {

@@ -24,6 +24,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // dnsWorld is two clusters running `controller --cloudmap-dns --mcs=false`
@@ -74,14 +75,14 @@ func TestCloudMapDNS(t *testing.T) {
 func (d *dnsWorld) ecsNamespace(t *testing.T) {
 	ctx := context.Background()
 	op, err := d.c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("test-namespace"), Vpc: aws.String("vpc-0example")})
-	mustDo(t, err)
+	harness.Must(t, err)
 	d.privateNS = waitOp(t, d.c, op.OperationId)["NAMESPACE"]
 	hop, err := d.c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("http-ns")})
-	mustDo(t, err)
+	harness.Must(t, err)
 	d.httpNS = waitOp(t, d.c, hop.OperationId)["NAMESPACE"]
 	svc, err := d.c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("nginx-service"), NamespaceId: aws.String(d.privateNS),
 		DnsConfig: &sdtypes.DnsConfig{RoutingPolicy: sdtypes.RoutingPolicyMultivalue, DnsRecords: []sdtypes.DnsRecord{{Type: sdtypes.RecordTypeA, TTL: aws.Int64(60)}}}})
-	mustDo(t, err)
+	harness.Must(t, err)
 	d.ecsServiceID = aws.ToString(svc.Service.Id)
 	d.ecs = map[string]cloudmapdns.Attrs{}
 	for i, ip := range []string{"172.31.10.11", "172.31.10.12"} {
@@ -89,7 +90,7 @@ func (d *dnsWorld) ecsNamespace(t *testing.T) {
 		a := cloudmapdns.Attrs{"AWS_INSTANCE_IPV4": ip, "AWS_INIT_HEALTH_STATUS": "HEALTHY", "AVAILABILITY_ZONE": "us-east-1a", "REGION": "us-east-1",
 			"ECS_CLUSTER_NAME": "prod", "ECS_SERVICE_NAME": "nginx-service", "ECS_TASK_DEFINITION_FAMILY": "nginx"}
 		out, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String(id), Attributes: a})
-		mustDo(t, err)
+		harness.Must(t, err)
 		waitOp(t, d.c, out.OperationId)
 		d.ecs[id] = a
 	}
@@ -100,7 +101,7 @@ func waitOp(t *testing.T, c *sd.Client, id *string) map[string]string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	op, err := cloudmapclient.WaitOperation(ctx, c, id)
-	mustDo(t, err)
+	harness.Must(t, err)
 	return op.Targets
 }
 
@@ -114,21 +115,21 @@ func annotated(t *testing.T, cl client.Client, ns, name string, replicas int32, 
 func setAnnotations(t *testing.T, cl client.Client, ns, name string, ann map[string]string) {
 	t.Helper()
 	svc := &corev1.Service{}
-	mustDo(t, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc))
+	harness.Must(t, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc))
 	base := svc.DeepCopy()
 	svc.Annotations = ann
-	mustDo(t, cl.Patch(context.Background(), svc, client.MergeFrom(base)))
+	harness.Must(t, cl.Patch(context.Background(), svc, client.MergeFrom(base)))
 }
 
 func removeAnnotations(t *testing.T, cl client.Client, ns, name string, keys ...string) {
 	t.Helper()
 	svc := &corev1.Service{}
-	mustDo(t, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc))
+	harness.Must(t, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc))
 	base := svc.DeepCopy()
 	for _, k := range keys {
 		delete(svc.Annotations, k)
 	}
-	mustDo(t, cl.Patch(context.Background(), svc, client.MergeFrom(base)))
+	harness.Must(t, cl.Patch(context.Background(), svc, client.MergeFrom(base)))
 }
 
 func (d *dnsWorld) instances(serviceID string) (map[string]cloudmapdns.Attrs, error) {
@@ -186,7 +187,7 @@ func (d *dnsWorld) registered(serviceID, owner string, ips []string, foreign map
 func (d *dnsWorld) owner(t *testing.T, serviceID, ns, name string) string {
 	t.Helper()
 	var owner string
-	eventually(t, importDeadline, "an instance of "+ns+"/"+name, func() error {
+	harness.Eventually(t, importDeadline, "an instance of "+ns+"/"+name, func() error {
 		cur, err := d.instances(serviceID)
 		if err != nil {
 			return err
@@ -226,11 +227,11 @@ func (d *dnsWorld) besideECS(t *testing.T) {
 	for _, n := range []int32{3, 6, 1, 3} {
 		scale(t, cl, "web", "nginx", n)
 		ips := waitPods(t, cl, "web", "nginx", int(n))
-		eventually(t, importDeadline, fmt.Sprintf("%d pods registered beside ECS", n), d.registered(d.ecsServiceID, owner, ips, d.ecs))
+		harness.Eventually(t, importDeadline, fmt.Sprintf("%d pods registered beside ECS", n), d.registered(d.ecsServiceID, owner, ips, d.ecs))
 	}
-	eventually(t, importDeadline, "condition", serviceCondition(cl, "web", "nginx", "True/Registered"))
-	eventually(t, 5*time.Second, "Registered Event", wantEvent(cl, "web", "nginx", "Registered", corev1.EventTypeNormal, "to test-namespace/nginx-service"))
-	eventually(t, 5*time.Second, "Deregistered Event", wantEvent(cl, "web", "nginx", "Deregistered", corev1.EventTypeNormal, "from test-namespace/nginx-service"))
+	harness.Eventually(t, importDeadline, "condition", serviceCondition(cl, "web", "nginx", "True/Registered"))
+	harness.Eventually(t, 5*time.Second, "Registered Event", wantEvent(cl, "web", "nginx", "Registered", corev1.EventTypeNormal, "to test-namespace/nginx-service"))
+	harness.Eventually(t, 5*time.Second, "Deregistered Event", wantEvent(cl, "web", "nginx", "Deregistered", corev1.EventTypeNormal, "from test-namespace/nginx-service"))
 }
 
 // drift: an owned instance deregistered and one changed behind our back
@@ -242,7 +243,7 @@ func (d *dnsWorld) drift(t *testing.T) {
 	ips := waitPods(t, cl, "web", "nginx", 3)
 	owner := d.owner(t, d.ecsServiceID, "web", "nginx")
 	cur, err := d.instances(d.ecsServiceID)
-	mustDo(t, err)
+	harness.Must(t, err)
 	var owned []string
 	for id, a := range cur {
 		if a[cloudmapdns.AttrOwner] == owner {
@@ -251,30 +252,30 @@ func (d *dnsWorld) drift(t *testing.T) {
 	}
 	sort.Strings(owned)
 	_, err = d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[0])})
-	mustDo(t, err)
+	harness.Must(t, err)
 	changed := maps.Clone(cur[owned[1]])
 	changed["AWS_INSTANCE_PORT"] = "9999"
 	_, err = d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[1]), Attributes: changed})
-	mustDo(t, err)
+	harness.Must(t, err)
 	leftover := maps.Clone(cur[owned[2]])
 	leftover["AWS_INSTANCE_IPV4"], leftover[cloudmapdns.AttrPod] = "10.99.99.99", "gone-pod"
 	_, err = d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(cloudmapdns.InstanceID(owner, "10.99.99.99")), Attributes: leftover})
-	mustDo(t, err)
+	harness.Must(t, err)
 	var gone string
 	for id := range d.ecs {
 		gone = id
 		break
 	}
 	_, err = d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(gone)})
-	mustDo(t, err)
+	harness.Must(t, err)
 	remaining := maps.Clone(d.ecs)
 	delete(remaining, gone)
-	eventually(t, 3*driftPeriod+5*time.Second, "drift repaired", d.registered(d.ecsServiceID, owner, ips, remaining))
-	eventually(t, 5*time.Second, "DriftRepaired Event", wantEvent(cl, "web", "nginx", "DriftRepaired", corev1.EventTypeNormal, "Restored"))
-	eventually(t, 5*time.Second, "StaleRemoved Event", wantEvent(cl, "web", "nginx", "StaleRemoved", corev1.EventTypeNormal, "10.99.99.99"))
+	harness.Eventually(t, 3*driftPeriod+5*time.Second, "drift repaired", d.registered(d.ecsServiceID, owner, ips, remaining))
+	harness.Eventually(t, 5*time.Second, "DriftRepaired Event", wantEvent(cl, "web", "nginx", "DriftRepaired", corev1.EventTypeNormal, "Restored"))
+	harness.Eventually(t, 5*time.Second, "StaleRemoved Event", wantEvent(cl, "web", "nginx", "StaleRemoved", corev1.EventTypeNormal, "10.99.99.99"))
 	// The foreign instance stays gone through more drift cycles.
 	time.Sleep(2 * driftPeriod)
-	mustDo(t, d.registered(d.ecsServiceID, owner, ips, remaining)())
+	harness.Must(t, d.registered(d.ecsServiceID, owner, ips, remaining)())
 	d.ecs = remaining
 }
 
@@ -290,15 +291,15 @@ func (d *dnsWorld) conflict(t *testing.T) {
 	annotated(t, second, "web", "nginx", 2, "test-namespace", "nginx-service")
 	for i, cl := range []client.Client{first, second} {
 		ns := []string{"web2", "web"}[i]
-		eventually(t, importDeadline, "conflict condition", serviceCondition(cl, ns, "nginx", "False/DomainConflict"))
-		eventually(t, 5*time.Second, "DomainConflict Event", wantEvent(cl, ns, "nginx", "DomainConflict", corev1.EventTypeWarning, "already claimed by "+owner))
+		harness.Eventually(t, importDeadline, "conflict condition", serviceCondition(cl, ns, "nginx", "False/DomainConflict"))
+		harness.Eventually(t, 5*time.Second, "DomainConflict Event", wantEvent(cl, ns, "nginx", "DomainConflict", corev1.EventTypeWarning, "already claimed by "+owner))
 	}
-	mustDo(t, d.registered(d.ecsServiceID, owner, firstIPs, d.ecs)())
+	harness.Must(t, d.registered(d.ecsServiceID, owner, firstIPs, d.ecs)())
 	// The same-cluster contender leaves; then the holder is deleted.
-	mustDo(t, first.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web2", Name: "nginx"}}))
-	mustDo(t, first.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx"}}))
-	eventually(t, importDeadline, "deleted Service deregistered", d.registered(d.ecsServiceID, owner, nil, d.ecs))
-	eventually(t, importDeadline, "Service gone once deregistered", func() error {
+	harness.Must(t, first.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web2", Name: "nginx"}}))
+	harness.Must(t, first.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "nginx"}}))
+	harness.Eventually(t, importDeadline, "deleted Service deregistered", d.registered(d.ecsServiceID, owner, nil, d.ecs))
+	harness.Eventually(t, importDeadline, "Service gone once deregistered", func() error {
 		err := first.Get(ctx, client.ObjectKey{Namespace: "web", Name: "nginx"}, &corev1.Service{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -311,8 +312,8 @@ func (d *dnsWorld) conflict(t *testing.T) {
 	if newOwner == owner {
 		t.Fatalf("owner still %s", owner)
 	}
-	eventually(t, 15*time.Second+importDeadline, "the second takes over (other clusters poll every 15 s)", d.registered(d.ecsServiceID, newOwner, secondIPs, d.ecs))
-	eventually(t, importDeadline, "its condition", serviceCondition(second, "web", "nginx", "True/Registered"))
+	harness.Eventually(t, 15*time.Second+importDeadline, "the second takes over (other clusters poll every 15 s)", d.registered(d.ecsServiceID, newOwner, secondIPs, d.ecs))
+	harness.Eventually(t, importDeadline, "its condition", serviceCondition(second, "web", "nginx", "True/Registered"))
 }
 
 // created: a hostname new to Cloud Map gets a service (A and SRV records in
@@ -325,7 +326,7 @@ func (d *dnsWorld) created(t *testing.T) {
 	for _, c := range []struct{ nsID, name, app string }{{d.privateNS, "fresh", "fresh"}, {d.httpNS, "api", "api"}} {
 		id := d.serviceID(t, c.nsID, c.name)
 		got, err := d.c.GetService(ctx, &sd.GetServiceInput{Id: aws.String(id)})
-		mustDo(t, err)
+		harness.Must(t, err)
 		if c.nsID == d.httpNS {
 			if got.Service.DnsConfig != nil {
 				t.Errorf("HTTP namespace service has DNS config %+v", got.Service.DnsConfig)
@@ -339,13 +340,13 @@ func (d *dnsWorld) created(t *testing.T) {
 		}
 		ips := waitPods(t, cl, "web", c.app, map[string]int{"fresh": 2, "api": 1}[c.app])
 		owner := d.owner(t, id, "web", c.app)
-		eventually(t, importDeadline, c.name+" registered", d.registered(id, owner, ips, nil))
+		harness.Eventually(t, importDeadline, c.name+" registered", d.registered(id, owner, ips, nil))
 	}
 	// Annotations removed: deregistered, and the service we made is deleted.
 	removeAnnotations(t, cl, "web", "fresh", cloudmapdns.AnnotationNamespace, cloudmapdns.AnnotationHostname)
 	d.withdrawn(t, cl, "web", "fresh", d.privateNS, "fresh")
-	mustDo(t, cl.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api"}}))
-	eventually(t, importDeadline, "HTTP service deleted with the Service", func() error {
+	harness.Must(t, cl.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api"}}))
+	harness.Eventually(t, importDeadline, "HTTP service deleted with the Service", func() error {
 		if id := d.lookupService(t, d.httpNS, "api"); id != "" {
 			return fmt.Errorf("service %s still there", id)
 		}
@@ -357,7 +358,7 @@ func (d *dnsWorld) lookupService(t *testing.T, nsID, name string) string {
 	t.Helper()
 	out, err := d.c.ListServices(context.Background(), &sd.ListServicesInput{Filters: []sdtypes.ServiceFilter{
 		{Name: sdtypes.ServiceFilterNameNamespaceId, Values: []string{nsID}}}})
-	mustDo(t, err)
+	harness.Must(t, err)
 	for _, s := range out.Services {
 		if aws.ToString(s.Name) == name {
 			return aws.ToString(s.Id)
@@ -369,7 +370,7 @@ func (d *dnsWorld) lookupService(t *testing.T, nsID, name string) string {
 func (d *dnsWorld) serviceID(t *testing.T, nsID, name string) string {
 	t.Helper()
 	var id string
-	eventually(t, importDeadline, "Cloud Map service "+name, func() error {
+	harness.Eventually(t, importDeadline, "Cloud Map service "+name, func() error {
 		if id = d.lookupService(t, nsID, name); id == "" {
 			return fmt.Errorf("no service %s", name)
 		}
@@ -399,11 +400,11 @@ func (d *dnsWorld) badInput(t *testing.T) {
 		setAnnotations(t, cl, "bad", c.name, c.ann)
 	}
 	for _, c := range cases {
-		eventually(t, importDeadline, c.name+" condition", serviceCondition(cl, "bad", c.name, "False/"+c.reason))
-		eventually(t, 5*time.Second, c.name+" Event", wantEvent(cl, "bad", c.name, c.reason, corev1.EventTypeWarning, c.text))
+		harness.Eventually(t, importDeadline, c.name+" condition", serviceCondition(cl, "bad", c.name, "False/"+c.reason))
+		harness.Eventually(t, 5*time.Second, c.name+" Event", wantEvent(cl, "bad", c.name, c.reason, corev1.EventTypeWarning, c.text))
 	}
 	goodID := d.serviceID(t, d.privateNS, "good")
-	eventually(t, importDeadline, "good registered", d.registered(goodID, d.owner(t, goodID, "bad", "good"), waitPods(t, cl, "bad", "good", 1), nil))
+	harness.Eventually(t, importDeadline, "good registered", d.registered(goodID, d.owner(t, goodID, "bad", "good"), waitPods(t, cl, "bad", "good", 1), nil))
 	for _, name := range []string{"x", "-bad.host", "only-host", "bad-host", "only-ns"} {
 		if id := d.lookupService(t, d.privateNS, name); id != "" {
 			t.Errorf("a Cloud Map service %s was created from bad input", name)
@@ -431,7 +432,7 @@ func (d *dnsWorld) registeredApp(t *testing.T, cl client.Client, name string) (i
 	ips = waitPods(t, cl, "web", name, 2)
 	id = d.serviceID(t, d.privateNS, name)
 	owner = d.owner(t, id, "web", name)
-	eventually(t, importDeadline, name+" registered", d.registered(id, owner, ips, nil))
+	harness.Eventually(t, importDeadline, name+" registered", d.registered(id, owner, ips, nil))
 	return id, owner, ips
 }
 
@@ -439,13 +440,13 @@ func (d *dnsWorld) registeredApp(t *testing.T, cl client.Client, name string) (i
 // Service is gone and the Service's finalizer with it.
 func (d *dnsWorld) withdrawn(t *testing.T, cl client.Client, ns, name, cmNamespaceID, hostname string) {
 	t.Helper()
-	eventually(t, importDeadline, "service deleted", func() error {
+	harness.Eventually(t, importDeadline, "service deleted", func() error {
 		if id := d.lookupService(t, cmNamespaceID, hostname); id != "" {
 			return fmt.Errorf("service %s still there", id)
 		}
 		return nil
 	})
-	eventually(t, importDeadline, "finalizer removed", func() error {
+	harness.Eventually(t, importDeadline, "finalizer removed", func() error {
 		svc := &corev1.Service{}
 		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc); err != nil {
 			return err

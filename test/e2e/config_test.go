@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // What `kubectl apply -k` does on a fresh cluster: kustomize builds the
@@ -21,7 +21,7 @@ import (
 // other tree is a server-side dry run (RBAC rules, Deployment, CRDs
 // validated, nothing stored).
 func TestKustomizeApplies(t *testing.T) {
-	env := devenv.ForTest(t, 1)
+	env := harness.Clusters(t, 1)
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // onDataplane asks for a pod network and server on an app's pods.
@@ -39,12 +40,12 @@ const unexportBound = 20 * time.Second
 // in cluster-3, through its node's clusterset DNS and kube-proxy, over
 // the routes between the clusters, to the pods' servers.
 func TestDataplane(t *testing.T) {
-	w := &world{env: devenv.ForTestWith(t, devenv.Options{Clusters: 3, Dataplane: true}), cm: devenv.CloudMapForTest(t, cloudmaplocal.Options{})}
+	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 3, Dataplane: true}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
 	w.connect(t)
 	t.Cleanup(w.startControllers(t, nil))
 	// Beside MCS, replication of one namespace between the same clusters.
 	dirs, err := w.env.PeerDirs(t.TempDir())
-	mustDo(t, err)
+	harness.Must(t, err)
 	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
 		w.asPeer(o, dirs)
 		o.MCS, o.Syndicate, o.CreateNamespaces, o.Namespaces = false, true, false, []string{"dp-syn"}
@@ -65,7 +66,7 @@ func TestDataplane(t *testing.T) {
 
 // TestDataplaneIPv6Only: the same request between IPv6-only clusters.
 func TestDataplaneIPv6Only(t *testing.T) {
-	w := &world{env: devenv.ForTestWith(t, devenv.Options{Clusters: 2, Dataplane: true, IPFamily: devenv.IPv6}), cm: devenv.CloudMapForTest(t, cloudmaplocal.Options{})}
+	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, Dataplane: true, IPFamily: devenv.IPv6}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
 	w.connect(t)
 	t.Cleanup(w.startControllers(t, nil))
 	const ns, name = "dp6", "web"
@@ -91,7 +92,7 @@ func clientPod(t *testing.T, w *world, i int, ns string) string {
 	t.Helper()
 	appWith(t, w.clients[i], ns, "client", 1, false, onDataplane, httpPort(80, 80))
 	var pod string
-	eventually(t, time.Minute, "client pod with a network", func() error {
+	harness.Eventually(t, time.Minute, "client pod with a network", func() error {
 		pods := &corev1.PodList{}
 		if err := w.clients[i].List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app": "client"}); err != nil {
 			return err
@@ -141,7 +142,7 @@ func (d *dpWorld) answeringClusters(t *testing.T, n int, url string, curlArgs ..
 func (d *dpWorld) untilAnswered(t *testing.T, url string, want ...string) {
 	t.Helper()
 	seen := map[string]bool{}
-	eventually(t, time.Minute, "answers from "+strings.Join(want, ",")+" at "+url, func() error {
+	harness.Eventually(t, time.Minute, "answers from "+strings.Join(want, ",")+" at "+url, func() error {
 		a, err := d.ask(url)
 		if err != nil {
 			return err
@@ -163,7 +164,7 @@ func (d *dpWorld) untilAnswered(t *testing.T, url string, want ...string) {
 func (d *dpWorld) untilPods(t *testing.T, url string, n int) {
 	t.Helper()
 	seen := map[string]bool{}
-	eventually(t, time.Minute, fmt.Sprintf("answers from %d pods at %s", n, url), func() error {
+	harness.Eventually(t, time.Minute, fmt.Sprintf("answers from %d pods at %s", n, url), func() error {
 		a, err := d.ask(url)
 		if err != nil {
 			return err
@@ -204,9 +205,9 @@ func (d *dpWorld) exporters(t *testing.T) {
 
 	start := time.Now()
 	for _, cl := range d.clients[:2] {
-		mustDo(t, cl.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
+		harness.Must(t, cl.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
 	}
-	eventually(t, unexportBound, "requests to an unexported service fail", func() error {
+	harness.Eventually(t, unexportBound, "requests to an unexported service fail", func() error {
 		if a, err := d.ask(url); err == nil {
 			return fmt.Errorf("still answered by %v", a)
 		}
@@ -219,10 +220,10 @@ func (d *dpWorld) exporters(t *testing.T) {
 func requireDualStack(t *testing.T, cl client.Client, ns, name string) {
 	t.Helper()
 	svc := &corev1.Service{}
-	mustDo(t, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc))
+	harness.Must(t, cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc))
 	svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
 	svc.Spec.IPFamilies = nil
-	mustDo(t, cl.Update(context.Background(), svc))
+	harness.Must(t, cl.Update(context.Background(), svc))
 }
 
 func (d *dpWorld) ports(t *testing.T) {
@@ -246,7 +247,7 @@ func (d *dpWorld) udp(t *testing.T) {
 		corev1.ServicePort{Name: "echo", Protocol: corev1.ProtocolUDP, Port: 5353, TargetPort: intstr.FromInt32(5353)})
 	exportService(t, d.clients[0], ns, name)
 	addr := name + "." + ns + ".svc.clusterset.local:5353"
-	eventually(t, time.Minute, "a UDP answer from "+addr, func() error {
+	harness.Eventually(t, time.Minute, "a UDP answer from "+addr, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		out, err := d.env.PodExec(ctx, d.at, d.client, filepath.Join(d.env.BinDir, "clustermap-dev"), "udp", addr, "ping")
@@ -264,9 +265,9 @@ func (d *dpWorld) headless(t *testing.T) {
 	const ns, name = "dp", "db"
 	labels := map[string]string{"app": name}
 	src := d.clients[0]
-	mustDo(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+	harness.Must(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: labels, Ports: []corev1.ServicePort{httpPort(80, 80)}}}))
-	mustDo(t, src.Create(context.Background(), &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+	harness.Must(t, src.Create(context.Background(), &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](2), ServiceName: name, Selector: &metav1.LabelSelector{MatchLabels: labels},
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: onDataplane},
@@ -274,7 +275,7 @@ func (d *dpWorld) headless(t *testing.T) {
 	exportService(t, src, ns, name)
 	for _, pod := range []string{"db-0", "db-1"} {
 		url := pod + ".cluster-1." + name + "." + ns + ".svc.clusterset.local"
-		eventually(t, time.Minute, url+" answers", func() error {
+		harness.Eventually(t, time.Minute, url+" answers", func() error {
 			a, err := d.ask(url)
 			if err == nil && (a["pod"] != pod || a["cluster"] != "cluster-1") {
 				t.Fatalf("%s answered from %v", url, a)
@@ -290,7 +291,7 @@ func (d *dpWorld) replica(t *testing.T) {
 	const ns, name = "dp-syn", "api"
 	appWith(t, d.clients[0], ns, name, 2, false, onDataplane, httpPort(80, 8080))
 	replica := &corev1.Service{}
-	eventually(t, time.Minute, "the replica in cluster-3 serving", func() error {
+	harness.Eventually(t, time.Minute, "the replica in cluster-3 serving", func() error {
 		if err := d.clients[2].Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, replica); err != nil {
 			return err
 		}
@@ -307,7 +308,7 @@ func (d *dpWorld) unexported(t *testing.T) {
 	const ns, name = "dp", "hidden"
 	appWith(t, d.clients[0], ns, name, 1, false, onDataplane, httpPort(80, 8080))
 	svc := &corev1.Service{}
-	eventually(t, time.Minute, "the hidden Service's pods ready", func() error {
+	harness.Eventually(t, time.Minute, "the hidden Service's pods ready", func() error {
 		if err := d.clients[0].Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc); err != nil {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 	cmdns "github.com/clustermap/clustermap/internal/dns"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // dualStack: a PreferDualStack export gives, in every cluster, an import
@@ -33,7 +34,7 @@ func (w *world) dualStack(t *testing.T) {
 
 // An IPv6-only pair of clusters imports and answers AAAA only.
 func TestIPv6OnlyClusters(t *testing.T) {
-	w := &world{env: devenv.ForTestWith(t, devenv.Options{Clusters: 2, IPFamily: devenv.IPv6}), cm: devenv.CloudMapForTest(t, cloudmaplocal.Options{})}
+	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, IPFamily: devenv.IPv6}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
 	w.connect(t)
 	t.Cleanup(w.startControllers(t, nil))
 	w.familyExport(t, "v6only", []corev1.IPFamily{corev1.IPv6Protocol})
@@ -47,7 +48,7 @@ func (w *world) familyExport(t *testing.T, ns string, families []corev1.IPFamily
 	updateService(t, src, ns, name, func(s *corev1.Service) { s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack) })
 	exportService(t, src, ns, name)
 	var podIPs []string
-	eventually(t, importDeadline, "pods ready in cluster-1", func() error {
+	harness.Eventually(t, importDeadline, "pods ready in cluster-1", func() error {
 		var err error
 		if podIPs, err = readyPodIPs(src, ns, name); err == nil && len(podIPs) != 3*len(families) {
 			err = fmt.Errorf("ready addresses %v, want 3 per family", podIPs)
@@ -57,7 +58,7 @@ func (w *world) familyExport(t *testing.T, ns string, families []corev1.IPFamily
 	for i, cl := range w.clients {
 		c := w.env.Clusters[i]
 		var vips []string
-		eventually(t, importDeadline, "the import in "+c.ID, func() error {
+		harness.Eventually(t, importDeadline, "the import in "+c.ID, func() error {
 			si, err := getImport(cl, ns, name)
 			if err != nil {
 				return err
@@ -108,7 +109,7 @@ func (w *world) familyExport(t *testing.T, ns string, families []corev1.IPFamily
 			m := new(dns.Msg)
 			m.SetQuestion(qname, qt)
 			r, _, err := (&dns.Client{Net: "udp", Timeout: 2 * time.Second}).Exchange(m, addr)
-			mustDo(t, err)
+			harness.Must(t, err)
 			for _, rr := range r.Answer {
 				switch rr := rr.(type) {
 				case *dns.A:
@@ -133,8 +134,8 @@ func (w *world) familyExport(t *testing.T, ns string, families []corev1.IPFamily
 // dnsServer runs clustermap dns against a cluster on loopback.
 func dnsServer(t *testing.T, c *devenv.Cluster) string {
 	s, err := cmdns.Start(context.Background(), c.Config, "127.0.0.1:0", "clusterset.local", 5, nil)
-	mustDo(t, err)
+	harness.Must(t, err)
 	t.Cleanup(s.Close)
-	mustDo(t, s.WaitSynced(30*time.Second))
+	harness.Must(t, s.WaitSynced(30*time.Second))
 	return s.Addr
 }

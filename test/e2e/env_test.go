@@ -34,6 +34,7 @@ import (
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // world is N clusters, the emulator, and a controller in each cluster.
@@ -55,7 +56,7 @@ func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
 // worldWithoutControllers is the clusters and the emulator only.
 func worldWithoutControllers(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
 	t.Helper()
-	w := &world{env: devenv.ForTest(t, n), cm: devenv.CloudMapForTest(t, cmOpts)}
+	w := &world{env: harness.Clusters(t, n), cm: harness.CloudMap(t, cmOpts)}
 	w.connect(t)
 	return w
 }
@@ -94,29 +95,6 @@ func (w *world) startControllers(t *testing.T, tune func(*controller.Options)) (
 	}
 }
 
-// eventually retries check until it returns nil or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, within, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func mustDo(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 func namespace(t *testing.T, cl client.Client, name string) {
 	t.Helper()
 	err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
@@ -151,8 +129,8 @@ func appWith(t *testing.T, cl client.Client, ns, name string, replicas int32, he
 	if headless {
 		svc.Spec.ClusterIP = corev1.ClusterIPNone
 	}
-	mustDo(t, cl.Create(context.Background(), dep))
-	mustDo(t, cl.Create(context.Background(), svc))
+	harness.Must(t, cl.Create(context.Background(), dep))
+	harness.Must(t, cl.Create(context.Background(), svc))
 }
 
 func httpPort(port, target int32) corev1.ServicePort {
@@ -161,7 +139,7 @@ func httpPort(port, target int32) corev1.ServicePort {
 
 func exportService(t *testing.T, cl client.Client, ns, name string) {
 	t.Helper()
-	mustDo(t, cl.Create(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}))
+	harness.Must(t, cl.Create(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}))
 }
 
 // readyPodIPs lists the ready addresses the cluster's own EndpointSlice

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,31 +23,23 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/test/harness"
 )
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // With an invalid cluster id nothing is exported; the controller says why
 // (readiness, an Event on the ClusterProperty) and starts once it is fixed.
 func TestInvalidIdentityExportsNothing(t *testing.T) {
-	env := devenv.ForTest(t, 1)
-	cm := devenv.CloudMapForTest(t, cloudmaplocal.Options{})
+	env := harness.Clusters(t, 1)
+	cm := harness.CloudMap(t, cloudmaplocal.Options{})
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	mustDo(t, err)
+	harness.Must(t, err)
 	ctx := context.Background()
 	prop := &aboutv1alpha1.ClusterProperty{}
-	mustDo(t, cl.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, prop))
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, prop))
 	prop.Spec.Value = "Not_A_DNS_Label"
-	mustDo(t, cl.Update(ctx, prop))
+	harness.Must(t, cl.Update(ctx, prop))
 
-	probes := freeAddr(t)
+	probes := harness.FreeAddr(t)
 	runCtx, cancel := context.WithCancel(ctx)
 	wait := env.StartControllers(runCtx, cm.URL, func(*devenv.Cluster) logr.Logger { return testr.New(t) },
 		func(o *controller.Options) { o.ProbeAddr = probes })
@@ -59,7 +50,7 @@ func TestInvalidIdentityExportsNothing(t *testing.T) {
 	exportService(t, cl, "ident", "web")
 	// The health endpoint names the failing check; the reason itself is in
 	// the log and the Event (controller-runtime withholds it from HTTP).
-	eventually(t, 20*time.Second, "not ready", func() error {
+	harness.Eventually(t, 20*time.Second, "not ready", func() error {
 		resp, err := http.Get("http://" + probes + "/readyz?verbose")
 		if err != nil {
 			return err
@@ -71,7 +62,7 @@ func TestInvalidIdentityExportsNothing(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 10*time.Second, "an Event on the ClusterProperty", func() error {
+	harness.Eventually(t, 10*time.Second, "an Event on the ClusterProperty", func() error {
 		evs := &corev1.EventList{}
 		if err := cl.List(ctx, evs); err != nil {
 			return err
@@ -92,11 +83,11 @@ func TestInvalidIdentityExportsNothing(t *testing.T) {
 		t.Errorf("the export was processed without an identity: Ready %s", got)
 	}
 
-	mustDo(t, cl.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, prop))
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, prop))
 	prop.Spec.Value = "cluster-1"
-	mustDo(t, cl.Update(ctx, prop))
-	eventually(t, 30*time.Second, "exported once the identity is valid", wantCondition(cl, "ident", "web", "Ready", "True/Exported"))
-	eventually(t, 10*time.Second, "ready", func() error {
+	harness.Must(t, cl.Update(ctx, prop))
+	harness.Eventually(t, 30*time.Second, "exported once the identity is valid", wantCondition(cl, "ident", "web", "Ready", "True/Exported"))
+	harness.Eventually(t, 10*time.Second, "ready", func() error {
 		resp, err := http.Get("http://" + probes + "/readyz")
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // A leader killed and restarted in place (same pod, so same identity)
@@ -29,7 +30,7 @@ func TestRestartedLeaderTakesItsLeaseBack(t *testing.T) {
 	namespace(t, cl, kube.DefaultStatusNamespace)
 	// The lease as a leader killed a moment ago left it.
 	renewed := metav1.NewMicroTime(time.Now().Add(-time.Second))
-	mustDo(t, cl.Create(ctx, &coordinationv1.Lease{
+	harness.Must(t, cl.Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: controller.LeaderElectionID, Namespace: kube.DefaultStatusNamespace},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("replica-a"), LeaseDurationSeconds: ptr.To[int32](3600),
 			AcquireTime: &renewed, RenewTime: &renewed, LeaseTransitions: ptr.To[int32](3)},
@@ -39,7 +40,7 @@ func TestRestartedLeaderTakesItsLeaseBack(t *testing.T) {
 		o.LeaderElect, o.LeaderElectionNamespace, o.LeaderElectionIdentity = true, kube.DefaultStatusNamespace, "replica-a"
 	})
 	defer stop()
-	eventually(t, 30*time.Second, "the restarted leader renews its own lease", func() error {
+	harness.Eventually(t, 30*time.Second, "the restarted leader renews its own lease", func() error {
 		l := &coordinationv1.Lease{}
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: kube.DefaultStatusNamespace, Name: controller.LeaderElectionID}, l); err != nil {
 			return err

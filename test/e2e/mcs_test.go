@@ -16,6 +16,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // The conformance deadline for imports to appear and go.
@@ -52,7 +53,7 @@ func (w *world) clusterSetIP(t *testing.T) {
 	app(t, src, ns, name, 3, false, httpPort(80, 8080))
 	exportService(t, src, ns, name)
 	var podIPs []string
-	eventually(t, importDeadline, "pods ready in cluster-1", func() error {
+	harness.Eventually(t, importDeadline, "pods ready in cluster-1", func() error {
 		var err error
 		if podIPs, err = readyPodIPs(src, ns, name); err == nil && len(podIPs) != 3 {
 			err = fmt.Errorf("%d ready pods", len(podIPs))
@@ -61,7 +62,7 @@ func (w *world) clusterSetIP(t *testing.T) {
 	})
 	for i, cl := range w.clients {
 		id := w.env.Clusters[i].ID
-		eventually(t, importDeadline, "the import in "+id, func() error {
+		harness.Eventually(t, importDeadline, "the import in "+id, func() error {
 			si, err := getImport(cl, ns, name)
 			if err != nil {
 				return err
@@ -102,7 +103,7 @@ func (w *world) clusterSetIP(t *testing.T) {
 			return nil
 		})
 	}
-	eventually(t, 5*time.Second, "conditions", func() error {
+	harness.Eventually(t, 5*time.Second, "conditions", func() error {
 		for _, c := range []struct {
 			t    mcsv1beta1.ServiceExportConditionType
 			want string

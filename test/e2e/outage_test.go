@@ -15,6 +15,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 const faultDuration = 60 * time.Second
@@ -118,10 +119,10 @@ func TestRestartDuringOutageKeepsImports(t *testing.T) {
 		Attributes: map[string]string{cloudmap.AttrIPv4: "10.9.9.9", cloudmap.AttrPort: "8080", cloudmap.AttrHostname: "Not_A_Label",
 			cloudmap.AttrClusterID: "cluster-9", cloudmap.AttrClusterSetID: devenv.DefaultClusterSet},
 	})
-	mustDo(t, err)
+	harness.Must(t, err)
 	waitOp(t, c, out.OperationId)
 	w.importedEverywhere(t, importDeadline, ns, "fresh", "cluster-1,cluster-9", fresh)
 	for _, cl := range w.clients {
-		eventually(t, importDeadline, "the InvalidRecord Event", wantEvent(cl, ns, "fresh", "InvalidRecord", corev1.EventTypeWarning, "cluster cluster-9 exports a record that was skipped: instance bad-record"))
+		harness.Eventually(t, importDeadline, "the InvalidRecord Event", wantEvent(cl, ns, "fresh", "InvalidRecord", corev1.EventTypeWarning, "cluster cluster-9 exports a record that was skipped: instance bad-record"))
 	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 func (w *world) allNamespaces(t *testing.T, ns string) {
@@ -40,7 +41,7 @@ func (w *world) allNamespaces(t *testing.T, ns string) {
 func (w *world) importedEverywhere(t *testing.T, within time.Duration, ns, name, clusters string, ips []string) {
 	t.Helper()
 	for i, cl := range w.clients {
-		eventually(t, within, fmt.Sprintf("%s/%s in %s", ns, name, w.env.Clusters[i].ID), func() error {
+		harness.Eventually(t, within, fmt.Sprintf("%s/%s in %s", ns, name, w.env.Clusters[i].ID), func() error {
 			si, err := getImport(cl, ns, name)
 			if err != nil {
 				return err
@@ -74,7 +75,7 @@ func (w *world) exportApp(t *testing.T, ns, name string, replicas int32) []strin
 func waitPods(t *testing.T, cl client.Client, ns, name string, n int) []string {
 	t.Helper()
 	var ips []string
-	eventually(t, 30*time.Second, fmt.Sprintf("%d ready pods of %s/%s", n, ns, name), func() error {
+	harness.Eventually(t, 30*time.Second, fmt.Sprintf("%d ready pods of %s/%s", n, ns, name), func() error {
 		var err error
 		if ips, err = readyPodIPs(cl, ns, name); err == nil && len(ips) != n {
 			err = fmt.Errorf("%d ready", len(ips))
@@ -89,9 +90,9 @@ func (w *world) headless(t *testing.T) {
 	w.allNamespaces(t, ns)
 	src := w.clients[0]
 	labels := map[string]string{"app": name}
-	mustDo(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+	harness.Must(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: labels, Ports: []corev1.ServicePort{httpPort(5432, 5432)}}}))
-	mustDo(t, src.Create(context.Background(), &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+	harness.Must(t, src.Create(context.Background(), &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](2), ServiceName: name, Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "db"}}}}}}))
 	exportService(t, src, ns, name)
@@ -125,7 +126,7 @@ func (w *world) headless(t *testing.T) {
 func scale(t *testing.T, cl client.Client, ns, name string, n int32) {
 	t.Helper()
 	// The Deployment controller writes it too: retry on conflicts.
-	mustDo(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	harness.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		dep := &appsv1.Deployment{}
 		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dep); err != nil {
 			return err
@@ -179,7 +180,7 @@ func (w *world) conflicts(t *testing.T) {
 		func() { app(t, c1, ns, "ports", 1, false, httpPort(80, 8080)) }, c1,
 		func() { app(t, c2, ns, "ports", 1, false, httpPort(81, 8080)) }, c2)
 	for i, cl := range w.clients {
-		eventually(t, importDeadline, "the oldest port in "+w.env.Clusters[i].ID, func() error {
+		harness.Eventually(t, importDeadline, "the oldest port in "+w.env.Clusters[i].ID, func() error {
 			si, err := getImport(cl, ns, "ports")
 			if err != nil {
 				return err
@@ -196,7 +197,7 @@ func (w *world) conflicts(t *testing.T) {
 		func() { app(t, c2, ns, "kind", 1, true, httpPort(80, 8080)) }, c2,
 		func() { app(t, c1, ns, "kind", 1, false, httpPort(80, 8080)) }, c1)
 	for i, cl := range w.clients {
-		eventually(t, importDeadline, "the oldest type in "+w.env.Clusters[i].ID, func() error {
+		harness.Eventually(t, importDeadline, "the oldest type in "+w.env.Clusters[i].ID, func() error {
 			si, err := getImport(cl, ns, "kind")
 			if err != nil {
 				return err
@@ -228,11 +229,11 @@ func (w *world) differingSets(t *testing.T) {
 	})
 	updateService(t, c2, ns, "ports", func(s *corev1.Service) { s.Spec.Ports = s.Spec.Ports[:1] })
 	for _, cl := range []client.Client{c1, c2} {
-		eventually(t, importDeadline, "the port conflict cleared", wantCondition(cl, ns, "ports", "Conflict", "False/NoConflicts"))
+		harness.Eventually(t, importDeadline, "the port conflict cleared", wantCondition(cl, ns, "ports", "Conflict", "False/NoConflicts"))
 	}
 
 	setExported := func(cl client.Client, labels, annotations map[string]string) {
-		mustDo(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		harness.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			se := &mcsv1beta1.ServiceExport{}
 			if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "labels"}, se); err != nil {
 				return err
@@ -247,7 +248,7 @@ func (w *world) differingSets(t *testing.T) {
 	setExported(c1, map[string]string{"team": "a"}, map[string]string{"note": "old"})
 	setExported(c2, map[string]string{"team": "b", "extra": "1"}, map[string]string{"note": "old", "more": "x"})
 	for _, cl := range []client.Client{c1, c2} {
-		eventually(t, importDeadline, "the label conflict", wantCondition(cl, ns, "labels", "Conflict", "True/LabelsConflict,AnnotationsConflict"))
+		harness.Eventually(t, importDeadline, "the label conflict", wantCondition(cl, ns, "labels", "Conflict", "True/LabelsConflict,AnnotationsConflict"))
 	}
 	w.eachImport(t, ns, "labels", "the oldest export's labels and annotations only", func(si *mcsv1beta1.ServiceImport) error {
 		if si.Labels["team"] != "a" || si.Labels["extra"] != "" || si.Annotations["note"] != "old" || si.Annotations["more"] != "" {
@@ -257,7 +258,7 @@ func (w *world) differingSets(t *testing.T) {
 	})
 	setExported(c2, map[string]string{"team": "a"}, map[string]string{"note": "old"})
 	for _, cl := range []client.Client{c1, c2} {
-		eventually(t, importDeadline, "the label conflict cleared", wantCondition(cl, ns, "labels", "Conflict", "False/NoConflicts"))
+		harness.Eventually(t, importDeadline, "the label conflict cleared", wantCondition(cl, ns, "labels", "Conflict", "False/NoConflicts"))
 	}
 }
 
@@ -265,7 +266,7 @@ func (w *world) differingSets(t *testing.T) {
 func (w *world) eachImport(t *testing.T, ns, name, what string, check func(*mcsv1beta1.ServiceImport) error) {
 	t.Helper()
 	for i, cl := range w.clients {
-		eventually(t, importDeadline, what+" in "+w.env.Clusters[i].ID, func() error {
+		harness.Eventually(t, importDeadline, what+" in "+w.env.Clusters[i].ID, func() error {
 			si, err := getImport(cl, ns, name)
 			if err != nil {
 				return err
@@ -282,12 +283,12 @@ func exportInTurn(t *testing.T, ns, name, conflict string, mkOlder func(), older
 	t.Helper()
 	mkOlder()
 	exportService(t, older, ns, name)
-	eventually(t, importDeadline, "the first export", wantCondition(older, ns, name, "Ready", "True/Exported"))
+	harness.Eventually(t, importDeadline, "the first export", wantCondition(older, ns, name, "Ready", "True/Exported"))
 	time.Sleep(1100 * time.Millisecond)
 	mkYounger()
 	exportService(t, younger, ns, name)
 	for _, cl := range []client.Client{older, younger} {
-		eventually(t, importDeadline, conflict+" on both exports", wantCondition(cl, ns, name, "Conflict", conflict))
+		harness.Eventually(t, importDeadline, conflict+" on both exports", wantCondition(cl, ns, name, "Conflict", conflict))
 	}
 }
 
@@ -308,9 +309,9 @@ func (w *world) unexport(t *testing.T) {
 	w.exportApp(t, ns, name, 2)
 
 	start := time.Now()
-	mustDo(t, src.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
+	harness.Must(t, src.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
 	for i, cl := range w.clients {
-		eventually(t, importDeadline-time.Since(start), "the import gone from "+w.env.Clusters[i].ID, func() error {
+		harness.Eventually(t, importDeadline-time.Since(start), "the import gone from "+w.env.Clusters[i].ID, func() error {
 			if _, err := getImport(cl, ns, name); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("ServiceImport still there: %v", err)
 			}
@@ -326,7 +327,7 @@ func (w *world) unexport(t *testing.T) {
 	}
 	t.Logf("imports removed from 3 clusters %v after unexport", time.Since(start).Round(time.Millisecond))
 	c := w.cloudMap(t)
-	eventually(t, importDeadline, "Cloud Map cleaned", func() error {
+	harness.Eventually(t, importDeadline, "Cloud Map cleaned", func() error {
 		out, err := c.ListNamespaces(context.Background(), &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{{Name: types.NamespaceFilterNameName, Values: []string{ns}}}})
 		if err != nil {
 			return err
@@ -346,17 +347,17 @@ func (w *world) invalid(t *testing.T) {
 	const ns = "invalid"
 	w.allNamespaces(t, ns)
 	src := w.clients[0]
-	mustDo(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: ns},
+	harness.Must(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: ns},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}}))
 	exportService(t, src, ns, "ext")
 	exportService(t, src, ns, "missing")
-	eventually(t, importDeadline, "ExternalName rejected", wantCondition(src, ns, "ext", "Valid", "False/InvalidServiceType"))
-	eventually(t, importDeadline, "missing Service rejected", wantCondition(src, ns, "missing", "Valid", "False/NoService"))
-	eventually(t, importDeadline, "Ready False", wantCondition(src, ns, "missing", "Ready", "False/Failed"))
-	eventually(t, 5*time.Second, "a Warning Event", wantEvent(src, ns, "missing", "NoService", corev1.EventTypeWarning, "does not exist"))
+	harness.Eventually(t, importDeadline, "ExternalName rejected", wantCondition(src, ns, "ext", "Valid", "False/InvalidServiceType"))
+	harness.Eventually(t, importDeadline, "missing Service rejected", wantCondition(src, ns, "missing", "Valid", "False/NoService"))
+	harness.Eventually(t, importDeadline, "Ready False", wantCondition(src, ns, "missing", "Ready", "False/Failed"))
+	harness.Eventually(t, 5*time.Second, "a Warning Event", wantEvent(src, ns, "missing", "NoService", corev1.EventTypeWarning, "does not exist"))
 	// Creating the Service makes the export valid.
 	app(t, src, ns, "missing", 1, false, httpPort(80, 8080))
-	eventually(t, importDeadline, "valid once the Service exists", wantCondition(src, ns, "missing", "Valid", "True/Valid"))
+	harness.Eventually(t, importDeadline, "valid once the Service exists", wantCondition(src, ns, "missing", "Valid", "True/Valid"))
 	w.importedEverywhere(t, importDeadline, ns, "missing", "cluster-1", waitPods(t, src, ns, "missing", 1))
 	for _, cl := range w.clients {
 		if _, err := getImport(cl, ns, "ext"); !apierrors.IsNotFound(err) {
@@ -372,7 +373,7 @@ func (w *world) lateNamespace(t *testing.T) {
 	app(t, w.clients[0], ns, name, 1, false, httpPort(80, 8080))
 	exportService(t, w.clients[0], ns, name)
 	ips := waitPods(t, w.clients[0], ns, name, 1)
-	eventually(t, importDeadline, "imported where the namespace exists", func() error {
+	harness.Eventually(t, importDeadline, "imported where the namespace exists", func() error {
 		_, err := getImport(w.clients[1], ns, name)
 		return err
 	})
@@ -396,13 +397,13 @@ func (w *world) otherClusterSet(t *testing.T) {
 	_, err := c.RegisterInstance(context.Background(), &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String("other-set-endpoint"),
 		Attributes: map[string]string{"AWS_INSTANCE_IPV4": "10.250.0.1", "AWS_INSTANCE_PORT": "8080", "CLUSTER_ID": "cluster-1", "CLUSTERSET_ID": "another-set",
 			"SERVICE_PORT": "80", "SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1"}})
-	mustDo(t, err)
+	harness.Must(t, err)
 	scale(t, src, ns, name, 2) // a change to import
 	ips := waitPods(t, src, ns, name, 2)
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
 
-	mustDo(t, src.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
-	eventually(t, importDeadline, "import removed", func() error {
+	harness.Must(t, src.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}))
+	harness.Eventually(t, importDeadline, "import removed", func() error {
 		if _, err := getImport(w.clients[1], ns, name); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still imported: %v", err)
 		}
@@ -421,7 +422,7 @@ func (w *world) serviceID(t *testing.T, c *sd.Client, ns, name string) string {
 		t.Fatalf("Cloud Map namespace %s: %v %v", ns, err, nss)
 	}
 	svcs, err := c.ListServices(context.Background(), &sd.ListServicesInput{Filters: []types.ServiceFilter{{Name: types.ServiceFilterNameNamespaceId, Values: []string{aws.ToString(nss.Namespaces[0].Id)}}}})
-	mustDo(t, err)
+	harness.Must(t, err)
 	for _, s := range svcs.Services {
 		if aws.ToString(s.Name) == name {
 			return aws.ToString(s.Id)
@@ -439,11 +440,11 @@ func (w *world) awsSchema(t *testing.T) {
 	c := w.cloudMap(t)
 	ctx := context.Background()
 	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(ns)})
-	mustDo(t, err)
+	harness.Must(t, err)
 	got, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: op.OperationId})
-	mustDo(t, err)
+	harness.Must(t, err)
 	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(got.Operation.Targets["NAMESPACE"])})
-	mustDo(t, err)
+	harness.Must(t, err)
 	for _, ip := range []string{"10.77.0.1", "10.77.0.2"} {
 		_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String("tcp-" + strings.ReplaceAll(ip, ".", "_") + "-8080"),
 			Attributes: map[string]string{
@@ -452,7 +453,7 @@ func (w *world) awsSchema(t *testing.T) {
 				"SERVICE_TARGET_PORT": "8080", "SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1700000000000",
 				"K8S_CONTROLLER": "aws-cloud-map-mcs-controller-for-k8s 0.3.1 (abc)",
 			}})
-		mustDo(t, err)
+		harness.Must(t, err)
 	}
 	w.importedEverywhere(t, importDeadline, ns, name, "eks-legacy", []string{"10.77.0.1", "10.77.0.2"})
 	si, _ := getImport(w.clients[1], ns, name)
@@ -472,17 +473,17 @@ func (w *world) tooLarge(t *testing.T) {
 	w.allNamespaces(t, ns)
 	src := w.clients[0]
 	app(t, src, ns, name, 1, false, httpPort(80, 8080))
-	mustDo(t, src.Create(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+	harness.Must(t, src.Create(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: mcsv1beta1.ServiceExportSpec{ExportedAnnotations: map[string]string{"notes": strings.Repeat("x", 1100)}}}))
-	eventually(t, importDeadline, "a Failed Ready condition", wantCondition(src, ns, name, "Ready", "False/Failed"))
+	harness.Eventually(t, importDeadline, "a Failed Ready condition", wantCondition(src, ns, name, "Ready", "False/Failed"))
 	se := &mcsv1beta1.ServiceExport{}
-	mustDo(t, src.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se))
+	harness.Must(t, src.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se))
 	for _, c := range se.Status.Conditions {
 		if c.Type == "Ready" && !strings.Contains(c.Message, "1024") {
 			t.Errorf("the condition should name the limit: %s", c.Message)
 		}
 	}
-	eventually(t, 5*time.Second, "a CloudMapQuota Event", func() error {
+	harness.Eventually(t, 5*time.Second, "a CloudMapQuota Event", func() error {
 		evs := &corev1.EventList{}
 		if err := src.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/clusterstatus"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // statusOf runs the real `clustermap status` over every context of the
@@ -47,7 +48,7 @@ func TestStatus(t *testing.T) {
 	w.allNamespaces(t, ns)
 	ips := w.exportApp(t, ns, name, 3)
 
-	eventually(t, 30*time.Second, "status shows the clusterset", func() error {
+	harness.Eventually(t, 30*time.Second, "status shows the clusterset", func() error {
 		clusters, err := statusJSON(t, w)
 		if err != nil {
 			return err
@@ -74,7 +75,7 @@ func TestStatus(t *testing.T) {
 		return nil
 	})
 	table, err := statusOf(t, w, "table")
-	mustDo(t, err)
+	harness.Must(t, err)
 	for _, want := range []string{"CLUSTER cluster-1", "CLUSTER cluster-2", ns + "/" + name, "True/Exported", "nothing stuck"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table lacks %q:\n%s", want, table)
@@ -84,7 +85,7 @@ func TestStatus(t *testing.T) {
 
 	// Cloud Map away: every cluster says so, and status fails.
 	w.cm.SetFaults(cloudmaplocal.Faults{Outage: true})
-	eventually(t, 30*time.Second, "status reports the registry unreachable", func() error {
+	harness.Eventually(t, 30*time.Second, "status reports the registry unreachable", func() error {
 		clusters, err := statusJSON(t, w)
 		if err == nil {
 			return fmt.Errorf("status should fail while Cloud Map is unreachable")
@@ -97,16 +98,16 @@ func TestStatus(t *testing.T) {
 		return nil
 	})
 	w.cm.SetFaults(cloudmaplocal.Faults{})
-	eventually(t, 30*time.Second, "status clear again", func() error {
+	harness.Eventually(t, 30*time.Second, "status clear again", func() error {
 		_, err := statusJSON(t, w)
 		return err
 	})
 
 	// A cluster that cannot be read is reported, not skipped.
-	mustDo(t, w.env.StopCluster(context.Background(), w.env.Clusters[1]))
+	harness.Must(t, w.env.StopCluster(context.Background(), w.env.Clusters[1]))
 	clusters, err := statusJSON(t, w)
 	if err == nil || len(clusters) != 2 || clusters[1].Error == "" {
 		t.Errorf("a stopped cluster should be reported unreachable: %+v (%v)", clusters, err)
 	}
-	mustDo(t, w.env.StartCluster(context.Background(), w.env.Clusters[1]))
+	harness.Must(t, w.env.StartCluster(context.Background(), w.env.Clusters[1]))
 }

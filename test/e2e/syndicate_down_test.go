@@ -23,6 +23,7 @@ import (
 	"github.com/clustermap/clustermap/internal/health"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // A controller that starts while a peer is down, and sees that peer's
@@ -31,7 +32,7 @@ import (
 func TestSyndicatePeerDownAtStart(t *testing.T) {
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	dirs, err := w.env.PeerDirs(t.TempDir())
-	mustDo(t, err)
+	harness.Must(t, err)
 	const grace = 3 * time.Second // short, so that a wrong deletion shows within the test
 	tune := func(o *controller.Options) {
 		w.asPeer(o, dirs)
@@ -45,13 +46,13 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 	app(t, one, "web", "from1", 2, false, httpPort(80, 8080))
 	app(t, two, "web", "from2", 2, false, httpPort(80, 8080))
 	ips1, ips2 := waitPods(t, one, "web", "from1", 2), waitPods(t, two, "web", "from2", 2)
-	eventually(t, importDeadline, "from1 in cluster-2", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
-	eventually(t, importDeadline, "from2 in cluster-1", replicaOf(one, "web", "from2", "cluster-2", false, ips2))
+	harness.Eventually(t, importDeadline, "from1 in cluster-2", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
+	harness.Eventually(t, importDeadline, "from2 in cluster-1", replicaOf(one, "web", "from2", "cluster-2", false, ips2))
 
 	// Both controllers stop; cluster-2's apiserver goes; cluster-1's
 	// controller starts alone, and cluster-2's kubeconfig changes.
 	stop()
-	mustDo(t, w.env.StopCluster(ctx, w.env.Clusters[1]))
+	harness.Must(t, w.env.StopCluster(ctx, w.env.Clusters[1]))
 	only1 := *w.env
 	only1.Clusters = w.env.Clusters[:1]
 	cctx, cancel := context.WithCancel(ctx)
@@ -72,19 +73,19 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 	t.Cleanup(stop1)
 	peerFile := filepath.Join(dirs["cluster-1"], "cluster-2.yaml")
 	data, err := os.ReadFile(peerFile)
-	mustDo(t, err)
+	harness.Must(t, err)
 	start := time.Now()
 	changed := false
 	for time.Since(start) < 5*grace {
-		mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
+		harness.Must(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
 		if !changed && time.Since(start) > grace {
-			mustDo(t, os.WriteFile(peerFile, append(data, []byte("\n# rotated while cluster-2 is down\n")...), 0o600))
+			harness.Must(t, os.WriteFile(peerFile, append(data, []byte("\n# rotated while cluster-2 is down\n")...), 0o600))
 			changed = true
 		}
 		time.Sleep(time.Second)
 	}
 	// clustermap status names the peer that is down.
-	eventually(t, 30*time.Second, "status names cluster-2 unreachable", func() error {
+	harness.Eventually(t, 30*time.Second, "status names cluster-2 unreachable", func() error {
 		out, _ := statusOf(t, w, "table")
 		if !strings.Contains(out, "peer unreachable: cluster-2") {
 			return fmt.Errorf("status:\n%s", out)
@@ -96,26 +97,26 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 	// cluster-1 meanwhile included.
 	scale(t, one, "web", "from1", 3)
 	ips1 = waitPods(t, one, "web", "from1", 3)
-	mustDo(t, w.env.StartCluster(ctx, w.env.Clusters[1]))
+	harness.Must(t, w.env.StartCluster(ctx, w.env.Clusters[1]))
 	stop1()
 	t.Cleanup(w.startControllers(t, tune))
-	eventually(t, 60*time.Second, "cluster-2 converges once back", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
-	mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
+	harness.Eventually(t, 60*time.Second, "cluster-2 converges once back", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
+	harness.Must(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
 
 	// A kubeconfig that would run a command is refused: a Warning Event on
 	// the status Lease names the file and the fix, the command never runs,
 	// the peer counts as down and its replicas stay.
 	cfg, err := clientcmd.Load(data)
-	mustDo(t, err)
+	harness.Must(t, err)
 	marker := filepath.Join(t.TempDir(), "ran")
 	for _, u := range cfg.AuthInfos {
 		u.Exec = &clientcmdapi.ExecConfig{APIVersion: "client.authentication.k8s.io/v1", Command: "/bin/sh", Args: []string{"-c", "touch " + marker}, InteractiveMode: clientcmdapi.NeverExecInteractiveMode}
 	}
-	mustDo(t, clientcmd.WriteToFile(*cfg, peerFile))
-	eventually(t, 30*time.Second, "PeerKubeconfigRefused Event", wantEvent(one, kube.DefaultStatusNamespace, health.LeaseName,
+	harness.Must(t, clientcmd.WriteToFile(*cfg, peerFile))
+	harness.Eventually(t, 30*time.Second, "PeerKubeconfigRefused Event", wantEvent(one, kube.DefaultStatusNamespace, health.LeaseName,
 		syndicate.ReasonPeerKubeconfigRefused, corev1.EventTypeWarning, "--allow-exec-plugins"))
 	for start := time.Now(); time.Since(start) < 2*grace; time.Sleep(time.Second) {
-		mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
+		harness.Must(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the refused kubeconfig's command ran")
@@ -125,11 +126,11 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 		t.Errorf("status does not name the refused peer:\n%s", out)
 	}
 	// One that does not parse: the same, with its own reason.
-	mustDo(t, os.WriteFile(peerFile, []byte("apiVersion: v1\nclusters: [\n"), 0o600))
-	eventually(t, 30*time.Second, "PeerKubeconfigInvalid Event", wantEvent(one, kube.DefaultStatusNamespace, health.LeaseName,
+	harness.Must(t, os.WriteFile(peerFile, []byte("apiVersion: v1\nclusters: [\n"), 0o600))
+	harness.Eventually(t, 30*time.Second, "PeerKubeconfigInvalid Event", wantEvent(one, kube.DefaultStatusNamespace, health.LeaseName,
 		syndicate.ReasonPeerKubeconfigInvalid, corev1.EventTypeWarning, "cluster-2.yaml"))
-	mustDo(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
-	mustDo(t, os.WriteFile(peerFile, data, 0o600))
+	harness.Must(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
+	harness.Must(t, os.WriteFile(peerFile, data, 0o600))
 	scale(t, two, "web", "from2", 1)
-	eventually(t, 60*time.Second, "synced again once the file is fixed", replicaOf(one, "web", "from2", "cluster-2", false, waitPods(t, two, "web", "from2", 1)))
+	harness.Eventually(t, 60*time.Second, "synced again once the file is fixed", replicaOf(one, "web", "from2", "cluster-2", false, waitPods(t, two, "web", "from2", 1)))
 }

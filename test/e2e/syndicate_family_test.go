@@ -20,6 +20,7 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // Replication on single-family clusters: each replica has the one slice of
@@ -27,10 +28,10 @@ import (
 func TestSyndicateFamilies(t *testing.T) {
 	for _, fam := range []string{devenv.IPv4, devenv.IPv6} {
 		t.Run(fam, func(t *testing.T) {
-			w := &world{env: devenv.ForTestWith(t, devenv.Options{Clusters: 2, IPFamily: fam}), cm: devenv.CloudMapForTest(t, cloudmaplocal.Options{})}
+			w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, IPFamily: fam}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
 			w.connect(t)
 			dirs, err := w.env.PeerDirs(t.TempDir())
-			mustDo(t, err)
+			harness.Must(t, err)
 			t.Cleanup(w.startControllers(t, func(o *controller.Options) {
 				w.asPeer(o, dirs)
 				o.MCS, o.Syndicate = false, true
@@ -42,7 +43,7 @@ func TestSyndicateFamilies(t *testing.T) {
 			if len(want) != 1 {
 				t.Fatalf("pods of a %s cluster have families %v", fam, want)
 			}
-			eventually(t, importDeadline, "the replica's slices", replicaSlices(w.clients[1], "web", "fam", "cluster-1", want))
+			harness.Eventually(t, importDeadline, "the replica's slices", replicaSlices(w.clients[1], "web", "fam", "cluster-1", want))
 		})
 	}
 }
@@ -54,16 +55,16 @@ func (w *world) dualStackReplica(t *testing.T) {
 	one, two := w.clients[0], w.clients[1]
 	app(t, one, "web", "dual", 2, false, httpPort(80, 8080))
 	svc := &corev1.Service{}
-	mustDo(t, one.Get(ctx, client.ObjectKey{Namespace: "web", Name: "dual"}, svc))
+	harness.Must(t, one.Get(ctx, client.ObjectKey{Namespace: "web", Name: "dual"}, svc))
 	svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
 	svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
-	mustDo(t, one.Update(ctx, svc))
+	harness.Must(t, one.Update(ctx, svc))
 	want := podAddressesByFamily(t, one, "web", "dual", 2)
 	if len(want) != 2 {
 		t.Fatalf("pods of a dual-stack cluster have families %v", want)
 	}
-	eventually(t, importDeadline, "the replica's slices", replicaSlices(two, "web", "dual", "cluster-1", want))
-	eventually(t, importDeadline, "a dual-stack replica", func() error {
+	harness.Eventually(t, importDeadline, "the replica's slices", replicaSlices(two, "web", "dual", "cluster-1", want))
+	harness.Eventually(t, importDeadline, "a dual-stack replica", func() error {
 		r := &corev1.Service{}
 		if err := two.Get(ctx, client.ObjectKey{Namespace: "web", Name: "dual"}, r); err != nil {
 			return err
@@ -80,7 +81,7 @@ func (w *world) dualStackReplica(t *testing.T) {
 func podAddressesByFamily(t *testing.T, cl client.Client, ns, app string, n int) map[discoveryv1.AddressType][]string {
 	t.Helper()
 	var out map[discoveryv1.AddressType][]string
-	eventually(t, 30*time.Second, "pods of "+app, func() error {
+	harness.Eventually(t, 30*time.Second, "pods of "+app, func() error {
 		pods := &corev1.PodList{}
 		if err := cl.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
 			return err

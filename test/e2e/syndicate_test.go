@@ -26,6 +26,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // TestSyndicate runs `controller --syndicate --mcs=false` in 3 clusters,
@@ -33,7 +34,7 @@ import (
 func TestSyndicate(t *testing.T) {
 	w := worldWithoutControllers(t, 3, cloudmaplocal.Options{})
 	dirs, err := w.env.PeerDirs(t.TempDir())
-	mustDo(t, err)
+	harness.Must(t, err)
 	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
 		w.asPeer(o, dirs)
 		o.MCS, o.Syndicate, o.CreateNamespaces, o.PeerGrace = false, true, false, 3*time.Second
@@ -135,12 +136,12 @@ func (w *world) replicate(t *testing.T) {
 	}{{"api", 3, false}, {"db", 2, true}} {
 		ips := waitPods(t, src, "web", c.name, c.n)
 		for _, peer := range w.clients[1:] {
-			eventually(t, importDeadline, "replica of "+c.name, replicaOf(peer, "web", c.name, "cluster-1", c.headless, ips))
+			harness.Eventually(t, importDeadline, "replica of "+c.name, replicaOf(peer, "web", c.name, "cluster-1", c.headless, ips))
 		}
 	}
 	// The endpoints carry the target port.
 	list := &discoveryv1.EndpointSliceList{}
-	mustDo(t, w.clients[1].List(context.Background(), list, client.InNamespace("web"), client.MatchingLabels{discoveryv1.LabelServiceName: "api", discoveryv1.LabelManagedBy: syndicate.ManagedBy}))
+	harness.Must(t, w.clients[1].List(context.Background(), list, client.InNamespace("web"), client.MatchingLabels{discoveryv1.LabelServiceName: "api", discoveryv1.LabelManagedBy: syndicate.ManagedBy}))
 	if len(list.Items) != 1 || len(list.Items[0].Ports) != 1 || *list.Items[0].Ports[0].Port != 8080 || *list.Items[0].Ports[0].Name != "http" {
 		t.Fatalf("replica slices %+v, want one with port http 8080", list.Items)
 	}
@@ -149,13 +150,13 @@ func (w *world) replicate(t *testing.T) {
 		ips := waitPods(t, src, "web", "api", int(n))
 		start := time.Now()
 		for _, peer := range w.clients[1:] {
-			eventually(t, 2*time.Second, fmt.Sprintf("scale to %d reflected", n), serves(peer, "web", "api", ips))
+			harness.Eventually(t, 2*time.Second, fmt.Sprintf("scale to %d reflected", n), serves(peer, "web", "api", ips))
 		}
 		t.Logf("scale to %d: peers serve the new pods %v after the source's EndpointSlice", n, time.Since(start).Round(time.Millisecond))
 	}
-	mustDo(t, src.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api"}}))
+	harness.Must(t, src.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api"}}))
 	for _, peer := range w.clients[1:] {
-		eventually(t, importDeadline, "replica removed", gone(peer, "web", "api"))
+		harness.Eventually(t, importDeadline, "replica removed", gone(peer, "web", "api"))
 	}
 }
 
@@ -167,19 +168,19 @@ func (w *world) nameClash(t *testing.T) {
 	// It may have been replicated in the moment before it became singular:
 	// those replicas go first.
 	for _, cl := range w.clients[:2] {
-		eventually(t, importDeadline, "no replica of a singular Service", gone(cl, "web", "clash"))
+		harness.Eventually(t, importDeadline, "no replica of a singular Service", gone(cl, "web", "clash"))
 	}
 	own := waitPods(t, w.clients[2], "web", "clash", 1)
 	app(t, w.clients[0], "web", "clash", 2, false, httpPort(80, 8080))
 	ips := waitPods(t, w.clients[0], "web", "clash", 2)
-	eventually(t, importDeadline, "replicated where there is no clash", replicaOf(w.clients[1], "web", "clash", "cluster-1", false, ips))
-	eventually(t, 5*time.Second, "NameClash Event", wantEvent(w.clients[0], "web", "clash", "NameClash", corev1.EventTypeWarning, "cluster-3 has its own Service web/clash"))
+	harness.Eventually(t, importDeadline, "replicated where there is no clash", replicaOf(w.clients[1], "web", "clash", "cluster-1", false, ips))
+	harness.Eventually(t, 5*time.Second, "NameClash Event", wantEvent(w.clients[0], "web", "clash", "NameClash", corev1.EventTypeWarning, "cluster-3 has its own Service web/clash"))
 	svc := &corev1.Service{}
-	mustDo(t, w.clients[2].Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "clash"}, svc))
+	harness.Must(t, w.clients[2].Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "clash"}, svc))
 	if svc.Spec.Selector["app"] != "clash" || svc.Labels[syndicate.LabelSourceCluster] != "" {
 		t.Errorf("the peer's own Service was changed: %+v", svc)
 	}
-	mustDo(t, serves(w.clients[2], "web", "clash", own)())
+	harness.Must(t, serves(w.clients[2], "web", "clash", own)())
 }
 
 func (w *world) syndicateNamespaces(t *testing.T) {
@@ -187,7 +188,7 @@ func (w *world) syndicateNamespaces(t *testing.T) {
 		app(t, w.clients[0], ns, "app", 1, false, httpPort(80, 8080))
 	}
 	ips := waitPods(t, w.clients[0], "ns-in", "app", 1)
-	eventually(t, importDeadline, "watched namespace replicated", replicaOf(w.clients[1], "ns-in", "app", "cluster-1", false, ips))
+	harness.Eventually(t, importDeadline, "watched namespace replicated", replicaOf(w.clients[1], "ns-in", "app", "cluster-1", false, ips))
 	time.Sleep(2 * time.Second)
 	for _, ns := range []string{"ns-out", "private"} {
 		for _, peer := range w.clients[1:] {
@@ -240,7 +241,7 @@ func setMode(t *testing.T, cl client.Client, ns, name string, m syndicate.Mode) 
 
 func updateService(t *testing.T, cl client.Client, ns, name string, change func(*corev1.Service)) {
 	t.Helper()
-	mustDo(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	harness.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		s := &corev1.Service{}
 		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
 			return err
@@ -253,7 +254,7 @@ func updateService(t *testing.T, cl client.Client, ns, name string, change func(
 // deploy creates a Deployment only, its pods labelled labels.
 func deploy(t *testing.T, cl client.Client, ns, name string, replicas int32, labels map[string]string) {
 	t.Helper()
-	mustDo(t, cl.Create(context.Background(), &appsv1.Deployment{
+	harness.Must(t, cl.Create(context.Background(), &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -266,7 +267,7 @@ func deploy(t *testing.T, cl client.Client, ns, name string, replicas int32, lab
 func podIPs(t *testing.T, cl client.Client, ns string, labels map[string]string, n int) []string {
 	t.Helper()
 	var ips []string
-	eventually(t, 30*time.Second, fmt.Sprintf("%d ready pods %v", n, labels), func() error {
+	harness.Eventually(t, 30*time.Second, fmt.Sprintf("%d ready pods %v", n, labels), func() error {
 		pods := &corev1.PodList{}
 		if err := cl.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
 			return err
@@ -293,7 +294,7 @@ func podIPs(t *testing.T, cl client.Client, ns string, labels map[string]string,
 func allServe(t *testing.T, w *world, step, ns, name string, ips []string) {
 	t.Helper()
 	for i, cl := range w.clients {
-		eventually(t, importDeadline, fmt.Sprintf("%s: cluster-%d", step, i+1), serves(cl, ns, name, ips))
+		harness.Eventually(t, importDeadline, fmt.Sprintf("%s: cluster-%d", step, i+1), serves(cl, ns, name, ips))
 	}
 }
 
@@ -319,7 +320,7 @@ func (w *world) statefulMigration(t *testing.T) {
 	defer stop()
 
 	setMode(t, a, "mig", "stateful", syndicate.ModeReceiver)
-	eventually(t, importDeadline, "the target is the source", func() error {
+	harness.Eventually(t, importDeadline, "the target is the source", func() error {
 		s := &corev1.Service{}
 		if err := b.Get(context.Background(), client.ObjectKey{Namespace: "mig", Name: "stateful"}, s); err != nil {
 			return err
@@ -340,7 +341,7 @@ func (w *world) statefulMigration(t *testing.T) {
 
 	updateService(t, b, "mig", "stateful", func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "stateful-new"} })
 	allServe(t, w, "after the target's selector", "mig", "stateful", fresh)
-	eventually(t, importDeadline, "the old source is now a receiver of the new", func() error {
+	harness.Eventually(t, importDeadline, "the old source is now a receiver of the new", func() error {
 		list := &discoveryv1.EndpointSliceList{}
 		if err := a.List(context.Background(), list, client.InNamespace("mig"), client.MatchingLabels{discoveryv1.LabelServiceName: "stateful"}); err != nil {
 			return err
@@ -367,7 +368,7 @@ func (w *world) unionMigration(t *testing.T) {
 	allServe(t, w, "after union", "mig", "stateless", union)
 
 	setMode(t, b, "mig", "stateless", syndicate.ModeSource)
-	eventually(t, importDeadline, "the old source is a receiver", func() error {
+	harness.Eventually(t, importDeadline, "the old source is a receiver", func() error {
 		s := &corev1.Service{}
 		if err := a.Get(context.Background(), client.ObjectKey{Namespace: "mig", Name: "stateless"}, s); err != nil {
 			return err
@@ -391,24 +392,24 @@ func (w *world) singular(t *testing.T) {
 		app(t, src, "web", name, 1, false, httpPort(80, 8080))
 		ips := waitPods(t, src, "web", name, 1)
 		for _, peer := range w.clients[1:] {
-			eventually(t, importDeadline, "replica of "+name, replicaOf(peer, "web", name, "cluster-1", false, ips))
+			harness.Eventually(t, importDeadline, "replica of "+name, replicaOf(peer, "web", name, "cluster-1", false, ips))
 		}
 	}
 	setMode(t, w.clients[1], "web", "s1", syndicate.ModeSingular)
 	setMode(t, src, "web", "s2", syndicate.ModeSingular)
 	for _, name := range []string{"s1", "s2"} {
 		for _, peer := range w.clients[1:] {
-			eventually(t, importDeadline, "replicas of "+name+" removed", gone(peer, "web", name))
+			harness.Eventually(t, importDeadline, "replicas of "+name+" removed", gone(peer, "web", name))
 		}
 	}
 	s := &corev1.Service{}
-	mustDo(t, src.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "s1"}, s))
+	harness.Must(t, src.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "s1"}, s))
 	if syndicate.ModeOf(s) != syndicate.ModeSingular {
 		t.Errorf("singular on the replica did not reach the source: mode %q", syndicate.ModeOf(s))
 	}
-	mustDo(t, serves(src, "web", "s1", waitPods(t, src, "web", "s1", 1))())
+	harness.Must(t, serves(src, "web", "s1", waitPods(t, src, "web", "s1", 1))())
 	// Created singular: never replicated.
-	mustDo(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "s3",
+	harness.Must(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "s3",
 		Annotations: map[string]string{syndicate.AnnotationModeAlias: "singular"}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "s1"}, Ports: []corev1.ServicePort{httpPort(80, 8080)}}}))
 	time.Sleep(2 * time.Second)
@@ -427,25 +428,25 @@ func (w *world) peerDown(t *testing.T) {
 	app(t, one, "web", "from1", 2, false, httpPort(80, 8080))
 	app(t, two, "web", "from2", 2, false, httpPort(80, 8080))
 	ips1, ips2 := waitPods(t, one, "web", "from1", 2), waitPods(t, two, "web", "from2", 2)
-	eventually(t, importDeadline, "from1 in cluster-2", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
+	harness.Eventually(t, importDeadline, "from1 in cluster-2", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
 	for _, cl := range []client.Client{one, three} {
-		eventually(t, importDeadline, "from2 replicated", replicaOf(cl, "web", "from2", "cluster-2", false, ips2))
+		harness.Eventually(t, importDeadline, "from2 replicated", replicaOf(cl, "web", "from2", "cluster-2", false, ips2))
 	}
-	mustDo(t, w.env.StopCluster(ctx, w.env.Clusters[1]))
+	harness.Must(t, w.env.StopCluster(ctx, w.env.Clusters[1]))
 	stopped := time.Now()
 	scale(t, one, "web", "from1", 3)
 	ips1 = waitPods(t, one, "web", "from1", 3)
-	eventually(t, importDeadline, "cluster-3 follows while cluster-2 is down", replicaOf(three, "web", "from1", "cluster-1", false, ips1))
+	harness.Eventually(t, importDeadline, "cluster-3 follows while cluster-2 is down", replicaOf(three, "web", "from1", "cluster-1", false, ips1))
 	for time.Since(stopped) < 30*time.Second {
 		for _, cl := range []client.Client{one, three} {
-			mustDo(t, replicaOf(cl, "web", "from2", "cluster-2", false, ips2)())
+			harness.Must(t, replicaOf(cl, "web", "from2", "cluster-2", false, ips2)())
 		}
 		time.Sleep(2 * time.Second)
 	}
-	mustDo(t, w.env.StartCluster(ctx, w.env.Clusters[1]))
-	eventually(t, 60*time.Second, "cluster-2 converges once back", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
+	harness.Must(t, w.env.StartCluster(ctx, w.env.Clusters[1]))
+	harness.Eventually(t, 60*time.Second, "cluster-2 converges once back", replicaOf(two, "web", "from1", "cluster-1", false, ips1))
 	for _, cl := range []client.Client{one, three} {
-		mustDo(t, replicaOf(cl, "web", "from2", "cluster-2", false, ips2)())
+		harness.Must(t, replicaOf(cl, "web", "from2", "cluster-2", false, ips2)())
 	}
 }
 
@@ -456,14 +457,14 @@ func (w *world) peerRemoved(t *testing.T, dirs map[string]string) {
 	one, two, three := w.clients[0], w.clients[1], w.clients[2]
 	app(t, three, "web", "from3", 1, false, httpPort(80, 8080))
 	ips3 := waitPods(t, three, "web", "from3", 1)
-	eventually(t, importDeadline, "from3 in cluster-1", replicaOf(one, "web", "from3", "cluster-3", false, ips3))
-	mustDo(t, os.Remove(filepath.Join(dirs["cluster-1"], "cluster-3.yaml")))
-	mustDo(t, os.Remove(filepath.Join(dirs["cluster-3"], "cluster-1.yaml")))
+	harness.Eventually(t, importDeadline, "from3 in cluster-1", replicaOf(one, "web", "from3", "cluster-3", false, ips3))
+	harness.Must(t, os.Remove(filepath.Join(dirs["cluster-1"], "cluster-3.yaml")))
+	harness.Must(t, os.Remove(filepath.Join(dirs["cluster-3"], "cluster-1.yaml")))
 	removed := time.Now()
-	eventually(t, 30*time.Second, "cluster-3's replica gone from cluster-1", gone(one, "web", "from3"))
-	eventually(t, 30*time.Second, "cluster-1's replica gone from cluster-3", gone(three, "web", "from1"))
+	harness.Eventually(t, 30*time.Second, "cluster-3's replica gone from cluster-1", gone(one, "web", "from3"))
+	harness.Eventually(t, 30*time.Second, "cluster-1's replica gone from cluster-3", gone(three, "web", "from1"))
 	if d := time.Since(removed); d < 3*time.Second {
 		t.Errorf("replicas removed %v after the peer, before the 3 s grace period", d)
 	}
-	eventually(t, importDeadline, "cluster-2 keeps from3", replicaOf(two, "web", "from3", "cluster-3", false, ips3))
+	harness.Eventually(t, importDeadline, "cluster-2 keeps from3", replicaOf(two, "web", "from3", "cluster-3", false, ips3))
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 func runCLI(t *testing.T, args ...string) string {
@@ -46,7 +47,7 @@ func runCLI(t *testing.T, args ...string) string {
 func TestUninstall(t *testing.T) {
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	dirs, err := w.env.PeerDirs(t.TempDir())
-	mustDo(t, err)
+	harness.Must(t, err)
 	stop := w.startControllers(t, func(o *controller.Options) {
 		w.asPeer(o, dirs)
 		o.MCS, o.CloudMapDNS, o.Syndicate, o.PeerGrace = true, true, true, 3*time.Second
@@ -61,7 +62,7 @@ func TestUninstall(t *testing.T) {
 	ctx := context.Background()
 	c := w.cloudMap(t)
 	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("apps")})
-	mustDo(t, err)
+	harness.Must(t, err)
 	waitOp(t, c, op.OperationId)
 	w.allNamespaces(t, "shop")
 
@@ -69,8 +70,8 @@ func TestUninstall(t *testing.T) {
 	// it in cluster-2); Cloud Map DNS: api from cluster-2.
 	w.exportApp(t, "shop", "web", 2)
 	annotated(t, w.clients[1], "shop", "api", 2, "apps", "api")
-	eventually(t, importDeadline, "api registered", serviceCondition(w.clients[1], "shop", "api", "True/Registered"))
-	eventually(t, importDeadline, "web replicated to cluster-2", func() error {
+	harness.Eventually(t, importDeadline, "api registered", serviceCondition(w.clients[1], "shop", "api", "True/Registered"))
+	harness.Eventually(t, importDeadline, "web replicated to cluster-2", func() error {
 		svc := &corev1.Service{}
 		if err := w.clients[1].Get(ctx, client.ObjectKey{Namespace: "shop", Name: "web"}, svc); err != nil {
 			return err
@@ -94,11 +95,11 @@ func TestUninstall(t *testing.T) {
 	for i, cl := range w.clients {
 		id := w.env.Clusters[i].ID
 		crdClient, err := client.New(w.env.Clusters[i].Config, client.Options{Scheme: devenv.Scheme})
-		mustDo(t, err)
+		harness.Must(t, err)
 		for _, name := range []string{"serviceexports.multicluster.x-k8s.io", "serviceimports.multicluster.x-k8s.io"} {
-			mustDo(t, client.IgnoreNotFound(crdClient.Delete(ctx, &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name}})))
+			harness.Must(t, client.IgnoreNotFound(crdClient.Delete(ctx, &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name}})))
 		}
-		eventually(t, 60*time.Second, id+": CRDs gone", func() error {
+		harness.Eventually(t, 60*time.Second, id+": CRDs gone", func() error {
 			for _, name := range []string{"serviceexports.multicluster.x-k8s.io", "serviceimports.multicluster.x-k8s.io"} {
 				if err := crdClient.Get(ctx, client.ObjectKey{Name: name}, &apiextensionsv1.CustomResourceDefinition{}); !apierrors.IsNotFound(err) {
 					return fmt.Errorf("CRD %s still there (%v)", name, err)
@@ -107,7 +108,7 @@ func TestUninstall(t *testing.T) {
 			return nil
 		})
 		svcs := &corev1.ServiceList{}
-		mustDo(t, cl.List(ctx, svcs, client.InNamespace("shop")))
+		harness.Must(t, cl.List(ctx, svcs, client.InNamespace("shop")))
 		for _, s := range svcs.Items {
 			if len(s.Finalizers) > 0 || s.Labels[syndicate.LabelSourceCluster] != "" || s.Labels[imports.LabelDerivedFor] != "" {
 				t.Errorf("%s: Service %s left with finalizers %v, labels %v", id, s.Name, s.Finalizers, s.Labels)
@@ -118,7 +119,7 @@ func TestUninstall(t *testing.T) {
 		}
 		for _, m := range []string{imports.ManagedBy, syndicate.ManagedBy} {
 			sl := &discoveryv1.EndpointSliceList{}
-			mustDo(t, cl.List(ctx, sl, client.MatchingLabels{discoveryv1.LabelManagedBy: m}))
+			harness.Must(t, cl.List(ctx, sl, client.MatchingLabels{discoveryv1.LabelManagedBy: m}))
 			if len(sl.Items) > 0 {
 				t.Errorf("%s: %d EndpointSlices of %s left", id, len(sl.Items), m)
 			}
@@ -133,7 +134,7 @@ func TestUninstall(t *testing.T) {
 		t.Errorf("%d Cloud Map instances left", n)
 	}
 	nss, err := c.ListNamespaces(ctx, &sd.ListNamespacesInput{})
-	mustDo(t, err)
+	harness.Must(t, err)
 	var names []string
 	for _, ns := range nss.Namespaces {
 		names = append(names, aws.ToString(ns.Name))
@@ -142,7 +143,7 @@ func TestUninstall(t *testing.T) {
 		t.Errorf("Cloud Map namespaces left %v, want only the user's apps", names)
 	}
 	svcs, err := c.ListServices(ctx, &sd.ListServicesInput{})
-	mustDo(t, err)
+	harness.Must(t, err)
 	if len(svcs.Services) != 0 {
 		t.Errorf("%d Cloud Map services left, want those clustermap created gone", len(svcs.Services))
 	}
@@ -151,11 +152,11 @@ func TestUninstall(t *testing.T) {
 func instanceCount(t *testing.T, c *sd.Client) int {
 	t.Helper()
 	svcs, err := c.ListServices(context.Background(), &sd.ListServicesInput{})
-	mustDo(t, err)
+	harness.Must(t, err)
 	n := 0
 	for _, s := range svcs.Services {
 		out, err := c.ListInstances(context.Background(), &sd.ListInstancesInput{ServiceId: s.Id})
-		mustDo(t, err)
+		harness.Must(t, err)
 		n += len(out.Instances)
 	}
 	return n

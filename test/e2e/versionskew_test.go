@@ -17,6 +17,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // A clusterset mid-upgrade: cluster-1 still writes the previous record
@@ -43,7 +44,7 @@ func TestVersionSkew(t *testing.T) {
 	for i, cl := range w.clients {
 		app(t, cl, ns, name, 2, false, httpPort(6379, 6379))
 		se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: mcsv1beta1.ServiceExportSpec{ExportedLabels: map[string]string{"tier": "cache"}}}
-		mustDo(t, cl.Create(context.Background(), se))
+		harness.Must(t, cl.Create(context.Background(), se))
 		all = append(all, waitPods(t, cl, ns, name, 2)...)
 		if i == 0 {
 			// cluster-1's export is the older: its labels are the import's.
@@ -54,11 +55,11 @@ func TestVersionSkew(t *testing.T) {
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1,cluster-2", all)
 	for i, cl := range w.clients {
 		si, err := getImport(cl, ns, name)
-		mustDo(t, err)
+		harness.Must(t, err)
 		if si.Labels["tier"] != "cache" {
 			t.Errorf("%s: the previous format's exported labels are lost: %v", w.env.Clusters[i].ID, si.Labels)
 		}
-		eventually(t, importDeadline, "NewerRecordFormat Event", wantEvent(cl, ns, name, "NewerRecordFormat", corev1.EventTypeWarning,
+		harness.Eventually(t, importDeadline, "NewerRecordFormat Event", wantEvent(cl, ns, name, "NewerRecordFormat", corev1.EventTypeWarning,
 			fmt.Sprintf("cluster cluster-2 writes record format %d", cloudmap.RecordVersion+1)))
 	}
 	c := w.cloudMap(t)
@@ -70,7 +71,7 @@ func TestVersionSkew(t *testing.T) {
 	// its format, imports unchanged.
 	stop()
 	stop = start(false)
-	eventually(t, importDeadline, "records in this release's format", func() error {
+	harness.Eventually(t, importDeadline, "records in this release's format", func() error {
 		return checkRecordVersions(c, ns, name, map[string]string{"cluster-1": fmt.Sprint(cloudmap.RecordVersion), "cluster-2": fmt.Sprint(cloudmap.RecordVersion)})
 	})
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1,cluster-2", all)

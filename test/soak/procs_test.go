@@ -3,9 +3,6 @@
 package soak
 
 import (
-	"context"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,31 +111,4 @@ func (p *proc) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// freeAddr picks a loopback address nobody listens on, for a process
-// that must come back on the same one.
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// waitListening waits until something accepts connections on addr.
-func waitListening(ctx context.Context, addr string) error {
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("nothing listens on %s: %w", addr, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/test/harness"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -88,7 +89,7 @@ func TestFaultCampaign(t *testing.T) {
 	f := start(t, s)
 	ctx := context.Background()
 	f.populate(t)
-	eventually(t, 3*time.Minute, "the initial workload converges", func() error { return f.check(ctx).err() })
+	harness.EventuallyEvery(t, time.Second, 3*time.Minute, "the initial workload converges", func() error { return f.check(ctx).err() })
 	t.Logf("initial workload converged: %d items", len(f.w.snapshot()))
 
 	// Faults, with churn and random kills throughout.
@@ -154,7 +155,7 @@ func TestFaultCampaign(t *testing.T) {
 
 func start(t *testing.T, s settings) *fleet {
 	dir := t.TempDir()
-	env := devenv.ForTest(t, s.clusters)
+	env := harness.Clusters(t, s.clusters)
 	f := &fleet{s: s, env: env, down: map[int]bool{}, w: newWorkload(), ownCalls: map[string]int{}}
 	for _, c := range env.Clusters {
 		cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
@@ -164,31 +165,31 @@ func start(t *testing.T, s settings) *fleet {
 		f.clients = append(f.clients, cl)
 		f.ids = append(f.ids, c.ID)
 		for _, ns := range []string{nsMCS, nsSyn, nsDNS, kube.DefaultStatusNamespace} {
-			mustDo(t, createNamespace(cl, ns))
+			harness.Must(t, createNamespace(cl, ns))
 		}
 	}
 	// The emulator, as its own process, so it can stop and come back from
 	// its data directory.
-	api, admin := freeAddr(t), freeAddr(t)
+	api, admin := harness.FreeAddr(t), harness.FreeAddr(t)
 	f.cmURL, f.cmAdmin = "http://"+api, "http://"+admin
 	f.cm = supervise(t, dir, "cloudmap-local", nil, filepath.Join(devenv.BinDir(), "cloudmap-local"), "--listen", api, "--admin-listen", admin, "--data-dir", filepath.Join(dir, "cloudmap"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mustDo(t, waitListening(ctx, api))
+	harness.Must(t, harness.WaitListening(ctx, api))
 	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: f.cmURL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
 		OnCall: func(op string, _ error) { f.ownMu.Lock(); f.ownCalls[op]++; f.ownMu.Unlock() }})
-	mustDo(t, err)
+	harness.Must(t, err)
 	f.sd = c
 	op, err := c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String(dnsNamespace), Vpc: aws.String("vpc-soak")})
-	mustDo(t, err)
+	harness.Must(t, err)
 	_, err = cloudmapclient.WaitOperation(ctx, c, op.OperationId)
-	mustDo(t, err)
+	harness.Must(t, err)
 
 	// The controllers: the real binary, every mode, at the shipped
 	// defaults (call budgets, drift period, grace period), two replicas
 	// per cluster under leader election as the chart runs them.
 	peers, err := env.PeerDirs(filepath.Join(dir, "peers"))
-	mustDo(t, err)
+	harness.Must(t, err)
 	awsEnv := []string{"AWS_ACCESS_KEY_ID=soak", "AWS_SECRET_ACCESS_KEY=soak", "AWS_REGION=us-east-1"}
 	for _, c := range env.Clusters {
 		var ps []*proc
@@ -241,8 +242,8 @@ func (f *fleet) killAtRandom(t *testing.T, n int, d time.Duration) <-chan struct
 func (f *fleet) restartCluster(t *testing.T, i int) {
 	ctx := context.Background()
 	f.setDown(i, true)
-	mustDo(t, f.env.StopCluster(ctx, f.env.Clusters[i]))
-	mustDo(t, f.env.StartCluster(ctx, f.env.Clusters[i]))
+	harness.Must(t, f.env.StopCluster(ctx, f.env.Clusters[i]))
+	harness.Must(t, f.env.StartCluster(ctx, f.env.Clusters[i]))
 	f.setDown(i, false)
 }
 
@@ -253,9 +254,9 @@ func (f *fleet) stopMember(t *testing.T, i int, d time.Duration) {
 	for _, p := range f.ctrls[i] {
 		p.pause()
 	}
-	mustDo(t, f.env.StopCluster(ctx, f.env.Clusters[i]))
+	harness.Must(t, f.env.StopCluster(ctx, f.env.Clusters[i]))
 	time.Sleep(d)
-	mustDo(t, f.env.StartCluster(ctx, f.env.Clusters[i]))
+	harness.Must(t, f.env.StartCluster(ctx, f.env.Clusters[i]))
 	for _, p := range f.ctrls[i] {
 		p.resume(t)
 	}
@@ -282,16 +283,16 @@ func (f *fleet) stopEmulator(t *testing.T, d time.Duration) {
 	f.cm.resume(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mustDo(t, waitListening(ctx, strings.TrimPrefix(f.cmURL, "http://")))
+	harness.Must(t, harness.WaitListening(ctx, strings.TrimPrefix(f.cmURL, "http://")))
 }
 
 // throttleAll answers every call RequestLimitExceeded for d.
 func (f *fleet) throttleAll(t *testing.T, d time.Duration) {
 	put := func(body string) {
 		req, err := http.NewRequest(http.MethodPut, f.cmAdmin+"/faults", bytes.NewBufferString(body))
-		mustDo(t, err)
+		harness.Must(t, err)
 		resp, err := http.DefaultClient.Do(req)
-		mustDo(t, err)
+		harness.Must(t, err)
 		resp.Body.Close()
 		if resp.StatusCode/100 != 2 {
 			t.Fatalf("PUT /faults: %s", resp.Status)
@@ -311,11 +312,11 @@ type callCount struct {
 // less the test's own.
 func (f *fleet) calls(t *testing.T) callCount {
 	resp, err := http.Get(f.cmAdmin + "/metrics")
-	mustDo(t, err)
+	harness.Must(t, err)
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
-	mustDo(t, err)
+	harness.Must(t, err)
 	c := callCount{byOp: map[string]int{}}
 	for _, m := range families["cloudmaplocal_requests_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
@@ -358,26 +359,4 @@ func (c callCount) since(before callCount) string {
 		parts = append(parts, fmt.Sprintf("%s %d", o.op, o.n))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func eventually(t *testing.T, within time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, within, err)
-		}
-		time.Sleep(time.Second)
-	}
-}
-
-func mustDo(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }

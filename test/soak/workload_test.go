@@ -22,6 +22,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // kind is what an item exercises: an MCS export, a replicated Service, or
@@ -98,7 +99,7 @@ func (f *fleet) populate(t *testing.T) {
 		for _, k := range kinds {
 			n := map[kind]int{kindMCS: f.s.mcs, kindSyn: f.s.syn, kindDNS: f.s.dns}[k]
 			for range n {
-				mustDo(t, f.publish(f.w.newItem(k, ci), 2))
+				harness.Must(t, f.publish(f.w.newItem(k, ci), 2))
 			}
 		}
 	}

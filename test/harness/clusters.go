@@ -1,0 +1,70 @@
+//go:build linux
+
+// Package harness is what tests that start clusters, emulators and
+// processes share: e2e, soak and bench run on it.
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/devenv"
+)
+
+// Clusters starts n clusters for a test and stops them, processes and files,
+// when the test ends, whether it passed or not.
+func Clusters(t testing.TB, n int) *devenv.Env {
+	t.Helper()
+	return ClustersWith(t, devenv.Options{Clusters: n})
+}
+
+// ClustersWith starts clusters as opts say (its directories, tools and
+// prefix are the test's own).
+func ClustersWith(t testing.TB, opts devenv.Options) *devenv.Env {
+	t.Helper()
+	// A short directory of its own: kwokctl keeps sockets and pid files there.
+	dir, err := os.MkdirTemp("", "cm-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	opts.BinDir, opts.StateDir, opts.Prefix, opts.Log = devenv.BinDir(), dir, "t"+hex.EncodeToString(suffix), testLog{t}
+	env, err := devenv.Up(ctx, opts)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("starting %d local clusters: %v", opts.Clusters, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Down(context.Background()); err != nil {
+			t.Errorf("stopping local clusters: %v", err)
+		}
+	})
+	return env
+}
+
+type testLog struct{ t testing.TB }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// CloudMap serves an emulator in this process for the length of a test.
+func CloudMap(t testing.TB, opts cloudmaplocal.Options) *devenv.CloudMap {
+	t.Helper()
+	cm, err := devenv.StartCloudMap(opts, "127.0.0.1:0", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cm.Close() })
+	return cm
+}
