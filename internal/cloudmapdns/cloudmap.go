@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 )
@@ -46,21 +44,14 @@ type Service struct {
 
 // FindNamespace looks a namespace up by name.
 func (m CloudMap) FindNamespace(ctx context.Context, name string) (Namespace, error) {
-	p := sd.NewListNamespacesPaginator(m.c, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{
-		{Name: types.NamespaceFilterNameName, Values: []string{name}, Condition: types.FilterConditionEq},
-	}})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return Namespace{}, err
-		}
-		for _, ns := range page.Namespaces {
-			if aws.ToString(ns.Name) == name {
-				return Namespace{ID: aws.ToString(ns.Id), Type: ns.Type}, nil
-			}
-		}
+	ns, err := cloudmapclient.FindNamespace(ctx, m.c, name, "")
+	if err != nil {
+		return Namespace{}, err
 	}
-	return Namespace{}, fmt.Errorf("%w: %s", ErrNamespaceNotFound, name)
+	if ns == nil {
+		return Namespace{}, fmt.Errorf("%w: %s", ErrNamespaceNotFound, name)
+	}
+	return Namespace{ID: aws.ToString(ns.Id), Type: ns.Type}, nil
 }
 
 // DNSSettings shape a service clustermap creates.
@@ -163,18 +154,6 @@ func (m CloudMap) FindServices(ctx context.Context, ns Namespace, names ...strin
 	return found, nil
 }
 
-func (m CloudMap) tags(ctx context.Context, arn string) (map[string]string, error) {
-	out, err := m.c.ListTagsForResource(ctx, &sd.ListTagsForResourceInput{ResourceARN: aws.String(arn)})
-	if err != nil {
-		return nil, err
-	}
-	tags := map[string]string{}
-	for _, t := range out.Tags {
-		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
-	}
-	return tags, nil
-}
-
 // Instances lists every instance of a service, ours and others'.
 func (m CloudMap) Instances(ctx context.Context, serviceID string) (map[string]Attrs, error) {
 	out := map[string]Attrs{}
@@ -220,37 +199,35 @@ func (m CloudMap) Apply(ctx context.Context, serviceID string, p Plan, wait bool
 	return registered, deregistered, errors.Join(err1, err2)
 }
 
-// each calls f for every id, 8 at a time, and returns the ids that worked.
-func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(string) (*string, error)) (ok []string, err error) {
-	var mu sync.Mutex
-	var errs []error
-	var g errgroup.Group
-	g.SetLimit(8)
-	for _, id := range ids {
-		g.Go(func() error {
-			op, err := f(id)
-			if err == nil && wait && op != nil {
-				_, err = cloudmapclient.WaitOperation(ctx, m.c, op)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("instance %s: %w", id, err))
-				return nil
-			}
+// each calls f for every id (cloudmapclient.Each), waiting for its
+// operation when wait is set, and returns the ids that worked.
+func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(string) (*string, error)) ([]string, error) {
+	worked := make([]bool, len(ids))
+	err := cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
+		op, err := f(ids[i])
+		if err == nil && wait && op != nil {
+			_, err = cloudmapclient.WaitOperation(ctx, m.c, op)
+		}
+		if err != nil {
+			return fmt.Errorf("instance %s: %w", ids[i], err)
+		}
+		worked[i] = true
+		return nil
+	})
+	var ok []string
+	for i, id := range ids {
+		if worked[i] {
 			ok = append(ok, id)
-			return nil
-		})
+		}
 	}
-	_ = g.Wait()
-	return ok, errors.Join(errs...)
+	return ok, err
 }
 
 // DeleteIfCreated deletes a service clustermap created, unless others
 // registered in it meanwhile. Only the claim's holder calls it, after
 // taking its instances out.
 func (m CloudMap) DeleteIfCreated(ctx context.Context, svc Service) error {
-	tags, err := m.tags(ctx, svc.ARN)
+	tags, err := cloudmapclient.Tags(ctx, m.c, aws.String(svc.ARN))
 	if IsServiceGone(err) {
 		return nil
 	}

@@ -11,7 +11,6 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/go-logr/logr"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -124,7 +123,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	for id := range register {
 		ids = append(ids, id)
 	}
-	if err := b.each(ctx, len(ids), func(ctx context.Context, i int) error {
+	if err := cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
 		out, err := b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i]), Attributes: register[ids[i]]})
 		if err != nil {
 			var limit *types.ResourceLimitExceeded
@@ -148,7 +147,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 
 // deregister removes instances; one already gone is fine.
 func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key, ids []string) error {
-	return b.each(ctx, len(ids), func(ctx context.Context, i int) error {
+	return cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
 		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i])})
 		var missing *types.InstanceNotFound
 		if errors.As(err, &missing) {
@@ -265,16 +264,11 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 }
 
 func (b *Backend) createdByUs(ctx context.Context, arn *string) (bool, error) {
-	tags, err := b.c.ListTagsForResource(ctx, &sd.ListTagsForResourceInput{ResourceARN: arn})
+	tags, err := cloudmapclient.Tags(ctx, b.c, arn)
 	if err != nil {
 		return false, err
 	}
-	var managed, set bool
-	for _, t := range tags.Tags {
-		managed = managed || (aws.ToString(t.Key) == TagManagedBy && aws.ToString(t.Value) == managedBy)
-		set = set || (aws.ToString(t.Key) == TagClusterSet && aws.ToString(t.Value) == b.clusterSet)
-	}
-	return managed && set, nil
+	return tags[TagManagedBy] == managedBy && tags[TagClusterSet] == b.clusterSet, nil
 }
 
 func (b *Backend) tags() []types.Tag {
@@ -340,19 +334,14 @@ func (b *Backend) ensureNamespace(ctx context.Context, name string) (string, err
 }
 
 func (b *Backend) findNamespace(ctx context.Context, name string) (string, error) {
-	out, err := b.c.ListNamespaces(ctx, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{
-		{Name: types.NamespaceFilterNameName, Values: []string{name}},
-		{Name: types.NamespaceFilterNameType, Values: []string{string(types.NamespaceTypeHttp)}},
-	}})
+	ns, err := cloudmapclient.FindNamespace(ctx, b.c, name, types.NamespaceTypeHttp)
 	if err != nil {
 		return "", fmt.Errorf("looking up Cloud Map namespace %s: %w", name, err)
 	}
-	for _, ns := range out.Namespaces {
-		if aws.ToString(ns.Name) == name {
-			return aws.ToString(ns.Id), nil
-		}
+	if ns == nil {
+		return "", nil
 	}
-	return "", nil
+	return aws.ToString(ns.Id), nil
 }
 
 // ensureService finds or creates a service. A service not in the cache is
@@ -466,24 +455,4 @@ func (b *Backend) expireOwnOps(cutoff time.Time) {
 	}
 }
 
-// each runs f for 0..n-1, 8 at a time, every one of them, and returns
-// their errors joined.
-func (b *Backend) each(ctx context.Context, n int, f func(context.Context, int) error) error {
-	var g errgroup.Group
-	g.SetLimit(8)
-	errs := make([]error, n)
-	for i := 0; i < n; i++ {
-		g.Go(func() error {
-			errs[i] = f(ctx, i)
-			return nil
-		})
-	}
-	_ = g.Wait()
-	return errors.Join(errs...)
-}
-
-func isNotFound(err error) bool {
-	var ns *types.NamespaceNotFound
-	var svc *types.ServiceNotFound
-	return errors.As(err, &ns) || errors.As(err, &svc)
-}
+func isNotFound(err error) bool { return cloudmapclient.IsNotFound(err) }

@@ -1,0 +1,78 @@
+package cloudmapclient
+
+import (
+	"context"
+	"errors"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"golang.org/x/sync/errgroup"
+)
+
+// What both Cloud Map modes (MCS records, DNS registrations) need beyond
+// the SDK: bounded fan-out, one reading of "not found", namespace lookup
+// by name, and tags.
+
+// FanOut is how many calls of one batch run at once.
+const FanOut = 8
+
+// Each runs f for 0..n-1, FanOut at a time, every one of them (one error
+// stops none of the others), and returns their errors joined.
+func Each(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	var g errgroup.Group
+	g.SetLimit(FanOut)
+	errs := make([]error, n)
+	for i := range n {
+		g.Go(func() error {
+			errs[i] = f(ctx, i)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return errors.Join(errs...)
+}
+
+// IsNotFound says Cloud Map has no such namespace, service or resource:
+// positive knowledge of absence, unlike any other error.
+func IsNotFound(err error) bool {
+	var ns *types.NamespaceNotFound
+	var svc *types.ServiceNotFound
+	var res *types.ResourceNotFoundException
+	return errors.As(err, &ns) || errors.As(err, &svc) || errors.As(err, &res)
+}
+
+// FindNamespace looks a namespace up by name, of type typ ("" any); nil
+// when there is none.
+func FindNamespace(ctx context.Context, c *sd.Client, name string, typ types.NamespaceType) (*types.NamespaceSummary, error) {
+	filters := []types.NamespaceFilter{{Name: types.NamespaceFilterNameName, Values: []string{name}, Condition: types.FilterConditionEq}}
+	if typ != "" {
+		filters = append(filters, types.NamespaceFilter{Name: types.NamespaceFilterNameType, Values: []string{string(typ)}})
+	}
+	p := sd.NewListNamespacesPaginator(c, &sd.ListNamespacesInput{Filters: filters})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, ns := range page.Namespaces {
+			if aws.ToString(ns.Name) == name {
+				return &ns, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// Tags reads a resource's tags.
+func Tags(ctx context.Context, c *sd.Client, arn *string) (map[string]string, error) {
+	out, err := c.ListTagsForResource(ctx, &sd.ListTagsForResourceInput{ResourceARN: arn})
+	if err != nil {
+		return nil, err
+	}
+	tags := make(map[string]string, len(out.Tags))
+	for _, t := range out.Tags {
+		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
+	}
+	return tags, nil
+}
