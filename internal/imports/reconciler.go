@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -157,6 +158,38 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if errorsIsConflict(err) {
+		// A write raced another (our own informer had not seen our last
+		// write yet, as in a bulk import): not an error, read again soon.
+		log.FromContext(ctx).V(1).Info("import write conflicted; reading again", "import", req.String(), "error", err.Error())
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return res, err
+}
+
+// conflictRetry is how soon an import whose write conflicted is read
+// again: the cache has the newer object by then.
+const conflictRetry = 100 * time.Millisecond
+
+// errorsIsConflict says every error joined in err is an optimistic
+// concurrency conflict (one other error makes it a real failure).
+func errorsIsConflict(err error) bool {
+	if err == nil {
+		return false
+	}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			if e != nil && !errorsIsConflict(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return apierrors.IsConflict(err)
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if !r.Namespaces(req.Namespace) {
 		return reconcile.Result{}, nil
 	}
