@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Options for New. Zero values mean the SDK's defaults.
@@ -151,26 +153,31 @@ const OperationTimeout = 2 * time.Minute
 func WaitOperation(ctx context.Context, c *sd.Client, id *string) (*types.Operation, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, OperationTimeout, fmt.Errorf("operation %s did not finish within %v", aws.ToString(id), OperationTimeout))
 	defer cancel()
-	delay := 20 * time.Millisecond
-	for {
+	var op *types.Operation
+	err := operationBackoff.DelayFunc().Until(ctx, true, false, func(ctx context.Context) (bool, error) {
 		out, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: id})
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		switch out.Operation.Status {
 		case types.OperationStatusSuccess:
-			return out.Operation, nil
+			op = out.Operation
+			return true, nil
 		case types.OperationStatusFail:
-			return nil, fmt.Errorf("operation %s failed: %s %s", aws.ToString(id), aws.ToString(out.Operation.ErrorCode), aws.ToString(out.Operation.ErrorMessage))
+			return false, fmt.Errorf("operation %s failed: %s %s", aws.ToString(id), aws.ToString(out.Operation.ErrorCode), aws.ToString(out.Operation.ErrorMessage))
 		}
-		select {
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 2*time.Second)
+		return false, nil
+	})
+	if ctx.Err() != nil && op == nil {
+		return nil, context.Cause(ctx)
 	}
+	return op, err
 }
+
+// operationBackoff: 20 ms doubling to 2 s, then every 2 s until the
+// context's timeout (a DelayFunc keeps the cap once reached, where
+// ExponentialBackoff would stop).
+var operationBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Cap: 2 * time.Second, Steps: math.MaxInt32}
 
 // Calls counts calls by operation; its Record is an Options.OnCall.
 type Calls struct {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -147,22 +148,21 @@ func readers(peers []*Peer) []client.Reader {
 // periodic resyncs every 30 s and removes replicas of peers gone from the
 // directory for longer than the grace period.
 func (r *Reconciler) periodic(ctx context.Context) error {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if n%6 == 5 {
-			r.resyncAll(ctx)
-		}
+	go wait.UntilWithContext(ctx, r.resyncAll, resyncPeriod)
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := r.collectGone(ctx); err != nil {
 			log.FromContext(ctx).Error(err, "removing replicas of removed peers")
 		}
-	}
+	}, collectPeriod)
+	return nil
 }
+
+// How often every Service is replicated again, and replicas of removed
+// peers are looked for.
+const (
+	resyncPeriod  = 30 * time.Second
+	collectPeriod = 5 * time.Second
+)
 
 func (r *Reconciler) collectGone(ctx context.Context) error {
 	svcs := &corev1.ServiceList{}
