@@ -37,13 +37,18 @@ CHART := charts/clustermap
 
 ## generate: emulator wire code, deep-copies, the ClusterProperty CRD, one
 ## least-privilege ClusterRole per mode (controller-gen), and the chart's copies
+# The Cloud Map API model the emulator's wire code is generated from: an
+# input kept outside the clone (../shared/spec), needed only here.
+MODEL ?= $(CURDIR)/../shared/spec/servicediscovery-2017-03-14.smithy.json
+
 generate: tools
-	go generate ./...
+	@test -f "$(MODEL)" || { echo "make generate: the Cloud Map API model $(MODEL) is missing: put the shared folder beside the clone (../shared/spec/) or pass MODEL=path/to/servicediscovery-2017-03-14.smithy.json" >&2; exit 1; }
+	go run ./internal/cloudmaplocal/modelgen "$(MODEL)" internal/cloudmaplocal/zz_generated_model.go internal/cloudmaplocal/testdata/servicediscovery-model.json
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=config/crd/bases
 	$(BIN)/controller-gen rbac:roleName=clustermap-mcs paths="./internal/controller;./internal/export;./internal/imports" output:rbac:dir=config/rbac/mcs
 	$(BIN)/controller-gen rbac:roleName=clustermap-cloudmap-dns paths="./internal/controller;./internal/cloudmapdns" output:rbac:dir=config/rbac/cloudmap-dns
-	$(BIN)/controller-gen rbac:roleName=clustermap-syndicate paths="./internal/controller;./internal/syndicate" output:rbac:dir=config/rbac/syndicate
+	$(BIN)/controller-gen rbac:roleName=clustermap-syndicate paths="./internal/controller;./internal/replication" output:rbac:dir=config/rbac/syndicate
 	for m in mcs cloudmap-dns syndicate; do cp config/rbac/$$m/role.yaml $(CHART)/files/rbac/$$m.yaml; done
 	cp config/crd/bases/*.yaml $(CHART)/crds/
 
@@ -71,7 +76,7 @@ test-fast:
 
 FUZZTIME ?= 1m
 FUZZ_TARGETS := FuzzDecode:./internal/registry/cloudmap FuzzAnswer:./internal/dns \
-	FuzzRequest:./internal/cloudmaplocal FuzzPeerConfig:./internal/syndicate
+	FuzzRequest:./internal/cloudmaplocal FuzzPeerConfig:./internal/replication
 
 ## fuzz: each fuzz target for FUZZTIME (their seed corpora run in every
 ## go test): another cluster's Cloud Map records, DNS packets, the

@@ -19,7 +19,7 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
-	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -66,8 +66,8 @@ func BenchmarkSyndicate(b *testing.B) {
 	}
 	source := track(ctx, b, env.Clusters[0], "endpointslice-controller.k8s.io", discoveryv1.LabelServiceName)
 	peers := []*importTracker{
-		track(ctx, b, env.Clusters[1], syndicate.ManagedBy, discoveryv1.LabelServiceName),
-		track(ctx, b, env.Clusters[2], syndicate.ManagedBy, discoveryv1.LabelServiceName),
+		track(ctx, b, env.Clusters[1], replication.ManagedBy, discoveryv1.LabelServiceName),
+		track(ctx, b, env.Clusters[2], replication.ManagedBy, discoveryv1.LabelServiceName),
 	}
 	// Everything replicated before the clock starts.
 	setup := time.Now()

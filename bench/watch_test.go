@@ -28,11 +28,11 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/health"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -179,7 +179,7 @@ func countWrites(ctx context.Context, b *testing.B, c *devenv.Cluster) *writeCou
 			}
 			l := m.GetLabels()
 			return kind == "ServiceExport" || kind == "ServiceImport" || l[imports.LabelManagedBy] == "clustermap" || l[discoveryv1.LabelManagedBy] == imports.ManagedBy ||
-				(kind == "Lease" && m.GetName() == health.LeaseName)
+				(kind == "Lease" && m.GetName() == statuslease.LeaseName)
 		}
 		_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc: func(o any) { ours(o) },

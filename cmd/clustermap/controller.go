@@ -15,7 +15,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/kube"
-	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/internal/replication"
 )
 
 func newController() *cobra.Command {
@@ -92,7 +92,7 @@ AWS_SECRET_ACCESS_KEY).`,
 	f.BoolVar(&o.Syndicate, "syndicate", false, "replicate Services and their endpoints straight to the peer clusters in --peers-dir")
 	f.StringVar(&o.PeersDir, "peers-dir", "/etc/kubeconfigs", "directory of peer kubeconfig files, one per peer, named after the peer's --cluster-name")
 	f.BoolVar(&o.CreateNamespaces, "create-namespaces", false, "let replication create a namespace a peer lacks")
-	f.DurationVar(&o.PeerGrace, "peer-grace-period", syndicate.DefaultGrace, "how long replicas from a peer removed from --peers-dir stay")
+	f.DurationVar(&o.PeerGrace, "peer-grace-period", replication.DefaultGrace, "how long replicas from a peer removed from --peers-dir stay")
 	f.BoolVar(&o.AllowExecPlugins, "allow-exec-plugins", false, "let peer kubeconfigs run commands for credentials (exec plugins, auth providers); off, such a kubeconfig is refused and the peer counts as down")
 	fs := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(fs)

@@ -18,8 +18,6 @@ import (
 	"github.com/dlclark/regexp2"
 )
 
-//go:generate go run ./modelgen ../../../shared/spec/servicediscovery-2017-03-14.smithy.json zz_generated_model.go testdata/servicediscovery-model.json
-
 // Empty is the output of operations that return nothing.
 type Empty struct{}
 

@@ -19,8 +19,8 @@ import (
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
-	"github.com/clustermap/clustermap/internal/health"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/statuslease"
 )
 
 // Gather reads what the report needs from one cluster; statusNamespace
@@ -36,7 +36,7 @@ func Gather(ctx context.Context, c client.Reader, kubeContext, statusNamespace s
 		}
 	}
 	lease := &coordinationv1.Lease{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: statusNamespace, Name: health.LeaseName}, lease); err == nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: statusNamespace, Name: statuslease.LeaseName}, lease); err == nil {
 		r.Lease = lease
 	} else if !apierrors.IsNotFound(err) {
 		return r, err

@@ -20,7 +20,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
-	"github.com/clustermap/clustermap/internal/health"
+	"github.com/clustermap/clustermap/internal/statuslease"
 )
 
 // Cluster is one cluster's part of the report.
@@ -150,20 +150,20 @@ func cond(cs []metav1.Condition, t string) string {
 
 func controllerOf(l *coordinationv1.Lease) *Controller {
 	a := l.Annotations
-	ctl := &Controller{Version: a[health.AnnotationVersion], CloudMapError: a[health.AnnotationCloudMapErr]}
+	ctl := &Controller{Version: a[statuslease.AnnotationVersion], CloudMapError: a[statuslease.AnnotationCloudMapErr]}
 	if l.Spec.HolderIdentity != nil {
 		ctl.Holder = *l.Spec.HolderIdentity
 	}
 	if l.Spec.RenewTime != nil {
 		ctl.LastReport = l.Spec.RenewTime.Time
 	}
-	if m := a[health.AnnotationModes]; m != "" {
+	if m := a[statuslease.AnnotationModes]; m != "" {
 		ctl.Modes = strings.Split(m, ",")
 	}
-	if p := a[health.AnnotationPeersDown]; p != "" {
+	if p := a[statuslease.AnnotationPeersDown]; p != "" {
 		ctl.PeersDown = strings.Split(p, ",")
 	}
-	if t, err := time.Parse(time.RFC3339, a[health.AnnotationLastSync]); err == nil {
+	if t, err := time.Parse(time.RFC3339, a[statuslease.AnnotationLastSync]); err == nil {
 		ctl.LastCloudMap = &t
 	}
 	return ctl
@@ -171,8 +171,8 @@ func controllerOf(l *coordinationv1.Lease) *Controller {
 
 func heartbeat(l *coordinationv1.Lease) time.Duration {
 	var s int
-	if _, err := fmt.Sscan(l.Annotations[health.AnnotationHeartbeatSec], &s); err != nil || s <= 0 {
-		return health.Heartbeat
+	if _, err := fmt.Sscan(l.Annotations[statuslease.AnnotationHeartbeatSec], &s); err != nil || s <= 0 {
+		return statuslease.Heartbeat
 	}
 	return time.Duration(s) * time.Second
 }

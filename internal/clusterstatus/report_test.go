@@ -13,7 +13,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
-	"github.com/clustermap/clustermap/internal/health"
+	"github.com/clustermap/clustermap/internal/statuslease"
 )
 
 var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -30,11 +30,11 @@ func TestSummarizeStuck(t *testing.T) {
 		read Read
 		want []string // substrings of the stuck lines, in order
 	}{
-		{"all well", Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now.Add(-30*time.Second), map[string]string{health.AnnotationLastSync: now.Format(time.RFC3339)})}, nil},
+		{"all well", Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now.Add(-30*time.Second), map[string]string{statuslease.AnnotationLastSync: now.Format(time.RFC3339)})}, nil},
 		{"no identity, no controller", Read{}, []string{"cluster identity not set", "no controller status"}},
 		{"silent controller", Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now.Add(-10*time.Minute), nil)}, []string{"controller silent"}},
 		{"registry and peer down", Read{ClusterID: "c1", ClusterSet: "set",
-			Lease: lease(now, map[string]string{health.AnnotationCloudMapErr: "RequestLimitExceeded", health.AnnotationPeersDown: "cluster-2"})},
+			Lease: lease(now, map[string]string{statuslease.AnnotationCloudMapErr: "RequestLimitExceeded", statuslease.AnnotationPeersDown: "cluster-2"})},
 			[]string{"Cloud Map unreachable: RequestLimitExceeded", "peer unreachable: cluster-2"}},
 		{"a finalizer pending for long, another for a moment", Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now, nil),
 			Exports: []mcsv1beta1.ServiceExport{

@@ -31,11 +31,11 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/clusterid"
-	"github.com/clustermap/clustermap/internal/health"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/mcs"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
-	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/internal/replication"
+	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/internal/version"
 )
 
@@ -232,7 +232,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	reporter := &health.Reporter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.StatusNamespace,
+	reporter := &statuslease.Reporter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.StatusNamespace,
 		Holder: holderName(), Version: version.Version, Modes: modes(o), Log: log.WithName("status")}
 	if reporter.Namespace == "" {
 		reporter.Namespace = kube.DefaultStatusNamespace
@@ -270,10 +270,10 @@ func Run(ctx context.Context, o Options) error {
 		reporter.SetCluster(cluster)
 	}
 	if o.Syndicate {
-		cluster, peers, err := syndicate.Setup(ctx, mgr, syndicate.Options{ClusterName: o.ClusterName, PeersDir: o.PeersDir,
+		cluster, peers, err := replication.Setup(ctx, mgr, replication.Options{ClusterName: o.ClusterName, PeersDir: o.PeersDir,
 			Namespaces: o.Namespaces, ExcludeNamespaces: o.ExcludeNamespaces, InScope: inScope, CreateNamespaces: o.CreateNamespaces,
 			Grace: o.PeerGrace, AllowExecPlugins: o.AllowExecPlugins, Recorder: recorder,
-			EventsOn: &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: reporter.Namespace, Name: health.LeaseName}},
+			EventsOn: &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: reporter.Namespace, Name: statuslease.LeaseName}},
 			Metrics:  metrics.Registry, Log: log})
 		if err != nil {
 			return err

@@ -26,8 +26,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/conditions"
 	"github.com/clustermap/clustermap/internal/registry"
-	"github.com/clustermap/clustermap/internal/status"
 )
 
 // Finalizer keeps a ServiceExport until its records left the registry.
@@ -178,7 +178,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, se *mcsv1beta1.ServiceExp
 	if equality.Semantic.DeepEqual(before.Conditions, se.Status.Conditions) {
 		return nil
 	}
-	return status.Apply(ctx, r.Client, se, status.ExportManager, mcsv1beta1.ServiceExportConditionValid, mcsv1beta1.ServiceExportConditionReady)
+	return conditions.Apply(ctx, r.Client, se, conditions.ExportManager, mcsv1beta1.ServiceExportConditionValid, mcsv1beta1.ServiceExportConditionReady)
 }
 
 // setCondition sets a condition and tells whether it changed.

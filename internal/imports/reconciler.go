@@ -29,9 +29,9 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/conditions"
 	"github.com/clustermap/clustermap/internal/merge"
 	"github.com/clustermap/clustermap/internal/registry"
-	"github.com/clustermap/clustermap/internal/status"
 )
 
 // View is what this cluster knows of the clusterset's exports, changed
@@ -440,7 +440,7 @@ func (r *Reconciler) reportConflicts(ctx context.Context, key registry.Key, m me
 	if cond.Status == metav1.ConditionTrue {
 		r.Recorder.Event(se, corev1.EventTypeWarning, "Conflict", cond.Message)
 	}
-	return status.Apply(ctx, r.Client, se, status.ImportManager, mcsv1beta1.ServiceExportConditionConflict)
+	return conditions.Apply(ctx, r.Client, se, conditions.ImportManager, mcsv1beta1.ServiceExportConditionConflict)
 }
 
 // The permissions the import side needs (generated into config/rbac by make generate).

@@ -26,9 +26,9 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/export"
-	"github.com/clustermap/clustermap/internal/health"
 	"github.com/clustermap/clustermap/internal/imports"
-	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/internal/replication"
+	"github.com/clustermap/clustermap/internal/statuslease"
 )
 
 // Cluster is one cluster to take clustermap out of.
@@ -187,13 +187,13 @@ func Cleanup(ctx context.Context, c Cluster, statusNamespace string, force bool,
 	for i := range svcs.Items {
 		s := &svcs.Items[i]
 		derived := s.Labels[imports.LabelDerivedFor] != "" && s.Labels[imports.LabelManagedBy] == "clustermap"
-		if derived || s.Labels[syndicate.LabelSourceCluster] != "" {
+		if derived || s.Labels[replication.LabelSourceCluster] != "" {
 			if err := del(s, "Service"); err != nil {
 				return n, err
 			}
 		}
 	}
-	for _, manager := range []string{imports.ManagedBy, syndicate.ManagedBy} {
+	for _, manager := range []string{imports.ManagedBy, replication.ManagedBy} {
 		sl := &discoveryv1.EndpointSliceList{}
 		if err := c.Client.List(ctx, sl, client.MatchingLabels{discoveryv1.LabelManagedBy: manager}); err != nil {
 			return n, err
@@ -205,7 +205,7 @@ func Cleanup(ctx context.Context, c Cluster, statusNamespace string, force bool,
 		}
 	}
 	lease := &coordinationv1.Lease{}
-	lease.Namespace, lease.Name = statusNamespace, health.LeaseName
+	lease.Namespace, lease.Name = statusNamespace, statuslease.LeaseName
 	if err := c.Client.Delete(ctx, lease); err == nil {
 		n++
 	} else if !apierrors.IsNotFound(err) {

@@ -20,9 +20,9 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/health"
 	"github.com/clustermap/clustermap/internal/kube"
-	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/internal/replication"
+	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -113,8 +113,8 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 		u.Exec = &clientcmdapi.ExecConfig{APIVersion: "client.authentication.k8s.io/v1", Command: "/bin/sh", Args: []string{"-c", "touch " + marker}, InteractiveMode: clientcmdapi.NeverExecInteractiveMode}
 	}
 	harness.Must(t, clientcmd.WriteToFile(*cfg, peerFile))
-	harness.Eventually(t, 30*time.Second, "PeerKubeconfigRefused Event", wantEvent(one, kube.DefaultStatusNamespace, health.LeaseName,
-		syndicate.ReasonPeerKubeconfigRefused, corev1.EventTypeWarning, "--allow-exec-plugins"))
+	harness.Eventually(t, 30*time.Second, "PeerKubeconfigRefused Event", wantEvent(one, kube.DefaultStatusNamespace, statuslease.LeaseName,
+		replication.ReasonPeerKubeconfigRefused, corev1.EventTypeWarning, "--allow-exec-plugins"))
 	for start := time.Now(); time.Since(start) < 2*grace; time.Sleep(time.Second) {
 		harness.Must(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
 	}
@@ -127,8 +127,8 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 	}
 	// One that does not parse: the same, with its own reason.
 	harness.Must(t, os.WriteFile(peerFile, []byte("apiVersion: v1\nclusters: [\n"), 0o600))
-	harness.Eventually(t, 30*time.Second, "PeerKubeconfigInvalid Event", wantEvent(one, kube.DefaultStatusNamespace, health.LeaseName,
-		syndicate.ReasonPeerKubeconfigInvalid, corev1.EventTypeWarning, "cluster-2.yaml"))
+	harness.Eventually(t, 30*time.Second, "PeerKubeconfigInvalid Event", wantEvent(one, kube.DefaultStatusNamespace, statuslease.LeaseName,
+		replication.ReasonPeerKubeconfigInvalid, corev1.EventTypeWarning, "cluster-2.yaml"))
 	harness.Must(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
 	harness.Must(t, os.WriteFile(peerFile, data, 0o600))
 	scale(t, two, "web", "from2", 1)

@@ -19,7 +19,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -117,7 +117,7 @@ func podAddressesByFamily(t *testing.T, cl client.Client, ns, app string, n int)
 func replicaSlices(cl client.Client, ns, name, from string, want map[discoveryv1.AddressType][]string) func() error {
 	return func() error {
 		list := &discoveryv1.EndpointSliceList{}
-		if err := cl.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name, syndicate.LabelSourceCluster: from}); err != nil {
+		if err := cl.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name, replication.LabelSourceCluster: from}); err != nil {
 			return err
 		}
 		got := map[discoveryv1.AddressType][]string{}

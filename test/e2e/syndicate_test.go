@@ -25,7 +25,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
-	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -87,8 +87,8 @@ func replicaOf(cl client.Client, ns, name, from string, headless bool, ips []str
 		switch {
 		case len(svc.Spec.Selector) > 0:
 			return fmt.Errorf("replica has a selector %v", svc.Spec.Selector)
-		case svc.Labels[syndicate.LabelSourceCluster] != from:
-			return fmt.Errorf("replica labelled %q, want %s", svc.Labels[syndicate.LabelSourceCluster], from)
+		case svc.Labels[replication.LabelSourceCluster] != from:
+			return fmt.Errorf("replica labelled %q, want %s", svc.Labels[replication.LabelSourceCluster], from)
 		case (svc.Spec.ClusterIP == corev1.ClusterIPNone) != headless:
 			return fmt.Errorf("replica clusterIP %s, headless %v wanted", svc.Spec.ClusterIP, headless)
 		}
@@ -107,7 +107,7 @@ func serves(cl client.Client, ns, name string, ips []string) func() error {
 			_ = cl.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name})
 			var from []string
 			for _, s := range list.Items {
-				from = append(from, fmt.Sprintf("%s(%s %s %v)", s.Name, s.Labels[discoveryv1.LabelManagedBy], s.Labels[syndicate.LabelSourceCluster], readyIPs([]discoveryv1.EndpointSlice{s})))
+				from = append(from, fmt.Sprintf("%s(%s %s %v)", s.Name, s.Labels[discoveryv1.LabelManagedBy], s.Labels[replication.LabelSourceCluster], readyIPs([]discoveryv1.EndpointSlice{s})))
 			}
 			return fmt.Errorf("%s/%s serves %v, want %v; slices %s", ns, name, got, ips, strings.Join(from, ", "))
 		}
@@ -141,7 +141,7 @@ func (w *world) replicate(t *testing.T) {
 	}
 	// The endpoints carry the target port.
 	list := &discoveryv1.EndpointSliceList{}
-	harness.Must(t, w.clients[1].List(context.Background(), list, client.InNamespace("web"), client.MatchingLabels{discoveryv1.LabelServiceName: "api", discoveryv1.LabelManagedBy: syndicate.ManagedBy}))
+	harness.Must(t, w.clients[1].List(context.Background(), list, client.InNamespace("web"), client.MatchingLabels{discoveryv1.LabelServiceName: "api", discoveryv1.LabelManagedBy: replication.ManagedBy}))
 	if len(list.Items) != 1 || len(list.Items[0].Ports) != 1 || *list.Items[0].Ports[0].Port != 8080 || *list.Items[0].Ports[0].Name != "http" {
 		t.Fatalf("replica slices %+v, want one with port http 8080", list.Items)
 	}
@@ -164,7 +164,7 @@ func (w *world) replicate(t *testing.T) {
 func (w *world) nameClash(t *testing.T) {
 	// cluster-3's own Service, kept to itself (singular), is not replicated.
 	app(t, w.clients[2], "web", "clash", 1, false, httpPort(80, 8080))
-	setMode(t, w.clients[2], "web", "clash", syndicate.ModeSingular)
+	setMode(t, w.clients[2], "web", "clash", replication.ModeSingular)
 	// It may have been replicated in the moment before it became singular:
 	// those replicas go first.
 	for _, cl := range w.clients[:2] {
@@ -177,7 +177,7 @@ func (w *world) nameClash(t *testing.T) {
 	harness.Eventually(t, 5*time.Second, "NameClash Event", wantEvent(w.clients[0], "web", "clash", "NameClash", corev1.EventTypeWarning, "cluster-3 has its own Service web/clash"))
 	svc := &corev1.Service{}
 	harness.Must(t, w.clients[2].Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "clash"}, svc))
-	if svc.Spec.Selector["app"] != "clash" || svc.Labels[syndicate.LabelSourceCluster] != "" {
+	if svc.Spec.Selector["app"] != "clash" || svc.Labels[replication.LabelSourceCluster] != "" {
 		t.Errorf("the peer's own Service was changed: %+v", svc)
 	}
 	harness.Must(t, serves(w.clients[2], "web", "clash", own)())
@@ -232,10 +232,10 @@ func (w *world) noGap(t *testing.T, ns, name string) (stop func()) {
 	}
 }
 
-func setMode(t *testing.T, cl client.Client, ns, name string, m syndicate.Mode) {
+func setMode(t *testing.T, cl client.Client, ns, name string, m replication.Mode) {
 	t.Helper()
 	updateService(t, cl, ns, name, func(s *corev1.Service) {
-		metav1.SetMetaDataAnnotation(&s.ObjectMeta, syndicate.AnnotationMode, string(m))
+		metav1.SetMetaDataAnnotation(&s.ObjectMeta, replication.AnnotationMode, string(m))
 	})
 }
 
@@ -319,14 +319,14 @@ func (w *world) statefulMigration(t *testing.T) {
 	old, fresh, stop := w.migrationStart(t, "stateful", "stateful-new", map[string]string{"app": "stateful-new"})
 	defer stop()
 
-	setMode(t, a, "mig", "stateful", syndicate.ModeReceiver)
+	setMode(t, a, "mig", "stateful", replication.ModeReceiver)
 	harness.Eventually(t, importDeadline, "the target is the source", func() error {
 		s := &corev1.Service{}
 		if err := b.Get(context.Background(), client.ObjectKey{Namespace: "mig", Name: "stateful"}, s); err != nil {
 			return err
 		}
-		if syndicate.ModeOf(s) != syndicate.ModeSource || s.Labels[syndicate.LabelSourceCluster] != "" {
-			return fmt.Errorf("target Service mode %q labels %v", syndicate.ModeOf(s), s.Labels)
+		if replication.ModeOf(s) != replication.ModeSource || s.Labels[replication.LabelSourceCluster] != "" {
+			return fmt.Errorf("target Service mode %q labels %v", replication.ModeOf(s), s.Labels)
 		}
 		src := &corev1.Service{}
 		if err := a.Get(context.Background(), client.ObjectKey{Namespace: "mig", Name: "stateful"}, src); err != nil {
@@ -347,8 +347,8 @@ func (w *world) statefulMigration(t *testing.T) {
 			return err
 		}
 		for _, s := range list.Items {
-			if s.Labels[syndicate.LabelSourceCluster] != "cluster-2" {
-				return fmt.Errorf("slice %s from %q left", s.Name, s.Labels[syndicate.LabelSourceCluster])
+			if s.Labels[replication.LabelSourceCluster] != "cluster-2" {
+				return fmt.Errorf("slice %s from %q left", s.Name, s.Labels[replication.LabelSourceCluster])
 			}
 		}
 		return nil
@@ -363,17 +363,17 @@ func (w *world) unionMigration(t *testing.T) {
 	old, fresh, stop := w.migrationStart(t, "stateless", "stateless-b", map[string]string{"app": "stateless"})
 	defer stop()
 
-	setMode(t, a, "mig", "stateless", syndicate.ModeUnion)
+	setMode(t, a, "mig", "stateless", replication.ModeUnion)
 	union := slices.Sorted(slices.Values(append(slices.Clone(old), fresh...)))
 	allServe(t, w, "after union", "mig", "stateless", union)
 
-	setMode(t, b, "mig", "stateless", syndicate.ModeSource)
+	setMode(t, b, "mig", "stateless", replication.ModeSource)
 	harness.Eventually(t, importDeadline, "the old source is a receiver", func() error {
 		s := &corev1.Service{}
 		if err := a.Get(context.Background(), client.ObjectKey{Namespace: "mig", Name: "stateless"}, s); err != nil {
 			return err
 		}
-		if m := syndicate.ModeOf(s); m != syndicate.ModeReceiver {
+		if m := replication.ModeOf(s); m != replication.ModeReceiver {
 			return fmt.Errorf("mode %q", m)
 		}
 		return nil
@@ -395,8 +395,8 @@ func (w *world) singular(t *testing.T) {
 			harness.Eventually(t, importDeadline, "replica of "+name, replicaOf(peer, "web", name, "cluster-1", false, ips))
 		}
 	}
-	setMode(t, w.clients[1], "web", "s1", syndicate.ModeSingular)
-	setMode(t, src, "web", "s2", syndicate.ModeSingular)
+	setMode(t, w.clients[1], "web", "s1", replication.ModeSingular)
+	setMode(t, src, "web", "s2", replication.ModeSingular)
 	for _, name := range []string{"s1", "s2"} {
 		for _, peer := range w.clients[1:] {
 			harness.Eventually(t, importDeadline, "replicas of "+name+" removed", gone(peer, "web", name))
@@ -404,13 +404,13 @@ func (w *world) singular(t *testing.T) {
 	}
 	s := &corev1.Service{}
 	harness.Must(t, src.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "s1"}, s))
-	if syndicate.ModeOf(s) != syndicate.ModeSingular {
-		t.Errorf("singular on the replica did not reach the source: mode %q", syndicate.ModeOf(s))
+	if replication.ModeOf(s) != replication.ModeSingular {
+		t.Errorf("singular on the replica did not reach the source: mode %q", replication.ModeOf(s))
 	}
 	harness.Must(t, serves(src, "web", "s1", waitPods(t, src, "web", "s1", 1))())
 	// Created singular: never replicated.
 	harness.Must(t, src.Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "s3",
-		Annotations: map[string]string{syndicate.AnnotationModeAlias: "singular"}},
+		Annotations: map[string]string{replication.AnnotationModeAlias: "singular"}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "s1"}, Ports: []corev1.ServicePort{httpPort(80, 8080)}}}))
 	time.Sleep(2 * time.Second)
 	for _, peer := range w.clients[1:] {

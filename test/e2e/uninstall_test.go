@@ -25,10 +25,10 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/health"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
-	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/internal/replication"
+	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -76,7 +76,7 @@ func TestUninstall(t *testing.T) {
 		if err := w.clients[1].Get(ctx, client.ObjectKey{Namespace: "shop", Name: "web"}, svc); err != nil {
 			return err
 		}
-		if svc.Labels[syndicate.LabelSourceCluster] != "cluster-1" {
+		if svc.Labels[replication.LabelSourceCluster] != "cluster-1" {
 			return fmt.Errorf("web in cluster-2 is not a replica: %v", svc.Labels)
 		}
 		return nil
@@ -110,21 +110,21 @@ func TestUninstall(t *testing.T) {
 		svcs := &corev1.ServiceList{}
 		harness.Must(t, cl.List(ctx, svcs, client.InNamespace("shop")))
 		for _, s := range svcs.Items {
-			if len(s.Finalizers) > 0 || s.Labels[syndicate.LabelSourceCluster] != "" || s.Labels[imports.LabelDerivedFor] != "" {
+			if len(s.Finalizers) > 0 || s.Labels[replication.LabelSourceCluster] != "" || s.Labels[imports.LabelDerivedFor] != "" {
 				t.Errorf("%s: Service %s left with finalizers %v, labels %v", id, s.Name, s.Finalizers, s.Labels)
 			}
 			if _, ok := s.Annotations[cloudmapdns.AnnotationHostname]; ok {
 				t.Errorf("%s: Service %s still asks for Cloud Map DNS", id, s.Name)
 			}
 		}
-		for _, m := range []string{imports.ManagedBy, syndicate.ManagedBy} {
+		for _, m := range []string{imports.ManagedBy, replication.ManagedBy} {
 			sl := &discoveryv1.EndpointSliceList{}
 			harness.Must(t, cl.List(ctx, sl, client.MatchingLabels{discoveryv1.LabelManagedBy: m}))
 			if len(sl.Items) > 0 {
 				t.Errorf("%s: %d EndpointSlices of %s left", id, len(sl.Items), m)
 			}
 		}
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: kube.DefaultStatusNamespace, Name: health.LeaseName}, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: kube.DefaultStatusNamespace, Name: statuslease.LeaseName}, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
 			t.Errorf("%s: the status Lease is left (%v)", id, err)
 		}
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	cmschema "github.com/clustermap/clustermap/internal/registry/cloudmap"
-	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/internal/replication"
 )
 
 // counts are what the campaign must bring to zero.
@@ -87,7 +87,7 @@ func (f *fleet) view(ctx context.Context, cl client.Client) (*clusterView, error
 				}
 				v.own[key][string(s.AddressType)] = append(v.own[key][string(s.AddressType)], all...)
 				v.ready[key] = append(v.ready[key], ready...)
-			case syndicate.ManagedBy:
+			case replication.ManagedBy:
 				key := ns + "/" + s.Labels[discoveryv1.LabelServiceName]
 				v.served[key] = append(v.served[key], ready...)
 			default:
@@ -103,7 +103,7 @@ func (f *fleet) view(ctx context.Context, cl client.Client) (*clusterView, error
 		}
 		for _, s := range svcs.Items {
 			key := ns + "/" + s.Name
-			if src := s.Labels[syndicate.LabelSourceCluster]; src != "" {
+			if src := s.Labels[replication.LabelSourceCluster]; src != "" {
 				v.replicas[key] = src
 			}
 			if len(s.Spec.IPFamilies) > 0 {

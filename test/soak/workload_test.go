@@ -21,7 +21,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
-	"github.com/clustermap/clustermap/internal/syndicate"
+	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -289,7 +289,7 @@ func importsAndReplicas(ctx context.Context, cl client.Client) (map[string]bool,
 		out[si.Namespace+"/"+si.Name] = true
 	}
 	svcs := &corev1.ServiceList{}
-	if err := cl.List(rctx, svcs, client.InNamespace(nsSyn), client.HasLabels{syndicate.LabelSourceCluster}); err != nil {
+	if err := cl.List(rctx, svcs, client.InNamespace(nsSyn), client.HasLabels{replication.LabelSourceCluster}); err != nil {
 		return nil, err
 	}
 	for _, s := range svcs.Items {

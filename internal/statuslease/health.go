@@ -1,9 +1,9 @@
-// Package health publishes how the controller is doing where `clustermap
+// Package statuslease publishes how the controller is doing where `clustermap
 // status` can read it with kubectl's access alone: a Lease in the
 // controller's namespace whose annotations say when Cloud Map was last read
 // successfully, the last error, and which peers are down. It is written at
 // most once a minute, and at once when something changes.
-package health
+package statuslease
 
 import (
 	"context"

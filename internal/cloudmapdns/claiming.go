@@ -1,4 +1,4 @@
-// The reconciler's side of the claim protocol (claim.go): taking, keeping
+// The reconciler's side of the claim protocol (lock.go): taking, keeping
 // and giving up a name, with the Cloud Map calls and the memory it needs.
 
 package cloudmapdns

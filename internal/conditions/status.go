@@ -1,9 +1,9 @@
-// Package status writes a ServiceExport's conditions with server-side
+// Package conditions writes a ServiceExport's conditions with server-side
 // apply, each writer owning only its own conditions: the export reconciler
 // Valid and Ready, the import reconciler Conflict. Neither can then undo the
 // other's write, and neither write can fail on the other's resourceVersion
 // (which made the export side retry, and republish, before).
-package status
+package conditions
 
 import (
 	"context"

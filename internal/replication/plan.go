@@ -1,4 +1,4 @@
-// Package syndicate replicates Services and their ready endpoints straight
+// Package replication replicates Services and their ready endpoints straight
 // between peer clusters, with the migration modes of k8s-endpoints-sync-
 // controller (source, receiver, union, singular).
 //
@@ -8,7 +8,7 @@
 // a selector-less replica Service in peers that lack one. A slice no longer
 // wanted stays until its cluster has other ready endpoints for the name, so
 // that no migration step leaves a cluster without any.
-package syndicate
+package replication
 
 import (
 	"crypto/sha256"
@@ -46,8 +46,8 @@ const (
 	// Once a selector is removed, the EndpointSlice controller's slices and
 	// the slices mirrored from the orphaned Endpoints object would keep the
 	// old pods forever; clustermap retires them like its own.
-	kubeSliceManager    = "endpointslice-controller.k8s.io"
-	mirroredSliceManger = "endpointslicemirroring-controller.k8s.io"
+	kubeSliceManager     = "endpointslice-controller.k8s.io"
+	mirroredSliceManager = "endpointslicemirroring-controller.k8s.io"
 )
 
 // Mode is a Service's migration mode.
@@ -210,7 +210,7 @@ func Compute(ns, name string, local Cluster, peers []Cluster) Plan {
 		want := contributes && len(newL.Spec.Selector) == 0 && mode != ModeSingular
 		p.Local.Upsert, p.Local.Delete = slicesFor(local.Slices, L, local.Name, names, wanted(want, eps, L), ports, len(newL.Spec.Selector) == 0)
 		for _, s := range local.Slices {
-			if s.Labels[discoveryv1.LabelManagedBy] == mirroredSliceManger && slices.Contains(p.Local.Delete, s.Name) {
+			if s.Labels[discoveryv1.LabelManagedBy] == mirroredSliceManager && slices.Contains(p.Local.Delete, s.Name) {
 				p.Local.DeleteEndpoints = true
 			}
 		}
@@ -394,7 +394,7 @@ func slicesFor(existing []discoveryv1.EndpointSlice, svc *corev1.Service, us str
 	}
 	if dropKube {
 		for _, s := range existing {
-			if m := s.Labels[discoveryv1.LabelManagedBy]; m == kubeSliceManager || m == mirroredSliceManger {
+			if m := s.Labels[discoveryv1.LabelManagedBy]; m == kubeSliceManager || m == mirroredSliceManager {
 				retiring = append(retiring, s.Name)
 			}
 		}
