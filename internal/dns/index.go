@@ -11,6 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -182,10 +183,7 @@ func (b *builder) headless(svcName string, slices []discoveryv1.EndpointSlice) {
 					if sp.Port == nil {
 						continue
 					}
-					name := ""
-					if sp.Name != nil {
-						name = *sp.Name
-					}
+					name := ptr.Deref(sp.Name, "")
 					// Clients of a headless service reach the pods directly:
 					// the endpoint's port, not the service's.
 					port := *sp.Port

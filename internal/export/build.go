@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/clusterid"
@@ -54,20 +55,14 @@ func Build(id clusterid.Identity, se *mcsv1beta1.ServiceExport, svc *corev1.Serv
 			if sp.Port == nil {
 				continue
 			}
-			name := ""
-			if sp.Name != nil {
-				name = *sp.Name
-			}
+			name := ptr.Deref(sp.Name, "")
 			svcPort, ok := byName[name]
 			if !ok {
 				continue // a slice port the Service no longer has
 			}
-			proto := corev1.ProtocolTCP
-			if sp.Protocol != nil {
-				proto = *sp.Protocol
-			}
+			proto := ptr.Deref(sp.Protocol, corev1.ProtocolTCP)
 			for _, ep := range s.Endpoints {
-				ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+				ready := ptr.Deref(ep.Conditions.Ready, true)
 				for _, ip := range ep.Addresses {
 					k := addrPort{ip, *sp.Port, proto}
 					if seen[k] {
@@ -78,12 +73,7 @@ func Build(id clusterid.Identity, se *mcsv1beta1.ServiceExport, svc *corev1.Serv
 						IP: ip, Port: *sp.Port, PortName: name, Protocol: proto, Ready: ready,
 						ServicePort: mcsv1beta1.ServicePort{Name: svcPort.Name, Protocol: svcPort.Protocol, AppProtocol: svcPort.AppProtocol, Port: svcPort.Port},
 						TargetPort:  svcPort.TargetPort.String(),
-					}
-					if ep.Hostname != nil {
-						r.Hostname = *ep.Hostname
-					}
-					if ep.NodeName != nil {
-						r.NodeName = *ep.NodeName
+						Hostname:    ptr.Deref(ep.Hostname, ""), NodeName: ptr.Deref(ep.NodeName, ""),
 					}
 					e.Endpoints = append(e.Endpoints, r)
 				}
