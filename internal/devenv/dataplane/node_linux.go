@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	devqueue "github.com/clustermap/clustermap/internal/devenv/workqueue"
 )
 
 // NodeOptions say what one cluster's node agent runs.
@@ -99,12 +101,7 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 	}
 	f.Start(ctx.Done())
 	f.WaitForCacheSync(ctx.Done())
-	go func() {
-		<-ctx.Done()
-		a.queue.ShutDown()
-	}()
-	for a.next(ctx) {
-	}
+	devqueue.Drain(ctx, a.queue, "pod data plane failed", a.sync)
 	a.stopAll()
 	return nil
 }
@@ -125,21 +122,6 @@ type podRun struct {
 	ns   string
 	stop context.CancelFunc
 	done chan struct{}
-}
-
-func (a *agent) next(ctx context.Context) bool {
-	k, quit := a.queue.Get()
-	if quit {
-		return false
-	}
-	defer a.queue.Done(k)
-	if err := a.sync(ctx, k); err != nil {
-		klog.ErrorS(err, "pod data plane failed; retrying", "pod", k)
-		a.queue.AddRateLimited(k)
-		return true
-	}
-	a.queue.Forget(k)
-	return true
 }
 
 // Wanted tells whether a pod should have a data plane, and with which addresses.

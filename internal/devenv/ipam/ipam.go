@@ -18,7 +18,8 @@ import (
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
+
+	devqueue "github.com/clustermap/clustermap/internal/devenv/workqueue"
 )
 
 // IPAM assigns pod addresses in one cluster. Pods wait for it: devenv's kwok
@@ -79,12 +80,7 @@ func Run(ctx context.Context, cs kubernetes.Interface) error {
 			return fmt.Errorf("ipam: %v cache did not sync", typ)
 		}
 	}
-	go func() {
-		<-ctx.Done()
-		m.queue.ShutDown()
-	}()
-	for m.next(ctx) {
-	}
+	devqueue.Drain(ctx, m.queue, "assigning pod addresses failed", m.assign)
 	return nil
 }
 
@@ -124,21 +120,6 @@ func (m *IPAM) release(k string) {
 		}
 	}
 	delete(m.byPod, k)
-}
-
-func (m *IPAM) next(ctx context.Context) bool {
-	k, quit := m.queue.Get()
-	if quit {
-		return false
-	}
-	defer m.queue.Done(k)
-	if err := m.assign(ctx, k); err != nil {
-		klog.ErrorS(err, "assigning pod addresses failed; retrying", "pod", k)
-		m.queue.AddRateLimited(k)
-		return true
-	}
-	m.queue.Forget(k)
-	return true
 }
 
 // assign gives a pod one address per podCIDR of its node, or the node's
