@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clustermap/clustermap/test/harness"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,24 +28,8 @@ func createApp(ctx context.Context, b *testing.B, cl client.Client, ns, name str
 }
 
 // createAppWith is createApp with annotations on the pods.
-func createAppWith(ctx context.Context, b *testing.B, cl client.Client, ns, name string, replicas int32, podAnnotations map[string]string, shape func(*corev1.Service)) {
-	labels := map[string]string{"app": name}
-	if err := cl.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DeploymentSpec{
-		Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: podAnnotations}, Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "c", Image: "c", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}}}},
-	}}); err != nil {
-		b.Fatal(err)
-	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.ServiceSpec{
-		Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
-	}}
-	if shape != nil {
-		shape(svc)
-	}
-	if err := cl.Create(ctx, svc); err != nil {
-		b.Fatal(err)
-	}
+func createAppWith(_ context.Context, b *testing.B, cl client.Client, ns, name string, replicas int32, podAnnotations map[string]string, shape func(*corev1.Service)) {
+	harness.CreateApp(b, cl, harness.App{Namespace: ns, Name: name, Replicas: replicas, PodAnnotations: podAnnotations, Shape: shape})
 }
 
 // callsBetween sums the emulator's calls between two readings of

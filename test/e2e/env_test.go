@@ -16,14 +16,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -112,25 +110,7 @@ func app(t *testing.T, cl client.Client, ns, name string, replicas int32, headle
 // appWith is app with annotations on the pods.
 func appWith(t *testing.T, cl client.Client, ns, name string, replicas int32, headless bool, podAnnotations map[string]string, ports ...corev1.ServicePort) {
 	t.Helper()
-	labels := map[string]string{"app": name}
-	var cports []corev1.ContainerPort
-	for _, p := range ports {
-		cports = append(cports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.TargetPort.IntVal, Protocol: p.Protocol})
-	}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: podAnnotations},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app", Ports: cports}}}},
-		},
-	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.ServiceSpec{Selector: labels, Ports: ports}}
-	if headless {
-		svc.Spec.ClusterIP = corev1.ClusterIPNone
-	}
-	harness.Must(t, cl.Create(context.Background(), dep))
-	harness.Must(t, cl.Create(context.Background(), svc))
+	harness.CreateApp(t, cl, harness.App{Namespace: ns, Name: name, Replicas: replicas, Headless: headless, Ports: ports, PodAnnotations: podAnnotations})
 }
 
 func httpPort(port, target int32) corev1.ServicePort {
