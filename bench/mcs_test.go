@@ -6,15 +6,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -124,27 +121,7 @@ func percentile(d []time.Duration, p int) time.Duration {
 
 // emulatorCalls reads the emulator's call counters by operation.
 func emulatorCalls(b *testing.B, admin string) map[string]float64 {
-	resp, err := http.Get(admin + "/metrics")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		b.Fatal(err)
-	}
-	calls := map[string]float64{}
-	if f := families["cloudmaplocal_requests_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "operation" {
-					calls[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return calls
+	return harness.EmulatorCalls(b, admin)
 }
 
 // perCluster counts each in-process controller's Cloud Map calls by

@@ -28,8 +28,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/controller"
@@ -311,19 +309,9 @@ type callCount struct {
 // calls reads the emulator's count of API calls, every result included,
 // less the test's own.
 func (f *fleet) calls(t *testing.T) callCount {
-	resp, err := http.Get(f.cmAdmin + "/metrics")
-	harness.Must(t, err)
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	harness.Must(t, err)
 	c := callCount{byOp: map[string]int{}}
-	for _, m := range families["cloudmaplocal_requests_total"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "operation" {
-				c.byOp[l.GetValue()] += int(m.GetCounter().GetValue())
-			}
-		}
+	for op, n := range harness.EmulatorCalls(t, f.cmAdmin) {
+		c.byOp[op] += int(n)
 	}
 	f.ownMu.Lock()
 	for op, n := range f.ownCalls {
