@@ -1,6 +1,6 @@
 # For those who build with Docker; `make image` builds the same image
 # without a daemon. docker buildx build --platform linux/amd64,linux/arm64 .
-FROM golang:1.26 AS build
+FROM golang:1.26.11 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

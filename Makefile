@@ -6,13 +6,18 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/clustermap/clustermap/internal/version.Version=$(VERSION)
 MCS_API_DIR = $(shell go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
 GOTEST_FLAGS ?= -timeout 40m
+# go.mod's toolchain line names the patched Go release the build, tests and
+# govulncheck use; auto fetches it once through the module proxy when the
+# machine's Go is older (the Go distribution's go.env says local).
+GOTOOLCHAIN ?= auto
+export GOTOOLCHAIN
 
 .PHONY: all tools build image generate crds test test-fast fuzz soak bench bench-tools demo down clean
 
 all: build
 
-## tools: build the pinned kube-apiserver, kube-proxy, etcd, kwok, controller-gen, staticcheck into
-## ./bin; install the Debian packages the data plane uses (nftables, dnsutils, curl)
+## tools: build the pinned kube-apiserver, kube-proxy, etcd, kwok, controller-gen, staticcheck,
+## govulncheck and its database (from the pinned golang.org/x/vulndb) into ./bin; install the Debian packages the data plane uses (nftables, dnsutils, curl)
 tools:
 	@hack/build-tools.sh
 
@@ -66,6 +71,7 @@ crds:
 test: tools build
 	go vet -tags e2e ./...
 	$(BIN)/staticcheck -tags e2e ./...
+	$(BIN)/govulncheck -db file://$(BIN)/vulndb -tags e2e ./...
 	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) $$(go list -tags e2e ./... | grep -v /test/soak)
 	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) -v -run TestFaultCampaign ./test/soak/
 

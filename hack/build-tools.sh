@@ -41,6 +41,21 @@ build "$tools" go.etcd.io/etcd/server/v3 etcd=go.etcd.io/etcd/server/v3
 build "$tools" sigs.k8s.io/controller-tools controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
 build "$tools/kwok" sigs.k8s.io/kwok kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
 build "$tools/lint" honnef.co/go/tools staticcheck=honnef.co/go/tools/cmd/staticcheck
+build "$tools/vuln" golang.org/x/vuln govulncheck=golang.org/x/vuln/cmd/govulncheck
+build "$tools/vuln" golang.org/x/vulndb indexdb=golang.org/x/vulndb/cmd/indexdb
+
+# The Go vulnerability database govulncheck reads (-db file://bin/vulndb):
+# vuln.go.dev is not reachable here, the module proxy is, and the pinned
+# golang.org/x/vulndb module carries the same reports as OSV files.
+vulndb=$(cd "$tools/vuln" && go list -m -f '{{.Version}} {{.Dir}}' golang.org/x/vulndb)
+if [[ -f "$bin/vulndb/index/db.json" && "$(cat "$bin/.versions/vulndb" 2>/dev/null)" == "${vulndb%% *}" ]]; then
+	echo "tools: vulndb ${vulndb%% *} up to date"
+else
+	echo "tools: indexing vulndb ${vulndb%% *}"
+	rm -rf "$bin/vulndb"
+	"$bin/indexdb" -vulns "${vulndb#* }/data/osv" -out "$bin/vulndb"
+	echo "${vulndb%% *}" >"$bin/.versions/vulndb"
+fi
 
 # The data plane (dev up --dataplane) runs kube-proxy in nftables mode, which
 # needs nft; the demo and tests ask it with curl and dig.
