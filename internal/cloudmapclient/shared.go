@@ -12,7 +12,24 @@ import (
 
 // What both Cloud Map modes (MCS records, DNS registrations) need beyond
 // the SDK: bounded fan-out, one reading of "not found", namespace lookup
-// by name, and tags.
+// by name, and one mark on what clustermap creates.
+
+// The mark on every namespace and service clustermap creates, in every
+// mode; the IAM policies allow creating and deleting only what carries it.
+// A mode adds a tag saying whose it is (a clusterset, a claim's holder).
+const (
+	TagManagedBy = "clustermap.io/managed-by"
+	ManagedBy    = "clustermap"
+)
+
+// Marked is the tags of something clustermap creates: the mark, then the
+// mode's own.
+func Marked(own ...types.Tag) []types.Tag {
+	return append([]types.Tag{{Key: aws.String(TagManagedBy), Value: aws.String(ManagedBy)}}, own...)
+}
+
+// IsMarked says tags (as Tags reads them) carry the mark.
+func IsMarked(tags map[string]string) bool { return tags[TagManagedBy] == ManagedBy }
 
 // FanOut is how many calls of one batch run at once.
 const FanOut = 8

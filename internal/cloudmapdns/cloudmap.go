@@ -14,8 +14,10 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 )
 
-// Tags on Cloud Map services. TagCreatedBy marks what clustermap created
-// (and may delete: the IAM policy allows deleting nothing else);
+// Tags on the Cloud Map services this mode creates, beside clustermap's
+// mark (cloudmapclient.Marked): TagCreatedBy names the registration (or
+// lock holder) that created one, and is what deletion is conditioned on,
+// here and in the IAM policy: versions before the mark set only it.
 // TagClaimedBy names the holder of a claim lock.
 const (
 	TagClaimedBy = "clustermap.io/claimed-by"
@@ -67,7 +69,7 @@ func (m CloudMap) EnsureService(ctx context.Context, ns Namespace, name, owner s
 	in := &sd.CreateServiceInput{
 		Name: aws.String(name), NamespaceId: aws.String(ns.ID),
 		Description: aws.String("created by clustermap for " + owner),
-		Tags:        []types.Tag{{Key: aws.String(TagCreatedBy), Value: aws.String(owner)}},
+		Tags:        cloudmapclient.Marked(types.Tag{Key: aws.String(TagCreatedBy), Value: aws.String(owner)}),
 	}
 	if ns.Type != types.NamespaceTypeHttp {
 		recs := []types.DnsRecord{{Type: types.RecordType(dns.Family), TTL: aws.Int64(dns.TTL)}}
@@ -95,7 +97,7 @@ func (m CloudMap) CreateLock(ctx context.Context, namespaceID, name, holder stri
 	out, err := m.c.CreateService(ctx, &sd.CreateServiceInput{
 		Name: aws.String(name), NamespaceId: aws.String(namespaceID), Type: types.ServiceTypeOptionHttp,
 		Description: aws.String(lockDescription + holder),
-		Tags:        []types.Tag{{Key: aws.String(TagClaimedBy), Value: aws.String(holder)}, {Key: aws.String(TagCreatedBy), Value: aws.String(holder)}},
+		Tags:        cloudmapclient.Marked(types.Tag{Key: aws.String(TagClaimedBy), Value: aws.String(holder)}, types.Tag{Key: aws.String(TagCreatedBy), Value: aws.String(holder)}),
 	})
 	var exists *types.ServiceAlreadyExists
 	switch {

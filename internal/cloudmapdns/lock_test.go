@@ -228,15 +228,18 @@ func TestOwners(t *testing.T) {
 // TestClaimRace: claimants with their own clients race for one name on the
 // emulator over HTTP; in every round exactly one holds it, and after it
 // lets go, exactly one of the others.
-func TestClaimRace(t *testing.T) {
+// emulator serves an in-process Cloud Map emulator with one private DNS
+// namespace, name; newClient makes an SDK client of it.
+func emulator(t *testing.T, name string) (newClient func() *sd.Client, nsID string) {
+	t.Helper()
 	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	api := httptest.NewServer(srv.Handler())
-	defer api.Close()
+	t.Cleanup(api.Close)
 	ctx := context.Background()
-	newClient := func() *sd.Client {
+	newClient = func() *sd.Client {
 		c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 		if err != nil {
 			t.Fatal(err)
@@ -244,7 +247,7 @@ func TestClaimRace(t *testing.T) {
 		return c
 	}
 	setup := newClient()
-	op, err := setup.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("race.local"), Vpc: aws.String("vpc-1")})
+	op, err := setup.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String(name), Vpc: aws.String("vpc-1")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +255,12 @@ func TestClaimRace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nsID := got.Targets["NAMESPACE"]
+	return newClient, got.Targets["NAMESPACE"]
+}
+
+func TestClaimRace(t *testing.T) {
+	ctx := context.Background()
+	newClient, nsID := emulator(t, "race.local")
 	const claimants, rounds = 20, 20
 	stores := make([]CloudMap, claimants)
 	for i := range stores {
@@ -306,7 +314,7 @@ func TestClaimRace(t *testing.T) {
 		}
 	}
 	// A lock is an API-only service: nothing of it shows in DNS.
-	out, err := setup.ListServices(ctx, &sd.ListServicesInput{})
+	out, err := newClient().ListServices(ctx, &sd.ListServicesInput{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
-	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
 
 // policy is the part of an IAM policy document these checks read.
@@ -90,14 +90,16 @@ func checkPolicy(t *testing.T, mode string, calls map[string]float64) {
 			}
 		}
 	}
-	tagKey := map[string]string{"mcs": cloudmap.TagManagedBy, "cloudmap-dns": cloudmapdns.TagCreatedBy}[mode]
+	// Every mode creates only with clustermap's mark; the DNS mode deletes
+	// by the tag it has always set (services of versions before the mark).
+	deleteKey := map[string]string{"mcs": cloudmapclient.TagManagedBy, "cloudmap-dns": cloudmapdns.TagCreatedBy}[mode]
 	for op := range calls {
 		if !strings.HasPrefix(op, "Create") && !strings.HasPrefix(op, "Delete") {
 			continue
 		}
-		want := "aws:RequestTag/" + tagKey
+		want := "aws:RequestTag/" + cloudmapclient.TagManagedBy
 		if strings.HasPrefix(op, "Delete") {
-			want = "aws:ResourceTag/" + tagKey
+			want = "aws:ResourceTag/" + deleteKey
 		}
 		_, conds := p.allows(op)
 		for _, c := range conds {

@@ -16,13 +16,10 @@ import (
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
-// Tags clustermap puts on what it creates; only what carries them is ever
-// deleted by clustermap.
-const (
-	TagManagedBy  = "clustermap.io/managed-by"
-	TagClusterSet = "clustermap.io/clusterset"
-	managedBy     = "clustermap"
-)
+// TagClusterSet names the clusterset a namespace or service was created
+// for, beside clustermap's mark (cloudmapclient.Marked); only what carries
+// both, for this clusterset, is ever deleted.
+const TagClusterSet = "clustermap.io/clusterset"
 
 // Backend is the Cloud Map Registry of one cluster.
 type Backend struct {
@@ -268,14 +265,11 @@ func (b *Backend) createdByUs(ctx context.Context, arn *string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return tags[TagManagedBy] == managedBy && tags[TagClusterSet] == b.clusterSet, nil
+	return cloudmapclient.IsMarked(tags) && tags[TagClusterSet] == b.clusterSet, nil
 }
 
 func (b *Backend) tags() []types.Tag {
-	return []types.Tag{
-		{Key: aws.String(TagManagedBy), Value: aws.String(managedBy)},
-		{Key: aws.String(TagClusterSet), Value: aws.String(b.clusterSet)},
-	}
+	return cloudmapclient.Marked(types.Tag{Key: aws.String(TagClusterSet), Value: aws.String(b.clusterSet)})
 }
 
 // ownInstances lists this cluster's records of a service.
