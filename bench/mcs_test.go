@@ -148,14 +148,23 @@ func (p *perCluster) snapshot(id string) map[string]float64 {
 // startCounted runs the controllers at the shipped defaults, counting
 // each cluster's Cloud Map calls.
 func startCounted(ctx context.Context, env *devenv.Env, url string) (*perCluster, func() error) {
+	counts, _, wait := startCountedLogged(ctx, env, url)
+	return counts, wait
+}
+
+// startCountedLogged is startCounted that also counts each cluster's error
+// log lines.
+func startCountedLogged(ctx context.Context, env *devenv.Env, url string) (*perCluster, map[string]*errorLog, func() error) {
 	counts := &perCluster{n: map[string]*cloudmapclient.Calls{}}
 	byConfig := map[string]string{}
+	errs := map[string]*errorLog{}
 	for _, c := range env.Clusters {
 		byConfig[c.Server] = c.ID
+		errs[c.ID] = &errorLog{}
 	}
-	wait := env.StartControllers(ctx, url, func(*devenv.Cluster) logr.Logger { return logr.Discard() },
+	wait := env.StartControllers(ctx, url, func(c *devenv.Cluster) logr.Logger { return errs[c.ID].logger() },
 		func(o *controller.Options) { o.OnCloudMapCall = counts.hook(byConfig[o.Config.Host]) })
-	return counts, wait
+	return counts, errs, wait
 }
 
 // BenchmarkMCS: one exporting and two importing clusters at the shipped
@@ -175,7 +184,7 @@ func BenchmarkMCS(b *testing.B) {
 	// 5,050 pods need 6 nodes of 1,022 addresses.
 	env := harness.ClustersWith(b, devenv.Options{Clusters: 3, Nodes: 6})
 	cm := harness.CloudMap(b, cloudmaplocal.Options{})
-	counts, wait := startCounted(ctx, env, cm.URL)
+	counts, errs, wait := startCountedLogged(ctx, env, cm.URL)
 	defer func() { cancel(); _ = wait() }()
 
 	clients := make([]client.Client, 3)
@@ -311,6 +320,9 @@ func BenchmarkMCS(b *testing.B) {
 		fmt.Printf("  50 pod changes, %s calls: %.0f [%s]\n", id, t, byOp)
 	}
 	fmt.Printf("  pod changes: %.1f Cloud Map calls per endpoint change (all 3 clusters, idle polling included)\n", total/50)
+	for _, id := range ids {
+		fmt.Printf("  %s error log lines, whole run: %s\n", id, errs[id])
+	}
 	b.ReportMetric(float64(percentile(lag, 99).Milliseconds()), "registered-to-imported-p99-ms")
 	b.ReportMetric(float64(percentile(podLat, 99).Milliseconds()), "podchange-p99-ms")
 }

@@ -8,10 +8,12 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/clustermap/clustermap/test/harness"
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/retry"
@@ -71,4 +73,43 @@ func addPod(ctx context.Context, b *testing.B, cl client.Client, source *importT
 			b.Fatalf("no new pod address for %s/%s", ns, name)
 		}
 	}
+}
+
+// errorLog is a logger that keeps nothing but a count of the error lines a
+// controller logs, by message: a bulk import should log none (conflicts of
+// optimistic concurrency are retried quietly).
+type errorLog struct {
+	mu    sync.Mutex
+	byMsg map[string]int
+}
+
+func (e *errorLog) logger() logr.Logger { return logr.New(errorSink{e}) }
+
+func (e *errorLog) String() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var parts []string
+	total := 0
+	for msg, n := range e.byMsg {
+		parts = append(parts, fmt.Sprintf("%q %d", msg, n))
+		total += n
+	}
+	sort.Strings(parts)
+	return fmt.Sprintf("%d [%s]", total, strings.Join(parts, ", "))
+}
+
+type errorSink struct{ e *errorLog }
+
+func (errorSink) Init(logr.RuntimeInfo)            {}
+func (errorSink) Enabled(int) bool                 { return false }
+func (errorSink) Info(int, string, ...any)         {}
+func (s errorSink) WithValues(...any) logr.LogSink { return s }
+func (s errorSink) WithName(string) logr.LogSink   { return s }
+func (s errorSink) Error(_ error, msg string, _ ...any) {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	if s.e.byMsg == nil {
+		s.e.byMsg = map[string]int{}
+	}
+	s.e.byMsg[msg]++
 }
