@@ -438,21 +438,21 @@ func (w *Watcher) fetchDirty(ctx context.Context) {
 			backoff = w.backoff.When(key)
 		}
 		result, at := afterRead(now, err != nil, len(exports) == 0, w.exported[key], w.absent[key], backoff, w.opts)
-		switch result {
-		case readRetry:
+		if result == readRetry {
 			w.dirty[key] = at
 			w.b.log.Error(err, "reading a Cloud Map service failed; its import stays as it is", "service", key.String(), "retryIn", backoff)
 			w.sink.Unreadable(key)
 			w.unreadable[key] = true
 			continue
-		case readConfirm:
+		}
+		w.backoff.Forget(key) // the read succeeded
+		if result == readConfirm {
 			if w.absent[key].IsZero() {
 				w.absent[key] = now
 			}
 			w.dirty[key] = at
 			continue
 		}
-		w.backoff.Forget(key)
 		if w.unreadable[key] {
 			// The sink must hear the answer, whatever it is.
 			delete(w.unreadable, key)
