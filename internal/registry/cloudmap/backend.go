@@ -414,6 +414,21 @@ func (b *Backend) remember(key registry.Key, id string) {
 	b.keys[id] = key
 }
 
+// keyOf is the service a Cloud Map service id was remembered as.
+func (b *Backend) keyOf(id string) (registry.Key, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	key, ok := b.keys[id]
+	return key, ok
+}
+
+// rememberNamespace keeps a namespace's id, as the watcher's listing found it.
+func (b *Backend) rememberNamespace(name, id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.namespaces[name] = id
+}
+
 func (b *Backend) forget(key registry.Key) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

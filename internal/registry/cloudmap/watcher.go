@@ -222,9 +222,7 @@ func (w *Watcher) list(ctx context.Context, all bool) error {
 			nsName, nsID := aws.ToString(ns.Name), aws.ToString(ns.Id)
 			// ServiceCount is not consulted: it lags, and a namespace
 			// skipped would make its services look gone.
-			w.b.mu.Lock()
-			w.b.namespaces[nsName] = nsID
-			w.b.mu.Unlock()
+			w.b.rememberNamespace(nsName, nsID)
 			svcPages := sd.NewListServicesPaginator(w.b.c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
 				{Name: types.ServiceFilterNameNamespaceId, Values: []string{nsID}},
 			}})
@@ -369,9 +367,7 @@ func (w *Watcher) operationKey(ctx context.Context, opID string) (registry.Key, 
 		return registry.Key{}, err
 	}
 	svcID := out.Operation.Targets[string(types.OperationTargetTypeService)]
-	w.b.mu.Lock()
-	key, known := w.b.keys[svcID]
-	w.b.mu.Unlock()
+	key, known := w.b.keyOf(svcID)
 	if known {
 		return key, nil
 	}
