@@ -32,6 +32,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/devenv/supervise"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,11 +68,11 @@ type fleet struct {
 	env      *devenv.Env
 	clients  []client.Client
 	ids      []string
-	cm       *proc
+	cm       *supervise.Process
 	cmURL    string
 	cmAdmin  string
 	sd       *sd.Client
-	ctrls    [][]*proc
+	ctrls    [][]*supervise.Process
 	w        *workload
 	mu       sync.Mutex
 	down     map[int]bool // clusters stopped on purpose
@@ -144,7 +145,7 @@ func TestFaultCampaign(t *testing.T) {
 	if err := final.err(); err != nil || converged < 0 || converged > s.converge {
 		for _, ps := range f.ctrls {
 			for _, p := range ps {
-				t.Logf("--- %s (started %d times), last lines:\n%s", p.name, p.starts, p.tail(15))
+				t.Logf("--- %s (started %d times), last lines:\n%s", p.Name, p.Starts(), tail(p, 15))
 			}
 		}
 		t.Fatalf("the fleet did not converge within %v after the last fault (took %v): %v", s.converge, converged, err)
@@ -170,7 +171,7 @@ func start(t *testing.T, s settings) *fleet {
 	// its data directory.
 	api, admin := harness.FreeAddr(t), harness.FreeAddr(t)
 	f.cmURL, f.cmAdmin = "http://"+api, "http://"+admin
-	f.cm = supervise(t, dir, "cloudmap-local", nil, filepath.Join(devenv.BinDir(), "cloudmap-local"), "--listen", api, "--admin-listen", admin, "--data-dir", filepath.Join(dir, "cloudmap"))
+	f.cm = startProc(t, dir, "cloudmap-local", nil, filepath.Join(devenv.BinDir(), "cloudmap-local"), "--listen", api, "--admin-listen", admin, "--data-dir", filepath.Join(dir, "cloudmap"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	harness.Must(t, harness.WaitListening(ctx, api))
@@ -190,12 +191,12 @@ func start(t *testing.T, s settings) *fleet {
 	harness.Must(t, err)
 	awsEnv := []string{"AWS_ACCESS_KEY_ID=soak", "AWS_SECRET_ACCESS_KEY=soak", "AWS_REGION=us-east-1"}
 	for _, c := range env.Clusters {
-		var ps []*proc
+		var ps []*supervise.Process
 		for r := range replicasPerCluster {
 			name := fmt.Sprintf("%s-controller-%d", c.ID, r)
 			// POD_NAME as the chart sets it: the replica's lease identity,
 			// kept across its restarts as a pod's name is.
-			ps = append(ps, supervise(t, dir, name, append([]string{"POD_NAME=" + name}, awsEnv...), filepath.Join(devenv.BinDir(), "clustermap"), "controller",
+			ps = append(ps, startProc(t, dir, name, append([]string{"POD_NAME=" + name}, awsEnv...), filepath.Join(devenv.BinDir(), "clustermap"), "controller",
 				"--kubeconfig", env.Kubeconfig, "--context", c.ID, "--cloudmap-endpoint", f.cmURL,
 				"--leader-elect", "--leader-election-namespace", kube.DefaultStatusNamespace,
 				"--cloudmap-dns", "--syndicate", "--peers-dir", peers[c.ID], "--cluster-name", c.ID,
@@ -229,8 +230,8 @@ func (f *fleet) killAtRandom(t *testing.T, n int, d time.Duration) <-chan struct
 				ci = (ci + 1) % len(f.ctrls)
 			}
 			p := f.ctrls[ci][rand.IntN(len(f.ctrls[ci]))]
-			p.kill()
-			t.Logf("kill -9 %s at %v", p.name, when.Round(time.Second))
+			p.Kill()
+			t.Logf("kill -9 %s at %v", p.Name, when.Round(time.Second))
 		}
 	}()
 	return done
@@ -250,13 +251,13 @@ func (f *fleet) stopMember(t *testing.T, i int, d time.Duration) {
 	ctx := context.Background()
 	f.setDown(i, true)
 	for _, p := range f.ctrls[i] {
-		p.pause()
+		p.Stop()
 	}
 	harness.Must(t, f.env.StopCluster(ctx, f.env.Clusters[i]))
 	time.Sleep(d)
 	harness.Must(t, f.env.StartCluster(ctx, f.env.Clusters[i]))
 	for _, p := range f.ctrls[i] {
-		p.resume(t)
+		p.Start()
 	}
 	f.setDown(i, false)
 }
@@ -276,9 +277,9 @@ func (f *fleet) isDown(i int) bool {
 // stopEmulator stops Cloud Map (SIGTERM: it saves its state) for d and
 // starts it again from its data directory on the same address.
 func (f *fleet) stopEmulator(t *testing.T, d time.Duration) {
-	f.cm.pause()
+	f.cm.Stop()
 	time.Sleep(d)
-	f.cm.resume(t)
+	f.cm.Start()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	harness.Must(t, harness.WaitListening(ctx, strings.TrimPrefix(f.cmURL, "http://")))

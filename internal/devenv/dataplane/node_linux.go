@@ -3,16 +3,12 @@ package dataplane
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +23,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/clustermap/clustermap/internal/devenv/supervise"
 	devqueue "github.com/clustermap/clustermap/internal/devenv/workqueue"
 )
 
@@ -74,7 +71,7 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			supervise(ctx, name, filepath.Join(o.LogDir, name+".log"), inNS(ns, argv))
+			keepRunning(ctx, name, filepath.Join(o.LogDir, name+".log"), inNS(ns, argv))
 		}()
 	}
 
@@ -199,7 +196,7 @@ func (a *agent) start(ctx context.Context, k string, p *corev1.Pod, ips []netip.
 	run := &podRun{uid: p.UID, ips: ips, ns: pod.NetNS, stop: stop, done: make(chan struct{})}
 	go func() {
 		defer close(run.done)
-		supervise(runCtx, "pod "+k, filepath.Join(a.o.LogDir, "pods.log"), inNS(pod.NetNS, argv))
+		keepRunning(runCtx, "pod "+k, filepath.Join(a.o.LogDir, "pods.log"), inNS(pod.NetNS, argv))
 	}()
 	a.pods[k] = run
 	klog.InfoS("pod data plane up", "pod", k, "netns", pod.NetNS, "ips", ips)
@@ -239,52 +236,18 @@ func inNS(ns string, argv []string) []string {
 	return append([]string{IPPath(), "netns", "exec", ns}, argv...)
 }
 
-// supervise runs argv, appending its output to logPath, and starts it
+// keepRunning runs argv, appending its output to logPath, and starts it
 // again when it exits, until ctx ends. The child dies with the agent
 // (parent-death signal), so a killed agent leaves no server behind.
-func supervise(ctx context.Context, name, logPath string, argv []string) {
-	for {
-		log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			log = nil
-		}
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-		if log != nil {
-			cmd.Stdout, cmd.Stderr = log, log
-		} else {
-			cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		err = cmd.Start()
-		if err == nil {
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err = <-done:
-			case <-ctx.Done():
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-done:
-				case <-time.After(5 * time.Second):
-					_ = cmd.Process.Kill()
-					<-done
-				}
-			}
-		}
-		if log != nil {
-			log.Close()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		klog.ErrorS(err, "node process exited; starting it again in a second", "process", name)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
+func keepRunning(ctx context.Context, name, logPath string, argv []string) {
+	p := &supervise.Process{Name: name, Argv: argv, Log: logPath, Grace: 5 * time.Second,
+		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		OnExit: func(err error) {
+			klog.ErrorS(err, "node process exited; starting it again in a second", "process", name)
+		}}
+	p.Start()
+	<-ctx.Done()
+	p.Stop()
 }
 
 // setNodeIPs gives every simulated node of the cluster the node

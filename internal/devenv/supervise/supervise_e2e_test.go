@@ -1,0 +1,60 @@
+//go:build e2e && linux
+
+package supervise
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func eventually(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+	}
+}
+
+// A process that exits is started again; Kill restarts it; Stop keeps it
+// down (SIGKILL after Grace when it ignores SIGTERM) until Start.
+func TestRestartKillStopStart(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "out.log")
+	exits := make(chan error, 10)
+	p := &Process{Name: "sh", Argv: []string{"sh", "-c", `echo "started $GREETING"; exec sleep 0.2`}, Env: []string{"GREETING=hi"},
+		Log: log, OnExit: func(err error) { exits <- err }}
+	p.Start()
+	eventually(t, "started again after it exited", func() bool { return p.Starts() >= 2 })
+	if err := <-exits; err != nil {
+		t.Errorf("a clean exit reported %v", err)
+	}
+	p.Stop()
+	n := p.Starts()
+	time.Sleep(1500 * time.Millisecond)
+	if p.Starts() != n {
+		t.Errorf("started %d times after Stop", p.Starts()-n)
+	}
+	data, _ := os.ReadFile(log)
+	if !strings.Contains(string(data), "started hi") {
+		t.Errorf("log %q lacks the process's output with its environment", data)
+	}
+
+	// Ignores SIGTERM: Stop kills it after Grace; Kill while running restarts it.
+	q := &Process{Name: "stubborn", Argv: []string{"sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`}, Grace: 300 * time.Millisecond}
+	q.Start()
+	eventually(t, "started", func() bool { return q.Starts() == 1 })
+	q.Kill()
+	eventually(t, "started again after Kill", func() bool { return q.Starts() == 2 })
+	start := time.Now()
+	q.Stop()
+	if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
+		t.Errorf("Stop of a process ignoring SIGTERM took %v, want Grace (300ms) then SIGKILL", took)
+	}
+	q.Start()
+	eventually(t, "started again by Start", func() bool { return q.Starts() == 3 })
+	q.Stop()
+}
