@@ -1,22 +1,28 @@
 //go:build e2e && linux
 
-package supervise
+package supervise_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clustermap/clustermap/internal/devenv/supervise"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
+// eventually polls often: the processes here live for a fraction of a second.
 func eventually(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
+	harness.EventuallyEvery(t, 20*time.Millisecond, 10*time.Second, what, func() error {
+		if !ok() {
+			return errors.New("not yet")
 		}
-	}
+		return nil
+	})
 }
 
 // A process that exits is started again; Kill restarts it; Stop keeps it
@@ -25,7 +31,7 @@ func TestRestartKillStopStart(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "out.log")
 	exits := make(chan error, 10)
-	p := &Process{Name: "sh", Argv: []string{"sh", "-c", `echo "started $GREETING"; exec sleep 0.2`}, Env: []string{"GREETING=hi"},
+	p := &supervise.Process{Name: "sh", Argv: []string{"sh", "-c", `echo "started $GREETING"; exec sleep 0.2`}, Env: []string{"GREETING=hi"},
 		Log: log, OnExit: func(err error) { exits <- err }}
 	p.Start()
 	eventually(t, "started again after it exited", func() bool { return p.Starts() >= 2 })
@@ -44,11 +50,22 @@ func TestRestartKillStopStart(t *testing.T) {
 	}
 
 	// Ignores SIGTERM: Stop kills it after Grace; Kill while running restarts it.
-	q := &Process{Name: "stubborn", Argv: []string{"sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`}, Grace: 300 * time.Millisecond}
+	// It says "ready" once its trap is set: a SIGTERM before that would end
+	// it at once.
+	qlog := filepath.Join(dir, "stubborn.log")
+	ready := func(n int) func() bool {
+		return func() bool {
+			data, _ := os.ReadFile(qlog)
+			return strings.Count(string(data), "ready") == n
+		}
+	}
+	q := &supervise.Process{Name: "stubborn", Argv: []string{"sh", "-c", `trap '' TERM; echo ready; while :; do sleep 0.05; done`},
+		Log: qlog, Grace: 300 * time.Millisecond}
 	q.Start()
 	eventually(t, "started", func() bool { return q.Starts() == 1 })
 	q.Kill()
 	eventually(t, "started again after Kill", func() bool { return q.Starts() == 2 })
+	eventually(t, "SIGTERM ignored by the second run", ready(2))
 	start := time.Now()
 	q.Stop()
 	if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
