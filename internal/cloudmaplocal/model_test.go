@@ -19,7 +19,7 @@ import (
 )
 
 // modelPath is the Cloud Map model without its documentation, extracted by
-// modelgen from ../shared/spec (go generate), so a clone with nothing beside
+// modelgen from ../shared/spec (make generate), so a clone with nothing beside
 // it checks the emulator against the same shapes.
 const modelPath = "testdata/servicediscovery-model.json"
 
