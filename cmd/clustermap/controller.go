@@ -65,7 +65,7 @@ AWS_SECRET_ACCESS_KEY).`,
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
 	f.StringVar(&o.Context, "context", "", "kubeconfig context")
 	f.StringVar(&o.CloudMapEndpoint, "cloudmap-endpoint", "", "Cloud Map endpoint URL (default: the AWS endpoint of the region)")
-	f.StringVar(&o.Region, "region", "", "AWS region (default: from the environment or shared config)")
+	f.StringVar(&o.Region, "region", "", "AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, the shared config file, then EC2 instance metadata)")
 	f.Float64Var(&o.CloudMapQPS, "cloudmap-qps", controller.DefaultCloudMapQPS, "Cloud Map control-plane calls (all but Discover*) per second, at most")
 	f.IntVar(&o.CloudMapBurst, "cloudmap-burst", controller.DefaultCloudMapBurst, "Cloud Map control-plane call burst")
 	f.Float64Var(&o.CloudMapDataQPS, "cloudmap-data-qps", controller.DefaultCloudMapDataQPS, "Cloud Map DiscoverInstances and DiscoverInstancesRevision calls per second, at most (AWS allows 1,000 and 3,000 per second per account: the default leaves room for 5 clusters at full speed)")

@@ -17,6 +17,7 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
@@ -57,7 +58,11 @@ var LocalCredentials = credentials.NewStaticCredentialsProvider("local", "local"
 
 // ErrNoRegion says how to name the region: Cloud Map is regional, and
 // guessing one would register into a namespace nobody reads.
-var ErrNoRegion = errors.New("no AWS region: pass --region or set AWS_REGION (or a region in the shared config file, AWS_CONFIG_FILE)")
+var ErrNoRegion = errors.New("no AWS region: tried --region, AWS_REGION, AWS_DEFAULT_REGION, the shared config file (AWS_CONFIG_FILE, AWS_PROFILE) and EC2 instance metadata; pass --region or set AWS_REGION")
+
+// imdsTimeout bounds the instance-metadata lookup of the region, the last
+// resort: off EC2 (or with an IMDS hop limit of 1 in a pod) nothing answers.
+const imdsTimeout = 5 * time.Second
 
 // New builds a client from the standard credential chain (environment,
 // shared config, IRSA web identity, EKS pod identity, instance roles),
@@ -76,9 +81,26 @@ func New(ctx context.Context, o Options) (*sd.Client, error) {
 		return nil, fmt.Errorf("loading AWS configuration: %w", err)
 	}
 	if cfg.Region == "" {
-		return nil, ErrNoRegion
+		region, err := imdsRegion(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%w (EC2 instance metadata: %v)", ErrNoRegion, err)
+		}
+		cfg.Region = region
 	}
 	return NewFromConfig(cfg, o), nil
+}
+
+// imdsRegion asks EC2 instance metadata for the region, as seed 000 does
+// after the environment and the shared config (the SDK's IMDS client:
+// AWS_EC2_METADATA_DISABLED and AWS_EC2_METADATA_SERVICE_ENDPOINT apply).
+func imdsRegion(ctx context.Context, cfg aws.Config) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, imdsTimeout)
+	defer cancel()
+	out, err := imds.NewFromConfig(cfg).GetRegion(ctx, &imds.GetRegionInput{})
+	if err != nil {
+		return "", err
+	}
+	return out.Region, nil
 }
 
 // NewFromConfig builds a client from a loaded aws.Config.

@@ -54,21 +54,69 @@ func TestDataPlaneCallsHaveTheirOwnBudget(t *testing.T) {
 	}
 }
 
-// No region is an error naming the flag and the variable, never a guess.
-func TestNoRegionIsAnError(t *testing.T) {
-	for _, v := range []string{"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"} {
+// noRegionConfig clears every source of a region but instance metadata,
+// which it points at imdsURL (a stand-in for the EC2 metadata service).
+func noRegionConfig(t *testing.T, imdsURL string) {
+	for _, v := range []string{"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_EC2_METADATA_DISABLED"} {
 		t.Setenv(v, "")
 	}
 	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imdsURL)
+}
+
+// No region anywhere, instance metadata included, is an error naming every
+// source tried, never a guess.
+func TestNoRegionIsAnError(t *testing.T) {
+	noRegionConfig(t, "http://127.0.0.1:1") // nothing listens there
 	_, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: "http://127.0.0.1:1"})
 	if !errors.Is(err, cloudmapclient.ErrNoRegion) {
 		t.Fatalf("want ErrNoRegion, got %v", err)
 	}
-	for _, name := range []string{"--region", "AWS_REGION"} {
+	for _, name := range []string{"--region", "AWS_REGION", "AWS_DEFAULT_REGION", "shared config", "instance metadata"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("the error should name %s: %v", name, err)
 		}
+	}
+}
+
+// With nothing else set, the region comes from EC2 instance metadata
+// (IMDSv2: a session token, then the instance identity document), as seed
+// 000 infers it.
+func TestRegionFromInstanceMetadata(t *testing.T) {
+	const token = "imds-token"
+	var tokens int
+	imds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPut && r.URL.Path == "/latest/api/token":
+			tokens++
+			w.Header().Set("X-Aws-Ec2-Metadata-Token-Ttl-Seconds", "21600")
+			_, _ = w.Write([]byte(token))
+		case r.URL.Path == "/latest/dynamic/instance-identity/document" && r.Header.Get("X-Aws-Ec2-Metadata-Token") == token:
+			_, _ = w.Write([]byte(`{"accountId": "210987654321", "region": "eu-central-2", "instanceId": "i-0abc"}`))
+		default:
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+		}
+	}))
+	defer imds.Close()
+	noRegionConfig(t, imds.URL)
+	c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Options().Region; got != "eu-central-2" || tokens == 0 {
+		t.Errorf("region %q after %d token requests; want eu-central-2 through IMDSv2", got, tokens)
+	}
+
+	// An explicit region wins; metadata is not asked.
+	tokens = 0
+	t.Setenv("AWS_REGION", "ap-south-1")
+	c, err = cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Options().Region; got != "ap-south-1" || tokens != 0 {
+		t.Errorf("region %q, %d metadata token requests; want ap-south-1 from AWS_REGION and none", got, tokens)
 	}
 }
 

@@ -99,6 +99,7 @@ type DiscoverInstancesRequest struct {
 	QueryParameters    map[string]string `json:"QueryParameters,omitempty"`
 	OptionalParameters map[string]string `json:"OptionalParameters,omitempty"`
 	HealthStatus       string            `json:"HealthStatus,omitempty"`
+	OwnerAccount       string            `json:"OwnerAccount,omitempty"`
 }
 
 type DiscoverInstancesResponse struct {
@@ -109,6 +110,7 @@ type DiscoverInstancesResponse struct {
 type DiscoverInstancesRevisionRequest struct {
 	NamespaceName string `json:"NamespaceName,omitempty"`
 	ServiceName   string `json:"ServiceName,omitempty"`
+	OwnerAccount  string `json:"OwnerAccount,omitempty"`
 }
 
 type DiscoverInstancesRevisionResponse struct {
@@ -146,7 +148,8 @@ type GetInstanceRequest struct {
 }
 
 type GetInstanceResponse struct {
-	Instance *Instance `json:"Instance,omitempty"`
+	ResourceOwner string    `json:"ResourceOwner,omitempty"`
+	Instance      *Instance `json:"Instance,omitempty"`
 }
 
 type GetInstancesHealthStatusRequest struct {
@@ -170,7 +173,8 @@ type GetNamespaceResponse struct {
 }
 
 type GetOperationRequest struct {
-	OperationId string `json:"OperationId,omitempty"`
+	OperationId  string `json:"OperationId,omitempty"`
+	OwnerAccount string `json:"OwnerAccount,omitempty"`
 }
 
 type GetOperationResponse struct {
@@ -223,6 +227,7 @@ type Instance struct {
 	Id               string            `json:"Id,omitempty"`
 	CreatorRequestId string            `json:"CreatorRequestId,omitempty"`
 	Attributes       map[string]string `json:"Attributes,omitempty"`
+	CreatedByAccount string            `json:"CreatedByAccount,omitempty"`
 }
 
 type InstanceNotFound struct {
@@ -230,8 +235,9 @@ type InstanceNotFound struct {
 }
 
 type InstanceSummary struct {
-	Id         string            `json:"Id,omitempty"`
-	Attributes map[string]string `json:"Attributes,omitempty"`
+	Id               string            `json:"Id,omitempty"`
+	Attributes       map[string]string `json:"Attributes,omitempty"`
+	CreatedByAccount string            `json:"CreatedByAccount,omitempty"`
 }
 
 type InvalidInput struct {
@@ -245,8 +251,9 @@ type ListInstancesRequest struct {
 }
 
 type ListInstancesResponse struct {
-	Instances []InstanceSummary `json:"Instances,omitempty"`
-	NextToken string            `json:"NextToken,omitempty"`
+	ResourceOwner string            `json:"ResourceOwner,omitempty"`
+	Instances     []InstanceSummary `json:"Instances,omitempty"`
+	NextToken     string            `json:"NextToken,omitempty"`
 }
 
 type ListNamespacesRequest struct {
@@ -293,6 +300,7 @@ type ListTagsForResourceResponse struct {
 type Namespace struct {
 	Id               string               `json:"Id,omitempty"`
 	Arn              string               `json:"Arn,omitempty"`
+	ResourceOwner    string               `json:"ResourceOwner,omitempty"`
 	Name             string               `json:"Name,omitempty"`
 	Type             string               `json:"Type,omitempty"`
 	Description      string               `json:"Description,omitempty"`
@@ -324,18 +332,20 @@ type NamespaceProperties struct {
 }
 
 type NamespaceSummary struct {
-	Id           string               `json:"Id,omitempty"`
-	Arn          string               `json:"Arn,omitempty"`
-	Name         string               `json:"Name,omitempty"`
-	Type         string               `json:"Type,omitempty"`
-	Description  string               `json:"Description,omitempty"`
-	ServiceCount *int32               `json:"ServiceCount,omitempty"`
-	Properties   *NamespaceProperties `json:"Properties,omitempty"`
-	CreateDate   *Timestamp           `json:"CreateDate,omitempty"`
+	Id            string               `json:"Id,omitempty"`
+	Arn           string               `json:"Arn,omitempty"`
+	ResourceOwner string               `json:"ResourceOwner,omitempty"`
+	Name          string               `json:"Name,omitempty"`
+	Type          string               `json:"Type,omitempty"`
+	Description   string               `json:"Description,omitempty"`
+	ServiceCount  *int32               `json:"ServiceCount,omitempty"`
+	Properties    *NamespaceProperties `json:"Properties,omitempty"`
+	CreateDate    *Timestamp           `json:"CreateDate,omitempty"`
 }
 
 type Operation struct {
 	Id           string            `json:"Id,omitempty"`
+	OwnerAccount string            `json:"OwnerAccount,omitempty"`
 	Type         string            `json:"Type,omitempty"`
 	Status       string            `json:"Status,omitempty"`
 	ErrorMessage string            `json:"ErrorMessage,omitempty"`
@@ -440,6 +450,7 @@ type SOAChange struct {
 type Service struct {
 	Id                      string                   `json:"Id,omitempty"`
 	Arn                     string                   `json:"Arn,omitempty"`
+	ResourceOwner           string                   `json:"ResourceOwner,omitempty"`
 	Name                    string                   `json:"Name,omitempty"`
 	NamespaceId             string                   `json:"NamespaceId,omitempty"`
 	Description             string                   `json:"Description,omitempty"`
@@ -450,17 +461,20 @@ type Service struct {
 	HealthCheckCustomConfig *HealthCheckCustomConfig `json:"HealthCheckCustomConfig,omitempty"`
 	CreateDate              *Timestamp               `json:"CreateDate,omitempty"`
 	CreatorRequestId        string                   `json:"CreatorRequestId,omitempty"`
+	CreatedByAccount        string                   `json:"CreatedByAccount,omitempty"`
 }
 
 type ServiceAlreadyExists struct {
 	Message          string `json:"Message,omitempty"`
 	CreatorRequestId string `json:"CreatorRequestId,omitempty"`
 	ServiceId        string `json:"ServiceId,omitempty"`
+	ServiceArn       string `json:"ServiceArn,omitempty"`
 }
 
 type ServiceAttributes struct {
-	ServiceArn string            `json:"ServiceArn,omitempty"`
-	Attributes map[string]string `json:"Attributes,omitempty"`
+	ServiceArn    string            `json:"ServiceArn,omitempty"`
+	ResourceOwner string            `json:"ResourceOwner,omitempty"`
+	Attributes    map[string]string `json:"Attributes,omitempty"`
 }
 
 type ServiceAttributesLimitExceededException struct {
@@ -486,6 +500,7 @@ type ServiceNotFound struct {
 type ServiceSummary struct {
 	Id                      string                   `json:"Id,omitempty"`
 	Arn                     string                   `json:"Arn,omitempty"`
+	ResourceOwner           string                   `json:"ResourceOwner,omitempty"`
 	Name                    string                   `json:"Name,omitempty"`
 	Type                    string                   `json:"Type,omitempty"`
 	Description             string                   `json:"Description,omitempty"`
@@ -494,6 +509,7 @@ type ServiceSummary struct {
 	HealthCheckConfig       *HealthCheckConfig       `json:"HealthCheckConfig,omitempty"`
 	HealthCheckCustomConfig *HealthCheckCustomConfig `json:"HealthCheckCustomConfig,omitempty"`
 	CreateDate              *Timestamp               `json:"CreateDate,omitempty"`
+	CreatedByAccount        string                   `json:"CreatedByAccount,omitempty"`
 }
 
 type Tag struct {
@@ -576,6 +592,7 @@ type UpdateServiceResponse struct {
 }
 
 var modelShapes = map[string]*shapeSpec{
+	"AWSAccountId":                            {kind: kindString, lengthMin: ptr(12), lengthMax: ptr(12)},
 	"AmazonResourceName":                      {kind: kindString, lengthMin: ptr(1), lengthMax: ptr(1011)},
 	"Arn":                                     {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(255)},
 	"AttrKey":                                 {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(255), pattern: "^[a-zA-Z0-9!-~]+$"},
@@ -588,21 +605,21 @@ var modelShapes = map[string]*shapeSpec{
 	"CreatePrivateDnsNamespaceResponse":       {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "OperationId", required: false}}},
 	"CreatePublicDnsNamespaceRequest":         {kind: kindStructure, members: []memberSpec{{name: "Name", target: "NamespaceNamePublic", required: true}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "Tags", target: "TagList", required: false}, {name: "Properties", target: "PublicDnsNamespaceProperties", required: false}}},
 	"CreatePublicDnsNamespaceResponse":        {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "OperationId", required: false}}},
-	"CreateServiceRequest":                    {kind: kindStructure, members: []memberSpec{{name: "Name", target: "ServiceName", required: true}, {name: "NamespaceId", target: "ResourceId", required: false}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "DnsConfig", target: "DnsConfig", required: false}, {name: "HealthCheckConfig", target: "HealthCheckConfig", required: false}, {name: "HealthCheckCustomConfig", target: "HealthCheckCustomConfig", required: false}, {name: "Tags", target: "TagList", required: false}, {name: "Type", target: "ServiceTypeOption", required: false}}},
+	"CreateServiceRequest":                    {kind: kindStructure, members: []memberSpec{{name: "Name", target: "ServiceName", required: true}, {name: "NamespaceId", target: "Arn", required: false}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "DnsConfig", target: "DnsConfig", required: false}, {name: "HealthCheckConfig", target: "HealthCheckConfig", required: false}, {name: "HealthCheckCustomConfig", target: "HealthCheckCustomConfig", required: false}, {name: "Tags", target: "TagList", required: false}, {name: "Type", target: "ServiceTypeOption", required: false}}},
 	"CreateServiceResponse":                   {kind: kindStructure, members: []memberSpec{{name: "Service", target: "Service", required: false}}},
 	"CustomHealthNotFound":                    {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}}},
 	"CustomHealthStatus":                      {kind: kindString, enum: []string{"HEALTHY", "UNHEALTHY"}},
-	"DeleteNamespaceRequest":                  {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: true}}},
+	"DeleteNamespaceRequest":                  {kind: kindStructure, members: []memberSpec{{name: "Id", target: "Arn", required: true}}},
 	"DeleteNamespaceResponse":                 {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "OperationId", required: false}}},
-	"DeleteServiceAttributesRequest":          {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "ResourceId", required: true}, {name: "Attributes", target: "ServiceAttributeKeyList", required: true}}},
+	"DeleteServiceAttributesRequest":          {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "Arn", required: true}, {name: "Attributes", target: "ServiceAttributeKeyList", required: true}}},
 	"DeleteServiceAttributesResponse":         {kind: kindStructure, members: []memberSpec{}},
-	"DeleteServiceRequest":                    {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: true}}},
+	"DeleteServiceRequest":                    {kind: kindStructure, members: []memberSpec{{name: "Id", target: "Arn", required: true}}},
 	"DeleteServiceResponse":                   {kind: kindStructure, members: []memberSpec{}},
-	"DeregisterInstanceRequest":               {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "ResourceId", required: true}, {name: "InstanceId", target: "ResourceId", required: true}}},
+	"DeregisterInstanceRequest":               {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "Arn", required: true}, {name: "InstanceId", target: "ResourceId", required: true}}},
 	"DeregisterInstanceResponse":              {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "OperationId", required: false}}},
-	"DiscoverInstancesRequest":                {kind: kindStructure, members: []memberSpec{{name: "NamespaceName", target: "NamespaceName", required: true}, {name: "ServiceName", target: "ServiceName", required: true}, {name: "MaxResults", target: "DiscoverMaxResults", required: false}, {name: "QueryParameters", target: "Attributes", required: false}, {name: "OptionalParameters", target: "Attributes", required: false}, {name: "HealthStatus", target: "HealthStatusFilter", required: false}}},
+	"DiscoverInstancesRequest":                {kind: kindStructure, members: []memberSpec{{name: "NamespaceName", target: "NamespaceName", required: true}, {name: "ServiceName", target: "ServiceName", required: true}, {name: "MaxResults", target: "DiscoverMaxResults", required: false}, {name: "QueryParameters", target: "Attributes", required: false}, {name: "OptionalParameters", target: "Attributes", required: false}, {name: "HealthStatus", target: "HealthStatusFilter", required: false}, {name: "OwnerAccount", target: "AWSAccountId", required: false}}},
 	"DiscoverInstancesResponse":               {kind: kindStructure, members: []memberSpec{{name: "Instances", target: "HttpInstanceSummaryList", required: false}, {name: "InstancesRevision", target: "Revision", required: false}}},
-	"DiscoverInstancesRevisionRequest":        {kind: kindStructure, members: []memberSpec{{name: "NamespaceName", target: "NamespaceName", required: true}, {name: "ServiceName", target: "ServiceName", required: true}}},
+	"DiscoverInstancesRevisionRequest":        {kind: kindStructure, members: []memberSpec{{name: "NamespaceName", target: "NamespaceName", required: true}, {name: "ServiceName", target: "ServiceName", required: true}, {name: "OwnerAccount", target: "AWSAccountId", required: false}}},
 	"DiscoverInstancesRevisionResponse":       {kind: kindStructure, members: []memberSpec{{name: "InstancesRevision", target: "Revision", required: false}}},
 	"DiscoverMaxResults":                      {kind: kindNumber, rangeMin: ptr(1), rangeMax: ptr(1000)},
 	"DnsConfig":                               {kind: kindStructure, members: []memberSpec{{name: "NamespaceId", target: "ResourceId", required: false}, {name: "RoutingPolicy", target: "RoutingPolicy", required: false}, {name: "DnsRecords", target: "DnsRecordList", required: true}}},
@@ -610,23 +627,23 @@ var modelShapes = map[string]*shapeSpec{
 	"DnsProperties":                           {kind: kindStructure, members: []memberSpec{{name: "HostedZoneId", target: "ResourceId", required: false}, {name: "SOA", target: "SOA", required: false}}},
 	"DnsRecord":                               {kind: kindStructure, members: []memberSpec{{name: "Type", target: "RecordType", required: true}, {name: "TTL", target: "RecordTTL", required: true}}},
 	"DnsRecordList":                           {kind: kindList, elem: "DnsRecord"},
-	"DuplicateRequest":                        {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}, {name: "DuplicateOperationId", target: "ResourceId", required: false}}},
+	"DuplicateRequest":                        {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}, {name: "DuplicateOperationId", target: "OperationId", required: false}}},
 	"ErrorMessage":                            {kind: kindString},
 	"FailureThreshold":                        {kind: kindNumber, rangeMin: ptr(1), rangeMax: ptr(10)},
 	"FilterCondition":                         {kind: kindString, enum: []string{"BEGINS_WITH", "BETWEEN", "EQ", "IN"}},
 	"FilterValue":                             {kind: kindString, lengthMin: ptr(1), lengthMax: ptr(255)},
 	"FilterValues":                            {kind: kindList, elem: "FilterValue"},
-	"GetInstanceRequest":                      {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "ResourceId", required: true}, {name: "InstanceId", target: "ResourceId", required: true}}},
-	"GetInstanceResponse":                     {kind: kindStructure, members: []memberSpec{{name: "Instance", target: "Instance", required: false}}},
-	"GetInstancesHealthStatusRequest":         {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "ResourceId", required: true}, {name: "Instances", target: "InstanceIdList", required: false}, {name: "MaxResults", target: "MaxResults", required: false}, {name: "NextToken", target: "NextToken", required: false}}},
+	"GetInstanceRequest":                      {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "Arn", required: true}, {name: "InstanceId", target: "ResourceId", required: true}}},
+	"GetInstanceResponse":                     {kind: kindStructure, members: []memberSpec{{name: "ResourceOwner", target: "AWSAccountId", required: false}, {name: "Instance", target: "Instance", required: false}}},
+	"GetInstancesHealthStatusRequest":         {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "Arn", required: true}, {name: "Instances", target: "InstanceIdList", required: false}, {name: "MaxResults", target: "MaxResults", required: false}, {name: "NextToken", target: "NextToken", required: false}}},
 	"GetInstancesHealthStatusResponse":        {kind: kindStructure, members: []memberSpec{{name: "Status", target: "InstanceHealthStatusMap", required: false}, {name: "NextToken", target: "NextToken", required: false}}},
-	"GetNamespaceRequest":                     {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: true}}},
+	"GetNamespaceRequest":                     {kind: kindStructure, members: []memberSpec{{name: "Id", target: "Arn", required: true}}},
 	"GetNamespaceResponse":                    {kind: kindStructure, members: []memberSpec{{name: "Namespace", target: "Namespace", required: false}}},
-	"GetOperationRequest":                     {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "ResourceId", required: true}}},
+	"GetOperationRequest":                     {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "OperationId", required: true}, {name: "OwnerAccount", target: "AWSAccountId", required: false}}},
 	"GetOperationResponse":                    {kind: kindStructure, members: []memberSpec{{name: "Operation", target: "Operation", required: false}}},
-	"GetServiceAttributesRequest":             {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "ResourceId", required: true}}},
+	"GetServiceAttributesRequest":             {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "Arn", required: true}}},
 	"GetServiceAttributesResponse":            {kind: kindStructure, members: []memberSpec{{name: "ServiceAttributes", target: "ServiceAttributes", required: false}}},
-	"GetServiceRequest":                       {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: true}}},
+	"GetServiceRequest":                       {kind: kindStructure, members: []memberSpec{{name: "Id", target: "Arn", required: true}}},
 	"GetServiceResponse":                      {kind: kindStructure, members: []memberSpec{{name: "Service", target: "Service", required: false}}},
 	"HealthCheckConfig":                       {kind: kindStructure, members: []memberSpec{{name: "Type", target: "HealthCheckType", required: true}, {name: "ResourcePath", target: "ResourcePath", required: false}, {name: "FailureThreshold", target: "FailureThreshold", required: false}}},
 	"HealthCheckCustomConfig":                 {kind: kindStructure, members: []memberSpec{{name: "FailureThreshold", target: "FailureThreshold", required: false}}},
@@ -637,16 +654,16 @@ var modelShapes = map[string]*shapeSpec{
 	"HttpInstanceSummaryList":                 {kind: kindList, elem: "HttpInstanceSummary"},
 	"HttpNamespaceChange":                     {kind: kindStructure, members: []memberSpec{{name: "Description", target: "ResourceDescription", required: true}}},
 	"HttpProperties":                          {kind: kindStructure, members: []memberSpec{{name: "HttpName", target: "NamespaceName", required: false}}},
-	"Instance":                                {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: true}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "Attributes", target: "Attributes", required: false}}},
+	"Instance":                                {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: true}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "Attributes", target: "Attributes", required: false}, {name: "CreatedByAccount", target: "AWSAccountId", required: false}}},
 	"InstanceHealthStatusMap":                 {kind: kindMap, key: "ResourceId", elem: "HealthStatus"},
 	"InstanceId":                              {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(64), pattern: "^[0-9a-zA-Z_/:.@-]+$"},
 	"InstanceIdList":                          {kind: kindList, elem: "ResourceId", lengthMin: ptr(1)},
 	"InstanceNotFound":                        {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}}},
-	"InstanceSummary":                         {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: false}, {name: "Attributes", target: "Attributes", required: false}}},
+	"InstanceSummary":                         {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: false}, {name: "Attributes", target: "Attributes", required: false}, {name: "CreatedByAccount", target: "AWSAccountId", required: false}}},
 	"InstanceSummaryList":                     {kind: kindList, elem: "InstanceSummary"},
 	"InvalidInput":                            {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}}},
-	"ListInstancesRequest":                    {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "ResourceId", required: true}, {name: "NextToken", target: "NextToken", required: false}, {name: "MaxResults", target: "MaxResults", required: false}}},
-	"ListInstancesResponse":                   {kind: kindStructure, members: []memberSpec{{name: "Instances", target: "InstanceSummaryList", required: false}, {name: "NextToken", target: "NextToken", required: false}}},
+	"ListInstancesRequest":                    {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "Arn", required: true}, {name: "NextToken", target: "NextToken", required: false}, {name: "MaxResults", target: "MaxResults", required: false}}},
+	"ListInstancesResponse":                   {kind: kindStructure, members: []memberSpec{{name: "ResourceOwner", target: "AWSAccountId", required: false}, {name: "Instances", target: "InstanceSummaryList", required: false}, {name: "NextToken", target: "NextToken", required: false}}},
 	"ListNamespacesRequest":                   {kind: kindStructure, members: []memberSpec{{name: "NextToken", target: "NextToken", required: false}, {name: "MaxResults", target: "MaxResults", required: false}, {name: "Filters", target: "NamespaceFilters", required: false}}},
 	"ListNamespacesResponse":                  {kind: kindStructure, members: []memberSpec{{name: "Namespaces", target: "NamespaceSummariesList", required: false}, {name: "NextToken", target: "NextToken", required: false}}},
 	"ListOperationsRequest":                   {kind: kindStructure, members: []memberSpec{{name: "NextToken", target: "NextToken", required: false}, {name: "MaxResults", target: "MaxResults", required: false}, {name: "Filters", target: "OperationFilters", required: false}}},
@@ -657,22 +674,22 @@ var modelShapes = map[string]*shapeSpec{
 	"ListTagsForResourceResponse":             {kind: kindStructure, members: []memberSpec{{name: "Tags", target: "TagList", required: false}}},
 	"MaxResults":                              {kind: kindNumber, rangeMin: ptr(1), rangeMax: ptr(100)},
 	"Message":                                 {kind: kindString},
-	"Namespace":                               {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: false}, {name: "Arn", target: "Arn", required: false}, {name: "Name", target: "NamespaceName", required: false}, {name: "Type", target: "NamespaceType", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "ServiceCount", target: "ResourceCount", required: false}, {name: "Properties", target: "NamespaceProperties", required: false}, {name: "CreateDate", target: "Timestamp", required: false}, {name: "CreatorRequestId", target: "ResourceId", required: false}}},
+	"Namespace":                               {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: false}, {name: "Arn", target: "Arn", required: false}, {name: "ResourceOwner", target: "AWSAccountId", required: false}, {name: "Name", target: "NamespaceName", required: false}, {name: "Type", target: "NamespaceType", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "ServiceCount", target: "ResourceCount", required: false}, {name: "Properties", target: "NamespaceProperties", required: false}, {name: "CreateDate", target: "Timestamp", required: false}, {name: "CreatorRequestId", target: "ResourceId", required: false}}},
 	"NamespaceAlreadyExists":                  {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "NamespaceId", target: "ResourceId", required: false}}},
 	"NamespaceFilter":                         {kind: kindStructure, members: []memberSpec{{name: "Name", target: "NamespaceFilterName", required: true}, {name: "Values", target: "FilterValues", required: true}, {name: "Condition", target: "FilterCondition", required: false}}},
-	"NamespaceFilterName":                     {kind: kindString, enum: []string{"HTTP_NAME", "NAME", "TYPE"}},
+	"NamespaceFilterName":                     {kind: kindString, enum: []string{"HTTP_NAME", "NAME", "RESOURCE_OWNER", "TYPE"}},
 	"NamespaceFilters":                        {kind: kindList, elem: "NamespaceFilter"},
 	"NamespaceName":                           {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(1024), pattern: "^[!-~]{1,1024}$"},
-	"NamespaceNameHttp":                       {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(1024), pattern: "^[!-~]{1,1024}$"},
-	"NamespaceNamePrivate":                    {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(253), pattern: "^[!-~]{1,253}$"},
+	"NamespaceNameHttp":                       {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(1024), pattern: "^(?!arn:)[!-~]{1,1024}$"},
+	"NamespaceNamePrivate":                    {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(253), pattern: "^(?!arn:)[!-~]{1,253}$"},
 	"NamespaceNamePublic":                     {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(253), pattern: "^([a-zA-Z0-9]([a-zA-Z0-9\\-]{0,61}[a-zA-Z0-9])?\\.)+[a-zA-Z0-9]([a-zA-Z0-9\\-]{0,61}[a-zA-Z0-9])?$"},
 	"NamespaceNotFound":                       {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}}},
 	"NamespaceProperties":                     {kind: kindStructure, members: []memberSpec{{name: "DnsProperties", target: "DnsProperties", required: false}, {name: "HttpProperties", target: "HttpProperties", required: false}}},
 	"NamespaceSummariesList":                  {kind: kindList, elem: "NamespaceSummary"},
-	"NamespaceSummary":                        {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: false}, {name: "Arn", target: "Arn", required: false}, {name: "Name", target: "NamespaceName", required: false}, {name: "Type", target: "NamespaceType", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "ServiceCount", target: "ResourceCount", required: false}, {name: "Properties", target: "NamespaceProperties", required: false}, {name: "CreateDate", target: "Timestamp", required: false}}},
+	"NamespaceSummary":                        {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: false}, {name: "Arn", target: "Arn", required: false}, {name: "ResourceOwner", target: "AWSAccountId", required: false}, {name: "Name", target: "NamespaceName", required: false}, {name: "Type", target: "NamespaceType", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "ServiceCount", target: "ResourceCount", required: false}, {name: "Properties", target: "NamespaceProperties", required: false}, {name: "CreateDate", target: "Timestamp", required: false}}},
 	"NamespaceType":                           {kind: kindString, enum: []string{"DNS_PRIVATE", "DNS_PUBLIC", "HTTP"}},
 	"NextToken":                               {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(4096)},
-	"Operation":                               {kind: kindStructure, members: []memberSpec{{name: "Id", target: "OperationId", required: false}, {name: "Type", target: "OperationType", required: false}, {name: "Status", target: "OperationStatus", required: false}, {name: "ErrorMessage", target: "Message", required: false}, {name: "ErrorCode", target: "Code", required: false}, {name: "CreateDate", target: "Timestamp", required: false}, {name: "UpdateDate", target: "Timestamp", required: false}, {name: "Targets", target: "OperationTargetsMap", required: false}}},
+	"Operation":                               {kind: kindStructure, members: []memberSpec{{name: "Id", target: "OperationId", required: false}, {name: "OwnerAccount", target: "AWSAccountId", required: false}, {name: "Type", target: "OperationType", required: false}, {name: "Status", target: "OperationStatus", required: false}, {name: "ErrorMessage", target: "Message", required: false}, {name: "ErrorCode", target: "Code", required: false}, {name: "CreateDate", target: "Timestamp", required: false}, {name: "UpdateDate", target: "Timestamp", required: false}, {name: "Targets", target: "OperationTargetsMap", required: false}}},
 	"OperationFilter":                         {kind: kindStructure, members: []memberSpec{{name: "Name", target: "OperationFilterName", required: true}, {name: "Values", target: "FilterValues", required: true}, {name: "Condition", target: "FilterCondition", required: false}}},
 	"OperationFilterName":                     {kind: kindString, enum: []string{"NAMESPACE_ID", "SERVICE_ID", "STATUS", "TYPE", "UPDATE_DATE"}},
 	"OperationFilters":                        {kind: kindList, elem: "OperationFilter"},
@@ -696,7 +713,7 @@ var modelShapes = map[string]*shapeSpec{
 	"PublicDnsPropertiesMutableChange":        {kind: kindStructure, members: []memberSpec{{name: "SOA", target: "SOAChange", required: true}}},
 	"RecordTTL":                               {kind: kindNumber, rangeMin: ptr(0), rangeMax: ptr(2147483647)},
 	"RecordType":                              {kind: kindString, enum: []string{"A", "AAAA", "CNAME", "SRV"}},
-	"RegisterInstanceRequest":                 {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "ResourceId", required: true}, {name: "InstanceId", target: "InstanceId", required: true}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "Attributes", target: "Attributes", required: true}}},
+	"RegisterInstanceRequest":                 {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "Arn", required: true}, {name: "InstanceId", target: "InstanceId", required: true}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "Attributes", target: "Attributes", required: true}}},
 	"RegisterInstanceResponse":                {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "OperationId", required: false}}},
 	"RequestLimitExceeded":                    {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}}},
 	"ResourceCount":                           {kind: kindNumber},
@@ -710,22 +727,22 @@ var modelShapes = map[string]*shapeSpec{
 	"RoutingPolicy":                           {kind: kindString, enum: []string{"MULTIVALUE", "WEIGHTED"}},
 	"SOA":                                     {kind: kindStructure, members: []memberSpec{{name: "TTL", target: "RecordTTL", required: true}}},
 	"SOAChange":                               {kind: kindStructure, members: []memberSpec{{name: "TTL", target: "RecordTTL", required: true}}},
-	"Service":                                 {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: false}, {name: "Arn", target: "Arn", required: false}, {name: "Name", target: "ServiceName", required: false}, {name: "NamespaceId", target: "ResourceId", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "InstanceCount", target: "ResourceCount", required: false}, {name: "DnsConfig", target: "DnsConfig", required: false}, {name: "Type", target: "ServiceType", required: false}, {name: "HealthCheckConfig", target: "HealthCheckConfig", required: false}, {name: "HealthCheckCustomConfig", target: "HealthCheckCustomConfig", required: false}, {name: "CreateDate", target: "Timestamp", required: false}, {name: "CreatorRequestId", target: "ResourceId", required: false}}},
-	"ServiceAlreadyExists":                    {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "ServiceId", target: "ResourceId", required: false}}},
+	"Service":                                 {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: false}, {name: "Arn", target: "Arn", required: false}, {name: "ResourceOwner", target: "AWSAccountId", required: false}, {name: "Name", target: "ServiceName", required: false}, {name: "NamespaceId", target: "ResourceId", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "InstanceCount", target: "ResourceCount", required: false}, {name: "DnsConfig", target: "DnsConfig", required: false}, {name: "Type", target: "ServiceType", required: false}, {name: "HealthCheckConfig", target: "HealthCheckConfig", required: false}, {name: "HealthCheckCustomConfig", target: "HealthCheckCustomConfig", required: false}, {name: "CreateDate", target: "Timestamp", required: false}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "CreatedByAccount", target: "AWSAccountId", required: false}}},
+	"ServiceAlreadyExists":                    {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}, {name: "CreatorRequestId", target: "ResourceId", required: false}, {name: "ServiceId", target: "ResourceId", required: false}, {name: "ServiceArn", target: "Arn", required: false}}},
 	"ServiceAttributeKey":                     {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(255)},
 	"ServiceAttributeKeyList":                 {kind: kindList, elem: "ServiceAttributeKey", lengthMin: ptr(1), lengthMax: ptr(30)},
 	"ServiceAttributeValue":                   {kind: kindString, lengthMin: ptr(0), lengthMax: ptr(1024)},
-	"ServiceAttributes":                       {kind: kindStructure, members: []memberSpec{{name: "ServiceArn", target: "Arn", required: false}, {name: "Attributes", target: "ServiceAttributesMap", required: false}}},
+	"ServiceAttributes":                       {kind: kindStructure, members: []memberSpec{{name: "ServiceArn", target: "Arn", required: false}, {name: "ResourceOwner", target: "AWSAccountId", required: false}, {name: "Attributes", target: "ServiceAttributesMap", required: false}}},
 	"ServiceAttributesLimitExceededException": {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}}},
 	"ServiceAttributesMap":                    {kind: kindMap, key: "ServiceAttributeKey", elem: "ServiceAttributeValue", lengthMin: ptr(1), lengthMax: ptr(30)},
 	"ServiceChange":                           {kind: kindStructure, members: []memberSpec{{name: "Description", target: "ResourceDescription", required: false}, {name: "DnsConfig", target: "DnsConfigChange", required: false}, {name: "HealthCheckConfig", target: "HealthCheckConfig", required: false}}},
 	"ServiceFilter":                           {kind: kindStructure, members: []memberSpec{{name: "Name", target: "ServiceFilterName", required: true}, {name: "Values", target: "FilterValues", required: true}, {name: "Condition", target: "FilterCondition", required: false}}},
-	"ServiceFilterName":                       {kind: kindString, enum: []string{"NAMESPACE_ID"}},
+	"ServiceFilterName":                       {kind: kindString, enum: []string{"NAMESPACE_ID", "RESOURCE_OWNER"}},
 	"ServiceFilters":                          {kind: kindList, elem: "ServiceFilter"},
 	"ServiceName":                             {kind: kindString, pattern: "^((?=^.{1,127}$)^([a-zA-Z0-9_][a-zA-Z0-9-_]{0,61}[a-zA-Z0-9_]|[a-zA-Z0-9])(\\.([a-zA-Z0-9_][a-zA-Z0-9-_]{0,61}[a-zA-Z0-9_]|[a-zA-Z0-9]))*$)|(^\\.$)$"},
 	"ServiceNotFound":                         {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}}},
 	"ServiceSummariesList":                    {kind: kindList, elem: "ServiceSummary"},
-	"ServiceSummary":                          {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: false}, {name: "Arn", target: "Arn", required: false}, {name: "Name", target: "ServiceName", required: false}, {name: "Type", target: "ServiceType", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "InstanceCount", target: "ResourceCount", required: false}, {name: "DnsConfig", target: "DnsConfig", required: false}, {name: "HealthCheckConfig", target: "HealthCheckConfig", required: false}, {name: "HealthCheckCustomConfig", target: "HealthCheckCustomConfig", required: false}, {name: "CreateDate", target: "Timestamp", required: false}}},
+	"ServiceSummary":                          {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: false}, {name: "Arn", target: "Arn", required: false}, {name: "ResourceOwner", target: "AWSAccountId", required: false}, {name: "Name", target: "ServiceName", required: false}, {name: "Type", target: "ServiceType", required: false}, {name: "Description", target: "ResourceDescription", required: false}, {name: "InstanceCount", target: "ResourceCount", required: false}, {name: "DnsConfig", target: "DnsConfig", required: false}, {name: "HealthCheckConfig", target: "HealthCheckConfig", required: false}, {name: "HealthCheckCustomConfig", target: "HealthCheckCustomConfig", required: false}, {name: "CreateDate", target: "Timestamp", required: false}, {name: "CreatedByAccount", target: "AWSAccountId", required: false}}},
 	"ServiceType":                             {kind: kindString, enum: []string{"DNS", "DNS_HTTP", "HTTP"}},
 	"ServiceTypeOption":                       {kind: kindString, enum: []string{"HTTP"}},
 	"Tag":                                     {kind: kindStructure, members: []memberSpec{{name: "Key", target: "TagKey", required: true}, {name: "Value", target: "TagValue", required: true}}},
@@ -739,16 +756,16 @@ var modelShapes = map[string]*shapeSpec{
 	"TooManyTagsException":                    {kind: kindStructure, members: []memberSpec{{name: "Message", target: "ErrorMessage", required: false}, {name: "ResourceName", target: "AmazonResourceName", required: false}}},
 	"UntagResourceRequest":                    {kind: kindStructure, members: []memberSpec{{name: "ResourceARN", target: "AmazonResourceName", required: true}, {name: "TagKeys", target: "TagKeyList", required: true}}},
 	"UntagResourceResponse":                   {kind: kindStructure, members: []memberSpec{}},
-	"UpdateHttpNamespaceRequest":              {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: true}, {name: "UpdaterRequestId", target: "ResourceId", required: false}, {name: "Namespace", target: "HttpNamespaceChange", required: true}}},
+	"UpdateHttpNamespaceRequest":              {kind: kindStructure, members: []memberSpec{{name: "Id", target: "Arn", required: true}, {name: "UpdaterRequestId", target: "ResourceId", required: false}, {name: "Namespace", target: "HttpNamespaceChange", required: true}}},
 	"UpdateHttpNamespaceResponse":             {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "OperationId", required: false}}},
-	"UpdateInstanceCustomHealthStatusRequest": {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "ResourceId", required: true}, {name: "InstanceId", target: "ResourceId", required: true}, {name: "Status", target: "CustomHealthStatus", required: true}}},
-	"UpdatePrivateDnsNamespaceRequest":        {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: true}, {name: "UpdaterRequestId", target: "ResourceId", required: false}, {name: "Namespace", target: "PrivateDnsNamespaceChange", required: true}}},
+	"UpdateInstanceCustomHealthStatusRequest": {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "Arn", required: true}, {name: "InstanceId", target: "ResourceId", required: true}, {name: "Status", target: "CustomHealthStatus", required: true}}},
+	"UpdatePrivateDnsNamespaceRequest":        {kind: kindStructure, members: []memberSpec{{name: "Id", target: "Arn", required: true}, {name: "UpdaterRequestId", target: "ResourceId", required: false}, {name: "Namespace", target: "PrivateDnsNamespaceChange", required: true}}},
 	"UpdatePrivateDnsNamespaceResponse":       {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "OperationId", required: false}}},
-	"UpdatePublicDnsNamespaceRequest":         {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: true}, {name: "UpdaterRequestId", target: "ResourceId", required: false}, {name: "Namespace", target: "PublicDnsNamespaceChange", required: true}}},
+	"UpdatePublicDnsNamespaceRequest":         {kind: kindStructure, members: []memberSpec{{name: "Id", target: "Arn", required: true}, {name: "UpdaterRequestId", target: "ResourceId", required: false}, {name: "Namespace", target: "PublicDnsNamespaceChange", required: true}}},
 	"UpdatePublicDnsNamespaceResponse":        {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "OperationId", required: false}}},
-	"UpdateServiceAttributesRequest":          {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "ResourceId", required: true}, {name: "Attributes", target: "ServiceAttributesMap", required: true}}},
+	"UpdateServiceAttributesRequest":          {kind: kindStructure, members: []memberSpec{{name: "ServiceId", target: "Arn", required: true}, {name: "Attributes", target: "ServiceAttributesMap", required: true}}},
 	"UpdateServiceAttributesResponse":         {kind: kindStructure, members: []memberSpec{}},
-	"UpdateServiceRequest":                    {kind: kindStructure, members: []memberSpec{{name: "Id", target: "ResourceId", required: true}, {name: "Service", target: "ServiceChange", required: true}}},
+	"UpdateServiceRequest":                    {kind: kindStructure, members: []memberSpec{{name: "Id", target: "Arn", required: true}, {name: "Service", target: "ServiceChange", required: true}}},
 	"UpdateServiceResponse":                   {kind: kindStructure, members: []memberSpec{{name: "OperationId", target: "OperationId", required: false}}},
 }
 
