@@ -37,14 +37,43 @@ func newRoot() *cobra.Command {
 		latency       time.Duration
 		limits        []string
 		credentials   []string
+		accounts      []string
 	)
 	cmd := &cobra.Command{
 		Use:   "cloudmap-local",
 		Short: "Run a local AWS Cloud Map (the servicediscovery API) for development and tests",
 		Long: `Serves the AWS Cloud Map API (AWS JSON 1.1, all operations of the 2017-03-14
 model) on --listen; point any AWS SDK or the AWS CLI at it with
---endpoint-url or AWS_ENDPOINT_URL_SERVICEDISCOVERY. Faults and metrics are
-served apart, on --admin-listen: GET/PUT /faults, GET /metrics.`,
+--endpoint-url or AWS_ENDPOINT_URL_SERVICEDISCOVERY. Faults, namespace
+shares and metrics are served apart, on --admin-listen: GET/PUT /faults,
+GET/POST/DELETE /shares, GET /metrics.
+
+Accounts and Regions: each access key belongs to an account (--access-key;
+every other key is --account's). A signed request is served in the Region of
+its signature's credential scope, each Region with its own namespaces,
+ARNs, operations and quotas; unsigned requests go to --region. Request
+quotas (--rate-limit) apply per account and Region.
+
+Sharing (the AWS RAM step): POST /shares {"namespaceArn": ARN, "accounts":
+[ID...]} shares a namespace at once (as inside an Organization with sharing
+on); DELETE /shares with the same body stops it. The documented rules hold:
+another account's namespace and services are named by ARN; DiscoverInstances,
+DiscoverInstancesRevision and GetOperation need OwnerAccount for a shared
+namespace (NamespaceNotFound or OperationNotFound without); ResourceOwner and
+CreatedByAccount are filled; RESOURCE_OWNER filters SELF and OTHER_ACCOUNTS;
+ListOperations never lists other accounts' operations on a shared namespace;
+unsharing cuts consumers off and deletes nothing.
+
+Where the AWS docs are silent this emulator takes the strict reading:
+  - a consumer may change or remove only what its account created (the
+    owner anything): AccessDeniedException otherwise;
+  - a consumer's ListOperations omits even its own operations on a shared
+    namespace (read them with GetOperation and OwnerAccount);
+  - GetOperation answers only the caller's own operations;
+  - no tags on a shared namespace or its services, for the owner too while
+    the share lasts (InvalidInput); the owner may still read and remove
+    tags set before;
+  - a namespace is visible to its consumers the moment it is shared.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -73,6 +102,16 @@ served apart, on --admin-listen: GET/PUT /faults, GET /metrics.`,
 						return fmt.Errorf("--credentials %q: want ACCESS_KEY_ID:SECRET", c)
 					}
 					opts.Credentials[id] = secret
+				}
+			}
+			if len(accounts) > 0 {
+				opts.Accounts = map[string]string{}
+				for _, a := range accounts {
+					key, id, ok := strings.Cut(a, "=")
+					if !ok || len(id) != 12 || strings.Trim(id, "0123456789") != "" {
+						return fmt.Errorf("--access-key %q: want ACCESS_KEY_ID=ACCOUNT_ID (12 digits)", a)
+					}
+					opts.Accounts[key] = id
 				}
 			}
 			if opts.DataDir != "" {
@@ -104,8 +143,9 @@ served apart, on --admin-listen: GET/PUT /faults, GET /metrics.`,
 	f.StringVar(&listen, "listen", "127.0.0.1:4566", "address of the Cloud Map API")
 	f.StringVar(&admin, "admin-listen", "127.0.0.1:4567", "address of the admin endpoint (faults, metrics)")
 	f.StringVar(&opts.DataDir, "data-dir", "", "keep state here across restarts (default: memory only)")
-	f.StringVar(&opts.Region, "region", "us-east-1", "region in ARNs")
-	f.StringVar(&opts.Account, "account", "123456789012", "account id in ARNs")
+	f.StringVar(&opts.Region, "region", "us-east-1", "Region of unsigned requests (signed ones are served in the Region they are signed for)")
+	f.StringVar(&opts.Account, "account", "123456789012", "account of every access key --access-key does not name")
+	f.StringSliceVar(&accounts, "access-key", nil, "ACCESS_KEY_ID=ACCOUNT_ID: the account a key belongs to (repeatable)")
 	f.DurationVar(&opts.OperationDelay, "operation-delay", 0, "time asynchronous operations stay SUBMITTED/PENDING")
 	f.IntVar(&opts.MaxNamespaces, "max-namespaces", 50, "namespace quota")
 	f.IntVar(&opts.MaxInstancesPerNamespace, "max-instances-per-namespace", 2000, "instances-per-namespace quota")

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -37,7 +38,8 @@ func register(ctx context.Context, c *sd.Client, svc, id string, attrs map[strin
 	return c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(id), Attributes: attrs})
 }
 
-// counter reads the emulator's request counter for an operation and code.
+// counter reads the emulator's request counter for an operation and code,
+// every account and Region together.
 func counter(t *testing.T, admin, op, code string) int {
 	t.Helper()
 	resp, err := http.Get(admin + "/metrics")
@@ -45,16 +47,22 @@ func counter(t *testing.T, admin, op, code string) int {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	want := fmt.Sprintf(`cloudmaplocal_requests_total{code=%q,operation=%q} `, code, op)
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, want) {
-			var n int
-			fmt.Sscan(strings.TrimPrefix(line, want), &n)
-			return n
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range families["cloudmaplocal_requests_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["operation"] == op && labels["code"] == code {
+			n += int(m.GetCounter().GetValue())
 		}
 	}
-	return 0
+	return n
 }
 
 func putFaults(t *testing.T, admin, faults string) {

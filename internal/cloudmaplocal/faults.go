@@ -15,10 +15,14 @@ import (
 )
 
 type faultState struct {
-	mu       sync.RWMutex
-	f        Faults
-	limiters map[string]*rate.Limiter
+	mu sync.RWMutex
+	f  Faults
+	// limiters are the token buckets by operation, account and Region,
+	// made on first use: AWS applies its request quotas per account and Region.
+	limiters map[limiterKey]*rate.Limiter
 }
+
+type limiterKey struct{ op, account, region string }
 
 func newFaultState(f Faults) *faultState {
 	fs := &faultState{}
@@ -33,29 +37,42 @@ func (fs *faultState) get() Faults {
 }
 
 func (fs *faultState) set(f Faults) {
-	limiters := map[string]*rate.Limiter{}
-	for op, rl := range f.RateLimits {
-		burst := rl.Burst
-		if burst < 1 {
-			burst = 1
-		}
-		limiters[op] = rate.NewLimiter(rate.Limit(rl.Rate), burst)
-	}
 	fs.mu.Lock()
-	fs.f, fs.limiters = f, limiters
+	fs.f, fs.limiters = f, map[limiterKey]*rate.Limiter{}
 	fs.mu.Unlock()
 }
 
+// limiter is the caller's token bucket for op, or nil when op has no limit.
+func (fs *faultState) limiter(f Faults, op string, who caller) *rate.Limiter {
+	name := op
+	rl, ok := f.RateLimits[op]
+	if !ok {
+		name = "*"
+		if rl, ok = f.RateLimits["*"]; !ok {
+			return nil
+		}
+	}
+	key := limiterKey{name, who.account, who.region}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	lim := fs.limiters[key]
+	if lim == nil {
+		lim = rate.NewLimiter(rate.Limit(rl.Rate), max(rl.Burst, 1))
+		fs.limiters[key] = lim
+	}
+	return lim
+}
+
 // inject applies the faults to one call of op: added latency, the outage
-// switch, the operation's token bucket, then the random error rate.
-func (fs *faultState) inject(ctx context.Context, op string) *apiError {
+// switch, the caller's token bucket for op, then the random error rate.
+func (fs *faultState) inject(ctx context.Context, op string, who caller) *apiError {
 	fs.mu.RLock()
 	f := fs.f
-	lim := fs.limiters[op]
-	if lim == nil {
-		lim = fs.limiters["*"]
-	}
 	fs.mu.RUnlock()
+	if len(f.Regions) > 0 && !slices.Contains(f.Regions, who.region) {
+		return nil
+	}
+	lim := fs.limiter(f, op, who)
 	if f.Latency.Duration > 0 {
 		select {
 		case <-time.After(f.Latency.Duration):
@@ -75,21 +92,23 @@ func (fs *faultState) inject(ctx context.Context, op string) *apiError {
 }
 
 // failRead fails DiscoverInstances of the services FailReadsOf names.
-func (fs *faultState) failRead(op string, decoded any) *apiError {
-	if op != "DiscoverInstances" {
+func (fs *faultState) failRead(op string, who caller, decoded any) *apiError {
+	f := fs.get()
+	if op != "DiscoverInstances" || len(f.Regions) > 0 && !slices.Contains(f.Regions, who.region) {
 		return nil
 	}
 	in, _ := decoded.(map[string]any)
 	ns, _ := in["NamespaceName"].(string)
 	name, _ := in["ServiceName"].(string)
-	if slices.Contains(fs.get().FailReadsOf, ns+"/"+name) {
+	if slices.Contains(f.FailReadsOf, ns+"/"+name) {
 		return errorf("InternalFailure", "An internal error occurred reading %s/%s (injected)", ns, name)
 	}
 	return nil
 }
 
 // AdminHandler serves, apart from the API: GET/PUT /faults (JSON Faults; PUT
-// replaces them), GET /metrics (Prometheus) and GET /healthz.
+// replaces them), GET/POST/DELETE /shares (the RAM step: ShareRequest),
+// GET /metrics (Prometheus) and GET /healthz.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /faults", func(w http.ResponseWriter, r *http.Request) {
@@ -109,6 +128,9 @@ func (s *Server) AdminHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(f)
 	})
+	mux.HandleFunc("GET /shares", s.serveShares)
+	mux.HandleFunc("POST /shares", s.serveShares)
+	mux.HandleFunc("DELETE /shares", s.serveShares)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	return mux
@@ -128,8 +150,8 @@ func newMetrics() *metrics {
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cloudmaplocal_requests_total",
-			Help: "API calls by operation and result code (OK or the error code).",
-		}, []string{"operation", "code"}),
+			Help: "API calls by operation, result code (OK or the error code), calling account and Region.",
+		}, []string{"operation", "code", "account", "region"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cloudmaplocal_request_duration_seconds",
 			Help:    "API call latency by operation, injected latency included.",
@@ -140,33 +162,31 @@ func newMetrics() *metrics {
 	return m
 }
 
-func (m *metrics) observe(op, code string, d time.Duration) {
-	m.requests.WithLabelValues(op, code).Inc()
+func (m *metrics) observe(op, code string, who caller, d time.Duration) {
+	m.requests.WithLabelValues(op, code, who.account, who.region).Inc()
 	m.latency.WithLabelValues(op).Observe(d.Seconds())
 }
 
-// register adds gauges of the state's size.
+// register adds gauges of the state's size, every Region together.
 func (m *metrics) register(s *Server) {
-	count := func(name, help string, f func() float64) {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	count := func(name, help string, f func(*region) int) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			s.mu.RLock()
+			defer s.mu.RUnlock()
+			n := 0
+			for _, r := range s.regions {
+				n += f(r)
+			}
+			return float64(n)
+		}))
 	}
-	count("cloudmaplocal_namespaces", "Namespaces.", func() float64 {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
-		return float64(len(s.st.Namespaces))
-	})
-	count("cloudmaplocal_services", "Services.", func() float64 {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
-		return float64(len(s.st.Services))
-	})
-	count("cloudmaplocal_instances", "Registered instances.", func() float64 {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
+	count("cloudmaplocal_namespaces", "Namespaces.", func(r *region) int { return len(r.st.Namespaces) })
+	count("cloudmaplocal_services", "Services.", func(r *region) int { return len(r.st.Services) })
+	count("cloudmaplocal_instances", "Registered instances.", func(r *region) int {
 		n := 0
-		for _, c := range s.ix.nsInstances {
+		for _, c := range r.ix.nsInstances {
 			n += c
 		}
-		return float64(n)
+		return n
 	})
 }

@@ -86,7 +86,7 @@ func checkAttributes(svc *serviceRec, attrs map[string]string) error {
 }
 
 // checkInstanceQuota is the check before a new instance id; callers hold s.mu.
-func (s *Server) checkInstanceQuota(svc *serviceRec) *apiError {
+func (s *region) checkInstanceQuota(svc *serviceRec) *apiError {
 	if len(svc.Instances) >= maxInstancesPerService {
 		return errorf("ResourceLimitExceeded", "Service %s has reached the quota of %d instances", svc.Id, maxInstancesPerService)
 	}
@@ -96,16 +96,20 @@ func (s *Server) checkInstanceQuota(svc *serviceRec) *apiError {
 	return nil
 }
 
-func (s *Server) RegisterInstance(_ context.Context, in *RegisterInstanceRequest) (*RegisterInstanceResponse, error) {
+// RegisterInstance lets any account that may use the namespace register
+// into any of its services; re-registering an instance is for whoever
+// registered it or the namespace's owner (strict reading).
+func (s *region) RegisterInstance(ctx context.Context, in *RegisterInstanceRequest) (*RegisterInstanceResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc, err := s.service(in.ServiceId)
+	who := callerFrom(ctx).account
+	svc, ns, err := s.service(in.ServiceId, who)
 	if err != nil {
 		return nil, err
 	}
 	key := ""
 	if in.CreatorRequestId != "" {
-		key = "RegisterInstance/" + svc.Id + "/" + in.CreatorRequestId
+		key = "RegisterInstance/" + who + "/" + svc.Id + "/" + in.CreatorRequestId
 		if opID, ok := s.st.Creators[key]; ok {
 			return &RegisterInstanceResponse{OperationId: opID}, nil // a retry
 		}
@@ -116,66 +120,75 @@ func (s *Server) RegisterInstance(_ context.Context, in *RegisterInstanceRequest
 	if err := checkAttributes(svc, in.Attributes); err != nil {
 		return nil, err
 	}
-	if _, exists := svc.Instances[in.InstanceId]; !exists {
+	if existing, exists := svc.Instances[in.InstanceId]; !exists {
 		if err := s.checkInstanceQuota(svc); err != nil {
 			return nil, err
 		}
+	} else if !mayChange(ns, existing.CreatedBy, who) {
+		return nil, accessDenied(who, "RegisterInstance", svc.Arn+"/"+in.InstanceId)
 	}
 	health := "HEALTHY"
 	if in.Attributes["AWS_INIT_HEALTH_STATUS"] == "UNHEALTHY" {
 		health = "UNHEALTHY"
 	}
-	inst := &instanceRec{Id: in.InstanceId, CreatorRequestId: in.CreatorRequestId, Attributes: maps.Clone(in.Attributes), Health: health}
-	op := s.startOperation("REGISTER_INSTANCE",
+	inst := &instanceRec{Id: in.InstanceId, CreatorRequestId: in.CreatorRequestId, Attributes: maps.Clone(in.Attributes), Health: health, CreatedBy: who}
+	op := s.startOperation(who, ns, "REGISTER_INSTANCE",
 		map[string]string{"NAMESPACE": svc.NamespaceId, "SERVICE": svc.Id, "INSTANCE": in.InstanceId},
 		&pending{Instance: inst, ServiceId: svc.Id}, key)
 	return &RegisterInstanceResponse{OperationId: op.Id}, nil
 }
 
-func (s *Server) DeregisterInstance(_ context.Context, in *DeregisterInstanceRequest) (*DeregisterInstanceResponse, error) {
+func (s *region) DeregisterInstance(ctx context.Context, in *DeregisterInstanceRequest) (*DeregisterInstanceResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc, err := s.service(in.ServiceId)
+	who := callerFrom(ctx).account
+	svc, ns, err := s.service(in.ServiceId, who)
 	if err != nil {
 		return nil, err
 	}
 	if op := s.pendingOn(map[string]string{"SERVICE": svc.Id, "INSTANCE": in.InstanceId}); op != nil {
 		return nil, duplicateRequest(op)
 	}
-	if svc.Instances[in.InstanceId] == nil {
+	inst := svc.Instances[in.InstanceId]
+	if inst == nil {
 		return nil, errorf("InstanceNotFound", "Instance %s not found in service %s", in.InstanceId, svc.Id)
 	}
-	op := s.startOperation("DEREGISTER_INSTANCE",
+	if !mayChange(ns, inst.CreatedBy, who) {
+		return nil, accessDenied(who, "DeregisterInstance", svc.Arn+"/"+in.InstanceId)
+	}
+	op := s.startOperation(who, ns, "DEREGISTER_INSTANCE",
 		map[string]string{"NAMESPACE": svc.NamespaceId, "SERVICE": svc.Id, "INSTANCE": in.InstanceId}, &pending{}, "")
 	return &DeregisterInstanceResponse{OperationId: op.Id}, nil
 }
 
-func (s *Server) instance(serviceID, instanceID string) (*serviceRec, *instanceRec, error) {
-	svc, err := s.service(serviceID)
+func (s *region) instance(serviceID, instanceID, who string) (*serviceRec, *namespaceRec, *instanceRec, error) {
+	svc, ns, err := s.service(serviceID, who)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	inst := svc.Instances[instanceID]
 	if inst == nil {
-		return nil, nil, errorf("InstanceNotFound", "Instance %s not found in service %s", instanceID, svc.Id)
+		return nil, nil, nil, errorf("InstanceNotFound", "Instance %s not found in service %s", instanceID, svc.Id)
 	}
-	return svc, inst, nil
+	return svc, ns, inst, nil
 }
 
-func (s *Server) GetInstance(_ context.Context, in *GetInstanceRequest) (*GetInstanceResponse, error) {
+func (s *region) GetInstance(ctx context.Context, in *GetInstanceRequest) (*GetInstanceResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	_, inst, err := s.instance(in.ServiceId, in.InstanceId)
+	_, ns, inst, err := s.instance(in.ServiceId, in.InstanceId, callerFrom(ctx).account)
 	if err != nil {
 		return nil, err
 	}
-	return &GetInstanceResponse{Instance: &Instance{Id: inst.Id, CreatorRequestId: inst.CreatorRequestId, Attributes: inst.Attributes}}, nil
+	return &GetInstanceResponse{ResourceOwner: ns.Owner, Instance: &Instance{
+		Id: inst.Id, CreatorRequestId: inst.CreatorRequestId, Attributes: inst.Attributes, CreatedByAccount: inst.CreatedBy,
+	}}, nil
 }
 
-func (s *Server) ListInstances(_ context.Context, in *ListInstancesRequest) (*ListInstancesResponse, error) {
+func (s *region) ListInstances(ctx context.Context, in *ListInstancesRequest) (*ListInstancesResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	svc, err := s.service(in.ServiceId)
+	svc, ns, err := s.service(in.ServiceId, callerFrom(ctx).account)
 	if err != nil {
 		return nil, err
 	}
@@ -183,18 +196,23 @@ func (s *Server) ListInstances(_ context.Context, in *ListInstancesRequest) (*Li
 	if err != nil {
 		return nil, err
 	}
-	out := &ListInstancesResponse{NextToken: token, Instances: make([]InstanceSummary, 0, len(page))}
+	out := &ListInstancesResponse{ResourceOwner: ns.Owner, NextToken: token, Instances: make([]InstanceSummary, 0, len(page))}
 	for _, id := range page {
-		out.Instances = append(out.Instances, InstanceSummary{Id: id, Attributes: svc.Instances[id].Attributes})
+		inst := svc.Instances[id]
+		out.Instances = append(out.Instances, InstanceSummary{Id: id, Attributes: inst.Attributes, CreatedByAccount: inst.CreatedBy})
 	}
 	return out, nil
 }
 
-// discoverable finds a service by namespace HttpName and service name;
-// callers hold s.mu.
-func (s *Server) discoverable(namespaceName, serviceName string) (*namespaceRec, *serviceRec, error) {
-	nsID, ok := s.ix.nsByHTTPName[namespaceName]
-	if !ok {
+// discoverable finds a service by namespace HttpName and service name in
+// the caller's own namespaces or, given an OwnerAccount, in that
+// account's namespace shared with the caller; callers hold s.mu.
+func (s *region) discoverable(who, owner, namespaceName, serviceName string) (*namespaceRec, *serviceRec, error) {
+	if owner == "" {
+		owner = who
+	}
+	nsID, ok := s.ix.nsByHTTPName[nameKey(owner, namespaceName)]
+	if !ok || !s.visibleTo(s.st.Namespaces[nsID], who) {
 		return nil, nil, errorf("NamespaceNotFound", "Namespace %s not found", namespaceName)
 	}
 	svcID, ok := s.ix.svcByName[nsID][serviceName]
@@ -217,10 +235,10 @@ func matchesAll(attrs, filter map[string]string) bool {
 	return true
 }
 
-func (s *Server) DiscoverInstances(_ context.Context, in *DiscoverInstancesRequest) (*DiscoverInstancesResponse, error) {
+func (s *region) DiscoverInstances(ctx context.Context, in *DiscoverInstancesRequest) (*DiscoverInstancesResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	ns, svc, err := s.discoverable(in.NamespaceName, in.ServiceName)
+	ns, svc, err := s.discoverable(callerFrom(ctx).account, in.OwnerAccount, in.NamespaceName, in.ServiceName)
 	if err != nil {
 		return nil, err
 	}
@@ -289,10 +307,10 @@ func (s *Server) DiscoverInstances(_ context.Context, in *DiscoverInstancesReque
 	return out, nil
 }
 
-func (s *Server) DiscoverInstancesRevision(_ context.Context, in *DiscoverInstancesRevisionRequest) (*DiscoverInstancesRevisionResponse, error) {
+func (s *region) DiscoverInstancesRevision(ctx context.Context, in *DiscoverInstancesRevisionRequest) (*DiscoverInstancesRevisionResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	_, svc, err := s.discoverable(in.NamespaceName, in.ServiceName)
+	_, svc, err := s.discoverable(callerFrom(ctx).account, in.OwnerAccount, in.NamespaceName, in.ServiceName)
 	if err != nil {
 		return nil, err
 	}
@@ -300,10 +318,10 @@ func (s *Server) DiscoverInstancesRevision(_ context.Context, in *DiscoverInstan
 	return &DiscoverInstancesRevisionResponse{InstancesRevision: &rev}, nil
 }
 
-func (s *Server) GetInstancesHealthStatus(_ context.Context, in *GetInstancesHealthStatusRequest) (*GetInstancesHealthStatusResponse, error) {
+func (s *region) GetInstancesHealthStatus(ctx context.Context, in *GetInstancesHealthStatusRequest) (*GetInstancesHealthStatusResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	svc, err := s.service(in.ServiceId)
+	svc, _, err := s.service(in.ServiceId, callerFrom(ctx).account)
 	if err != nil {
 		return nil, err
 	}
@@ -334,12 +352,16 @@ func (s *Server) GetInstancesHealthStatus(_ context.Context, in *GetInstancesHea
 	return out, nil
 }
 
-func (s *Server) UpdateInstanceCustomHealthStatus(_ context.Context, in *UpdateInstanceCustomHealthStatusRequest) (*Empty, error) {
+func (s *region) UpdateInstanceCustomHealthStatus(ctx context.Context, in *UpdateInstanceCustomHealthStatusRequest) (*Empty, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc, inst, err := s.instance(in.ServiceId, in.InstanceId)
+	who := callerFrom(ctx).account
+	svc, ns, inst, err := s.instance(in.ServiceId, in.InstanceId, who)
 	if err != nil {
 		return nil, err
+	}
+	if !mayChange(ns, inst.CreatedBy, who) {
+		return nil, accessDenied(who, "UpdateInstanceCustomHealthStatus", svc.Arn+"/"+inst.Id)
 	}
 	if svc.HealthCheckCustomConfig == nil {
 		return nil, errorf("CustomHealthNotFound", "Service %s has no custom health check", svc.Id)

@@ -11,12 +11,12 @@ import (
 // instance (de)registration answer with an OperationId at once; the change
 // itself happens when the operation completes, OperationDelay later.
 
-// startOperation records an operation and, without a delay, completes it
-// before returning. Callers hold s.mu.
-func (s *Server) startOperation(opType string, targets map[string]string, p *pending, creatorKey string) *operationRec {
+// startOperation records account's operation on ns and, without a delay,
+// completes it before returning. Callers hold s.mu.
+func (s *region) startOperation(account string, ns *namespaceRec, opType string, targets map[string]string, p *pending, creatorKey string) *operationRec {
 	now := time.Now()
 	op := &operationRec{
-		Id: newOperationID(), Type: opType, Status: "SUBMITTED",
+		Id: newOperationID(), Type: opType, Status: "SUBMITTED", Account: account, Owner: ns.Owner,
 		CreateDate: now, UpdateDate: now, Targets: targets, Pending: p, CreatorKey: creatorKey,
 	}
 	s.st.Operations[op.Id] = op
@@ -34,7 +34,7 @@ func (s *Server) startOperation(opType string, targets map[string]string, p *pen
 }
 
 // schedule completes op when it is due. Callers hold s.mu.
-func (s *Server) schedule(op *operationRec) {
+func (s *region) schedule(op *operationRec) {
 	s.timers[op.Id] = time.AfterFunc(max(time.Until(op.DueAt), 0), func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -46,7 +46,7 @@ func (s *Server) schedule(op *operationRec) {
 }
 
 // complete applies an operation, or fails it. Callers hold s.mu.
-func (s *Server) complete(op *operationRec) {
+func (s *region) complete(op *operationRec) {
 	op.Status = "SUCCESS"
 	if s.failOperation() {
 		op.Status, op.ErrorCode, op.ErrorMessage = "FAIL", "INTERNAL_FAILURE", "The operation failed (injected failure)"
@@ -64,7 +64,7 @@ func (s *Server) complete(op *operationRec) {
 // prune forgets the oldest finished operations past MaxOperations, and
 // the idempotency keys that named them; in batches of a tenth, so that the
 // copy is paid once per many operations. Callers hold s.mu.
-func (s *Server) prune() {
+func (s *region) prune() {
 	if len(s.finished) <= s.opts.MaxOperations+s.opts.MaxOperations/10 {
 		return
 	}
@@ -81,16 +81,16 @@ func (s *Server) prune() {
 	s.finished = append([]string(nil), s.finished[n:]...)
 }
 
-func (s *Server) apply(op *operationRec) *apiError {
+func (s *region) apply(op *operationRec) *apiError {
 	p := op.Pending
 	switch op.Type {
 	case "CREATE_NAMESPACE":
 		ns := p.Namespace
-		if other, taken := s.ix.nsByHTTPName[ns.HttpName]; taken && other != ns.Id {
+		if other, taken := s.ix.nsByHTTPName[nameKey(ns.Owner, ns.HttpName)]; taken && other != ns.Id {
 			return errorf("NamespaceAlreadyExists", "Namespace %s already exists", ns.Name)
 		}
 		s.st.Namespaces[ns.Id] = ns
-		s.ix.nsByHTTPName[ns.HttpName] = ns.Id
+		s.ix.nsByHTTPName[nameKey(ns.Owner, ns.HttpName)] = ns.Id
 		s.ix.svcByName[ns.Id] = map[string]string{}
 	case "DELETE_NAMESPACE":
 		id := op.Targets["NAMESPACE"]
@@ -103,7 +103,8 @@ func (s *Server) apply(op *operationRec) *apiError {
 		}
 		delete(s.st.Namespaces, id)
 		delete(s.st.Tags, ns.Arn)
-		delete(s.ix.nsByHTTPName, ns.HttpName)
+		delete(s.st.Shares, id)
+		delete(s.ix.nsByHTTPName, nameKey(ns.Owner, ns.HttpName))
 		delete(s.ix.svcByName, id)
 		delete(s.ix.nsInstances, id)
 	case "UPDATE_NAMESPACE":
@@ -152,7 +153,7 @@ func (s *Server) apply(op *operationRec) *apiError {
 // pendingOn finds an unfinished operation whose targets include all the
 // given ones: the service answers a second change meanwhile with
 // DuplicateRequest. Callers hold s.mu.
-func (s *Server) pendingOn(targets map[string]string) *operationRec {
+func (s *region) pendingOn(targets map[string]string) *operationRec {
 	if s.opts.OperationDelay <= 0 {
 		return nil
 	}
@@ -178,7 +179,7 @@ func duplicateRequest(op *operationRec) *apiError {
 }
 
 // status reports SUBMITTED for the first half of the delay, then PENDING.
-func (s *Server) status(op *operationRec) string {
+func (s *region) status(op *operationRec) string {
 	if op.Pending == nil {
 		return op.Status
 	}
@@ -188,23 +189,42 @@ func (s *Server) status(op *operationRec) string {
 	return "PENDING"
 }
 
-func (s *Server) GetOperation(_ context.Context, in *GetOperationRequest) (*GetOperationResponse, error) {
+// GetOperation answers only the caller's own operations (the docs are
+// silent on other accounts' ids: strict reading); one on a namespace
+// another account owns needs that OwnerAccount, and access to the namespace.
+func (s *region) GetOperation(ctx context.Context, in *GetOperationRequest) (*GetOperationResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	who := callerFrom(ctx).account
 	op := s.st.Operations[in.OperationId]
-	if op == nil {
+	if op == nil || op.Account != who || !s.reachable(op, who, in.OwnerAccount) {
 		return nil, errorf("OperationNotFound", "Operation %s not found", in.OperationId)
 	}
 	out := &Operation{
-		Id: op.Id, Type: op.Type, Status: s.status(op), ErrorCode: op.ErrorCode, ErrorMessage: op.ErrorMessage,
+		Id: op.Id, OwnerAccount: op.Owner, Type: op.Type, Status: s.status(op), ErrorCode: op.ErrorCode, ErrorMessage: op.ErrorMessage,
 		CreateDate: ts(op.CreateDate), UpdateDate: ts(op.UpdateDate), Targets: op.Targets,
 	}
 	return &GetOperationResponse{Operation: out}, nil
 }
 
-func (s *Server) ListOperations(_ context.Context, in *ListOperationsRequest) (*ListOperationsResponse, error) {
+// reachable reports whether who may read op given the OwnerAccount it
+// named: its own namespace's without one, a shared one's with its owner.
+func (s *region) reachable(op *operationRec, who, ownerAccount string) bool {
+	if op.Owner == who {
+		return ownerAccount == "" || ownerAccount == who
+	}
+	ns := s.st.Namespaces[op.Targets["NAMESPACE"]]
+	return ownerAccount == op.Owner && (ns == nil || s.visibleTo(ns, who))
+}
+
+// ListOperations lists the caller's operations on its own namespaces.
+// Operations on a shared namespace by other accounts are never listed (the
+// Developer Guide); nor are a consumer's own operations on a namespace
+// shared with it (not documented: strict reading).
+func (s *region) ListOperations(ctx context.Context, in *ListOperationsRequest) (*ListOperationsResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	who := callerFrom(ctx).account
 	match, err := operationFilter(in.Filters)
 	if err != nil {
 		return nil, err
@@ -212,6 +232,9 @@ func (s *Server) ListOperations(_ context.Context, in *ListOperationsRequest) (*
 	// Newest first, as the console shows them; the key pages stably.
 	keys := map[string]*operationRec{}
 	for _, op := range s.st.Operations {
+		if op.Account != who || op.Owner != who {
+			continue
+		}
 		st := s.status(op)
 		if match(op, st) {
 			keys[pageKeyNewestFirst(op.CreateDate, op.Id)] = op

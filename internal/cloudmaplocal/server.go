@@ -24,8 +24,14 @@ const targetPrefix = "Route53AutoNaming_v20170314."
 type Options struct {
 	// DataDir keeps state across restarts; empty keeps it in memory only.
 	DataDir string
-	Region  string
+	// Region serves requests that carry no SigV4 credential scope; a
+	// signed request is served in the Region it was signed for, each
+	// Region with its own state, ARNs and operations.
+	Region string
+	// Account owns the calls of every access key Accounts does not name.
 	Account string
+	// Accounts maps access key ids to the account they belong to.
+	Accounts map[string]string
 	// OperationDelay is how long asynchronous operations stay SUBMITTED or
 	// PENDING before they succeed or fail; 0 completes them at once.
 	OperationDelay time.Duration
@@ -56,16 +62,24 @@ const (
 type Server struct {
 	opts Options
 
-	mu    sync.RWMutex
-	st    *state
-	ix    *index
-	dirty bool
+	mu      sync.RWMutex
+	regions map[string]*region
+	dirty   bool
 
 	faults  *faultState
 	metrics *metrics
 	done    chan struct{}
 	wg      sync.WaitGroup
 	timers  map[string]*time.Timer
+}
+
+// region is one Region's Cloud Map: its own namespaces, services,
+// operations and RAM shares. It implements the API for calls signed for it.
+type region struct {
+	*Server
+	name string
+	st   *state
+	ix   *index
 	// finished are the ids of finished operations, oldest first: pruned
 	// past MaxOperations.
 	finished []string
@@ -91,36 +105,39 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxOperations == 0 {
 		opts.MaxOperations = 10000
 	}
-	st := newState()
+	states := map[string]*state{}
 	if opts.DataDir != "" {
 		var err error
-		if st, err = loadSnapshot(opts.DataDir); err != nil {
+		if states, err = loadSnapshot(opts.DataDir, opts.Region, opts.Account); err != nil {
 			return nil, err
 		}
 	}
 	s := &Server{
 		opts:    opts,
-		st:      st,
-		ix:      buildIndex(st),
+		regions: map[string]*region{},
 		faults:  newFaultState(opts.Faults),
 		metrics: newMetrics(),
 		done:    make(chan struct{}),
 		timers:  map[string]*time.Timer{},
 	}
 	s.metrics.register(s)
-	// Operations a previous run left unfinished finish now or when due.
 	s.mu.Lock()
-	for _, op := range st.Operations {
-		if op.Pending != nil {
-			s.schedule(op)
-		} else {
-			s.finished = append(s.finished, op.Id)
+	for name, st := range states {
+		r := &region{Server: s, name: name, st: st, ix: buildIndex(st)}
+		s.regions[name] = r
+		// Operations a previous run left unfinished finish now or when due.
+		for _, op := range st.Operations {
+			if op.Pending != nil {
+				r.schedule(op)
+			} else {
+				r.finished = append(r.finished, op.Id)
+			}
 		}
+		slices.SortFunc(r.finished, func(a, b string) int {
+			return st.Operations[a].UpdateDate.Compare(st.Operations[b].UpdateDate)
+		})
+		r.prune()
 	}
-	slices.SortFunc(s.finished, func(a, b string) int {
-		return st.Operations[a].UpdateDate.Compare(st.Operations[b].UpdateDate)
-	})
-	s.prune()
 	s.mu.Unlock()
 	if opts.DataDir != "" {
 		s.wg.Add(1)
@@ -173,7 +190,11 @@ func (s *Server) flush() error {
 		s.mu.Unlock()
 		return nil
 	}
-	data, err := json.Marshal(s.st)
+	states := map[string]*state{}
+	for name, r := range s.regions {
+		states[name] = r.st
+	}
+	data, err := json.Marshal(snapshot{Regions: states})
 	s.dirty = false
 	s.mu.Unlock()
 	if err != nil {
@@ -193,7 +214,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), targetPrefix)
 	code := "OK"
-	defer func() { s.metrics.observe(op, code, time.Since(start)) }()
+	who := s.callerOf(r)
+	defer func() { s.metrics.observe(op, code, who, time.Since(start)) }()
 
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
@@ -210,7 +232,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		code = writeError(w, aerr)
 		return
 	}
-	if aerr := s.faults.inject(r.Context(), op); aerr != nil {
+	if aerr := s.faults.inject(r.Context(), op, who); aerr != nil {
 		code = writeError(w, aerr)
 		return
 	}
@@ -227,11 +249,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		code = writeError(w, aerr)
 		return
 	}
-	if aerr := s.faults.failRead(op, decoded); aerr != nil {
+	if aerr := s.faults.failRead(op, who, decoded); aerr != nil {
 		code = writeError(w, aerr)
 		return
 	}
-	out, err := spec.call(r.Context(), s, body)
+	out, err := spec.call(withCaller(r.Context(), who), s.region(who.region), body)
 	if err != nil {
 		aerr, ok := err.(*apiError)
 		if !ok {
@@ -282,6 +304,9 @@ type Faults struct {
 	// StaleServiceCounts reports every namespace's ServiceCount as 0, as a
 	// count that lags behind the services does.
 	StaleServiceCounts bool `json:"staleServiceCounts,omitempty"`
+	// Regions, when set, limits every fault above to calls signed for
+	// these Regions: one Region's outage beside healthy ones.
+	Regions []string `json:"regions,omitempty"`
 }
 
 // RateLimit is a token bucket: Rate calls per second, bursts up to Burst.
@@ -290,8 +315,8 @@ type RateLimit struct {
 	Burst int     `json:"burst"`
 }
 
-// DefaultRateLimits are the data-plane limits AWS documents; control-plane
-// limits are unpublished and off unless set.
+// DefaultRateLimits are the data-plane limits AWS documents, each per
+// account and Region; control-plane limits are unpublished and off unless set.
 func DefaultRateLimits() map[string]RateLimit {
 	return map[string]RateLimit{
 		"DiscoverInstances":         {Rate: 1000, Burst: 2000},
@@ -319,10 +344,27 @@ func (s *Server) failOperation() bool {
 	return rate > 0 && rand.Float64() < rate
 }
 
-// arn names a resource the way the service does.
-func (s *Server) arn(kind, id string) string {
-	return fmt.Sprintf("arn:aws:servicediscovery:%s:%s:%s/%s", s.opts.Region, s.opts.Account, kind, id)
+// arn names a resource of owner the way the service does.
+func (s *region) arn(owner, kind, id string) string {
+	return fmt.Sprintf("arn:aws:servicediscovery:%s:%s:%s/%s", s.name, owner, kind, id)
 }
 
-// ensure Server implements every operation of the model.
-var _ api = (*Server)(nil)
+// region returns the Region's state, made on its first call.
+func (s *Server) region(name string) *region {
+	s.mu.RLock()
+	r := s.regions[name]
+	s.mu.RUnlock()
+	if r != nil {
+		return r
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r = s.regions[name]; r == nil {
+		r = &region{Server: s, name: name, st: newState(), ix: buildIndex(newState())}
+		s.regions[name] = r
+	}
+	return r
+}
+
+// ensure a region implements every operation of the model.
+var _ api = (*region)(nil)

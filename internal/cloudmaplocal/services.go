@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-func (s *Server) CreateService(_ context.Context, in *CreateServiceRequest) (*CreateServiceResponse, error) {
+func (s *region) CreateService(ctx context.Context, in *CreateServiceRequest) (*CreateServiceResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	who := callerFrom(ctx).account
 	nsID := in.NamespaceId
 	if nsID == "" && in.DnsConfig != nil {
 		nsID = in.DnsConfig.NamespaceId // the deprecated place for it
@@ -18,28 +19,33 @@ func (s *Server) CreateService(_ context.Context, in *CreateServiceRequest) (*Cr
 	if nsID == "" {
 		return nil, errorf("InvalidInput", "NamespaceId is required")
 	}
-	ns, err := s.namespace(nsID)
+	ns, err := s.namespace(nsID, who)
 	if err != nil {
 		return nil, err
 	}
+	// Service names are unique in a namespace, whichever account made them.
 	if id, taken := s.ix.svcByName[ns.Id][in.Name]; taken {
 		existing := s.st.Services[id]
-		if in.CreatorRequestId != "" && existing.CreatorRequestId == in.CreatorRequestId {
+		if in.CreatorRequestId != "" && existing.CreatorRequestId == in.CreatorRequestId && existing.CreatedBy == who {
 			return &CreateServiceResponse{Service: s.serviceOut(existing)}, nil // a retry
 		}
 		e := errorf("ServiceAlreadyExists", "Service %s already exists in namespace %s", in.Name, ns.Id)
-		e.Extra = map[string]any{"ServiceId": id, "CreatorRequestId": existing.CreatorRequestId}
+		e.Extra = map[string]any{"ServiceId": id, "ServiceArn": existing.Arn, "CreatorRequestId": existing.CreatorRequestId}
 		return nil, e
 	}
 	if len(in.Tags) > maxTagsPerResource {
 		return nil, tooManyTags(in.Name)
 	}
+	if len(in.Tags) > 0 && s.shared(ns.Id) {
+		return nil, untaggable(ns.Id)
+	}
 	svc := &serviceRec{
 		Id: newServiceID(), Name: in.Name, NamespaceId: ns.Id, Description: in.Description,
 		HealthCheckConfig: in.HealthCheckConfig, HealthCheckCustomConfig: in.HealthCheckCustomConfig,
-		CreateDate: time.Now(), CreatorRequestId: in.CreatorRequestId, Instances: map[string]*instanceRec{},
+		CreateDate: time.Now(), CreatorRequestId: in.CreatorRequestId, CreatedBy: who, Instances: map[string]*instanceRec{},
 	}
-	svc.Arn = s.arn("service", svc.Id)
+	// A service carries its namespace owner's account in its ARN.
+	svc.Arn = s.arn(ns.Owner, "service", svc.Id)
 	switch {
 	case ns.Type == "HTTP":
 		if in.DnsConfig != nil {
@@ -96,53 +102,62 @@ func checkDNSConfig(dc *DnsConfig) error {
 	return nil
 }
 
-// service finds a service by id or ARN; callers hold s.mu.
-func (s *Server) service(idOrARN string) (*serviceRec, error) {
-	id := resourceID(idOrARN)
-	svc := s.st.Services[id]
-	if svc == nil {
-		return nil, errorf("ServiceNotFound", "Service %s not found", id)
-	}
-	return svc, nil
-}
-
-func (s *Server) serviceOut(svc *serviceRec) *Service {
+func (s *region) serviceOut(svc *serviceRec) *Service {
 	count := int32(len(svc.Instances))
 	return &Service{
-		Id: svc.Id, Arn: svc.Arn, Name: svc.Name, NamespaceId: svc.NamespaceId, Description: svc.Description,
+		Id: svc.Id, Arn: svc.Arn, ResourceOwner: s.st.Namespaces[svc.NamespaceId].Owner, CreatedByAccount: svc.CreatedBy, Name: svc.Name, NamespaceId: svc.NamespaceId, Description: svc.Description,
 		InstanceCount: &count, DnsConfig: svc.DnsConfig, Type: svc.Type, HealthCheckConfig: svc.HealthCheckConfig,
 		HealthCheckCustomConfig: svc.HealthCheckCustomConfig, CreateDate: ts(svc.CreateDate), CreatorRequestId: svc.CreatorRequestId,
 	}
 }
 
-func (s *Server) GetService(_ context.Context, in *GetServiceRequest) (*GetServiceResponse, error) {
+func (s *region) GetService(ctx context.Context, in *GetServiceRequest) (*GetServiceResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	svc, err := s.service(in.Id)
+	svc, _, err := s.service(in.Id, callerFrom(ctx).account)
 	if err != nil {
 		return nil, err
 	}
 	return &GetServiceResponse{Service: s.serviceOut(svc)}, nil
 }
 
-func (s *Server) ListServices(_ context.Context, in *ListServicesRequest) (*ListServicesResponse, error) {
+// ListServices lists the services of every namespace the caller may use,
+// or of those the NAMESPACE_ID filter names (another account's by ARN).
+func (s *region) ListServices(ctx context.Context, in *ListServicesRequest) (*ListServicesResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	who := callerFrom(ctx).account
 	var nsIDs []string
+	owner := ""
 	for _, f := range in.Filters {
-		if _, err := checkFilter(filterSpec{"NAMESPACE_ID": {"EQ", "IN"}}, f.Name, f.Condition, f.Values); err != nil {
+		if _, err := checkFilter(filterSpec{"NAMESPACE_ID": {"EQ", "IN"}, "RESOURCE_OWNER": {"EQ"}}, f.Name, f.Condition, f.Values); err != nil {
 			return nil, err
+		}
+		if f.Name == "RESOURCE_OWNER" {
+			owner = f.Values[0]
+			continue
 		}
 		nsIDs = f.Values
 	}
-	keys := map[string]*serviceRec{}
+	var namespaces []*namespaceRec
 	if nsIDs == nil {
-		for _, svc := range s.st.Services {
-			keys[pageKeyOldestFirst(svc.CreateDate, svc.Id)] = svc
+		for _, ns := range s.st.Namespaces {
+			if s.visibleTo(ns, who) {
+				namespaces = append(namespaces, ns)
+			}
 		}
 	}
-	for _, ns := range nsIDs {
-		for _, id := range s.ix.svcByName[resourceID(ns)] {
+	for _, id := range nsIDs {
+		if ns, err := s.namespace(id, who); err == nil {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	keys := map[string]*serviceRec{}
+	for _, ns := range namespaces {
+		if owner != "" && ownerValue(ns.Owner, who) != owner {
+			continue
+		}
+		for _, id := range s.ix.svcByName[ns.Id] {
 			svc := s.st.Services[id]
 			keys[pageKeyOldestFirst(svc.CreateDate, svc.Id)] = svc
 		}
@@ -155,7 +170,7 @@ func (s *Server) ListServices(_ context.Context, in *ListServicesRequest) (*List
 	for _, k := range page {
 		v := s.serviceOut(keys[k])
 		out.Services = append(out.Services, ServiceSummary{
-			Id: v.Id, Arn: v.Arn, Name: v.Name, Type: v.Type, Description: v.Description, InstanceCount: v.InstanceCount,
+			Id: v.Id, Arn: v.Arn, ResourceOwner: v.ResourceOwner, CreatedByAccount: v.CreatedByAccount, Name: v.Name, Type: v.Type, Description: v.Description, InstanceCount: v.InstanceCount,
 			DnsConfig: v.DnsConfig, HealthCheckConfig: v.HealthCheckConfig, HealthCheckCustomConfig: v.HealthCheckCustomConfig,
 			CreateDate: v.CreateDate,
 		})
@@ -163,12 +178,23 @@ func (s *Server) ListServices(_ context.Context, in *ListServicesRequest) (*List
 	return out, nil
 }
 
-func (s *Server) UpdateService(_ context.Context, in *UpdateServiceRequest) (*UpdateServiceResponse, error) {
+func (s *region) UpdateService(ctx context.Context, in *UpdateServiceRequest) (*UpdateServiceResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc, err := s.service(in.Id)
+	who := callerFrom(ctx).account
+	svc, ns, err := s.service(in.Id, who)
 	if err != nil {
 		return nil, err
+	}
+	if !mayChange(ns, svc.CreatedBy, who) {
+		return nil, accessDenied(who, "UpdateService", svc.Arn)
+	}
+	if s.shared(ns.Id) {
+		for _, inst := range svc.Instances {
+			if inst.CreatedBy != who {
+				return nil, errorf("InvalidInput", "Service %s is in a shared namespace and holds instances other accounts registered", svc.Id)
+			}
+		}
 	}
 	if c := in.Service.DnsConfig; c != nil {
 		if svc.DnsConfig == nil {
@@ -190,7 +216,7 @@ func (s *Server) UpdateService(_ context.Context, in *UpdateServiceRequest) (*Up
 	if op := s.pendingOn(map[string]string{"SERVICE": svc.Id}); op != nil && op.Type == "UPDATE_SERVICE" {
 		return nil, duplicateRequest(op)
 	}
-	op := s.startOperation("UPDATE_SERVICE", map[string]string{"SERVICE": svc.Id}, &pending{ServiceDiff: in.Service}, "")
+	op := s.startOperation(who, ns, "UPDATE_SERVICE", map[string]string{"SERVICE": svc.Id}, &pending{ServiceDiff: in.Service}, "")
 	return &UpdateServiceResponse{OperationId: op.Id}, nil
 }
 
@@ -216,12 +242,16 @@ func applyServiceChange(svc *serviceRec, c *ServiceChange) {
 	}
 }
 
-func (s *Server) DeleteService(_ context.Context, in *DeleteServiceRequest) (*DeleteServiceResponse, error) {
+func (s *region) DeleteService(ctx context.Context, in *DeleteServiceRequest) (*DeleteServiceResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc, err := s.service(in.Id)
+	who := callerFrom(ctx).account
+	svc, ns, err := s.service(in.Id, who)
 	if err != nil {
 		return nil, err
+	}
+	if !mayChange(ns, svc.CreatedBy, who) {
+		return nil, accessDenied(who, "DeleteService", svc.Arn)
 	}
 	if n := len(svc.Instances); n > 0 {
 		return nil, errorf("ResourceInUse", "Service %s still has %d registered instances", svc.Id, n)
@@ -236,10 +266,10 @@ func (s *Server) DeleteService(_ context.Context, in *DeleteServiceRequest) (*De
 	return &DeleteServiceResponse{}, nil
 }
 
-func (s *Server) GetServiceAttributes(_ context.Context, in *GetServiceAttributesRequest) (*GetServiceAttributesResponse, error) {
+func (s *region) GetServiceAttributes(ctx context.Context, in *GetServiceAttributesRequest) (*GetServiceAttributesResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	svc, err := s.service(in.ServiceId)
+	svc, ns, err := s.service(in.ServiceId, callerFrom(ctx).account)
 	if err != nil {
 		return nil, err
 	}
@@ -247,15 +277,19 @@ func (s *Server) GetServiceAttributes(_ context.Context, in *GetServiceAttribute
 	if attrs == nil {
 		attrs = map[string]string{}
 	}
-	return &GetServiceAttributesResponse{ServiceAttributes: &ServiceAttributes{ServiceArn: svc.Arn, Attributes: attrs}}, nil
+	return &GetServiceAttributesResponse{ServiceAttributes: &ServiceAttributes{ServiceArn: svc.Arn, ResourceOwner: ns.Owner, Attributes: attrs}}, nil
 }
 
-func (s *Server) UpdateServiceAttributes(_ context.Context, in *UpdateServiceAttributesRequest) (*UpdateServiceAttributesResponse, error) {
+func (s *region) UpdateServiceAttributes(ctx context.Context, in *UpdateServiceAttributesRequest) (*UpdateServiceAttributesResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc, err := s.service(in.ServiceId)
+	who := callerFrom(ctx).account
+	svc, ns, err := s.service(in.ServiceId, who)
 	if err != nil {
 		return nil, err
+	}
+	if !mayChange(ns, svc.CreatedBy, who) {
+		return nil, accessDenied(who, "UpdateServiceAttributes", svc.Arn)
 	}
 	merged := map[string]string{}
 	maps.Copy(merged, svc.Attributes)
@@ -268,12 +302,16 @@ func (s *Server) UpdateServiceAttributes(_ context.Context, in *UpdateServiceAtt
 	return &UpdateServiceAttributesResponse{}, nil
 }
 
-func (s *Server) DeleteServiceAttributes(_ context.Context, in *DeleteServiceAttributesRequest) (*DeleteServiceAttributesResponse, error) {
+func (s *region) DeleteServiceAttributes(ctx context.Context, in *DeleteServiceAttributesRequest) (*DeleteServiceAttributesResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	svc, err := s.service(in.ServiceId)
+	who := callerFrom(ctx).account
+	svc, ns, err := s.service(in.ServiceId, who)
 	if err != nil {
 		return nil, err
+	}
+	if !mayChange(ns, svc.CreatedBy, who) {
+		return nil, accessDenied(who, "DeleteServiceAttributes", svc.Arn)
 	}
 	for _, k := range in.Attributes {
 		delete(svc.Attributes, k)
@@ -282,31 +320,40 @@ func (s *Server) DeleteServiceAttributes(_ context.Context, in *DeleteServiceAtt
 	return &DeleteServiceAttributesResponse{}, nil
 }
 
-// taggable finds the ARN of an existing namespace or service.
-func (s *Server) taggable(arn string) error {
+// taggable finds the ARN of an existing namespace or service who may tag:
+// anything in a namespace it owns that is not shared; writing says
+// whether the call changes tags (an owner may still read and remove the
+// tags a namespace had before it was shared).
+func (s *region) taggable(arn, who string, writing bool) error {
 	id := resourceID(arn)
-	if ns := s.st.Namespaces[id]; ns != nil && ns.Arn == arn {
-		return nil
+	var ns *namespaceRec
+	if n := s.st.Namespaces[id]; n != nil && n.Arn == arn {
+		ns = n
+	} else if svc := s.st.Services[id]; svc != nil && svc.Arn == arn {
+		ns = s.st.Namespaces[svc.NamespaceId]
 	}
-	if svc := s.st.Services[id]; svc != nil && svc.Arn == arn {
-		return nil
+	switch {
+	case ns == nil || !s.visibleTo(ns, who):
+		return errorf("ResourceNotFoundException", "Resource %s not found", arn)
+	case ns.Owner != who || writing && s.shared(ns.Id):
+		return untaggable(ns.Id)
 	}
-	return errorf("ResourceNotFoundException", "Resource %s not found", arn)
+	return nil
 }
 
-func (s *Server) ListTagsForResource(_ context.Context, in *ListTagsForResourceRequest) (*ListTagsForResourceResponse, error) {
+func (s *region) ListTagsForResource(ctx context.Context, in *ListTagsForResourceRequest) (*ListTagsForResourceResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if err := s.taggable(in.ResourceARN); err != nil {
+	if err := s.taggable(in.ResourceARN, callerFrom(ctx).account, false); err != nil {
 		return nil, err
 	}
 	return &ListTagsForResourceResponse{Tags: append([]Tag{}, s.st.Tags[in.ResourceARN]...)}, nil
 }
 
-func (s *Server) TagResource(_ context.Context, in *TagResourceRequest) (*TagResourceResponse, error) {
+func (s *region) TagResource(ctx context.Context, in *TagResourceRequest) (*TagResourceResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.taggable(in.ResourceARN); err != nil {
+	if err := s.taggable(in.ResourceARN, callerFrom(ctx).account, true); err != nil {
 		return nil, err
 	}
 	tags := append([]Tag{}, s.st.Tags[in.ResourceARN]...)
@@ -329,10 +376,10 @@ func (s *Server) TagResource(_ context.Context, in *TagResourceRequest) (*TagRes
 	return &TagResourceResponse{}, nil
 }
 
-func (s *Server) UntagResource(_ context.Context, in *UntagResourceRequest) (*UntagResourceResponse, error) {
+func (s *region) UntagResource(ctx context.Context, in *UntagResourceRequest) (*UntagResourceResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.taggable(in.ResourceARN); err != nil {
+	if err := s.taggable(in.ResourceARN, callerFrom(ctx).account, false); err != nil {
 		return nil, err
 	}
 	var kept []Tag

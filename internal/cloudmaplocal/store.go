@@ -17,6 +17,7 @@ import (
 type namespaceRec struct {
 	Id               string
 	Arn              string
+	Owner            string // the account that created it
 	Name             string
 	Type             string // HTTP, DNS_PRIVATE, DNS_PUBLIC
 	Description      string
@@ -40,6 +41,7 @@ type serviceRec struct {
 	HealthCheckCustomConfig *HealthCheckCustomConfig `json:",omitempty"`
 	CreateDate              time.Time
 	CreatorRequestId        string
+	CreatedBy               string // the account; the namespace's owner owns it
 	Attributes              map[string]string `json:",omitempty"`
 	// Revision changes whenever what DiscoverInstances returns may change.
 	Revision  int64
@@ -53,6 +55,7 @@ type instanceRec struct {
 	// record), so responses may share it after the lock is released.
 	Attributes map[string]string
 	Health     string // HEALTHY or UNHEALTHY
+	CreatedBy  string // the account that registered it
 }
 
 // operationRec is an asynchronous operation. Until it is final it carries
@@ -66,6 +69,8 @@ type operationRec struct {
 	CreateDate   time.Time
 	UpdateDate   time.Time
 	Targets      map[string]string
+	Account      string // who asked for it
+	Owner        string // the namespace's owner
 	CreatorKey   string    `json:",omitempty"`
 	DueAt        time.Time `json:",omitempty"`
 	Pending      *pending  `json:",omitempty"`
@@ -86,6 +91,9 @@ type state struct {
 	// Creators maps an idempotency key (operation, CreatorRequestId) to the
 	// operation or resource it created.
 	Creators map[string]string
+	// Shares are the RAM shares: namespace id -> the accounts it is
+	// shared with. Shares are regional, like namespaces.
+	Shares map[string][]string
 }
 
 func newState() *state {
@@ -95,20 +103,24 @@ func newState() *state {
 		Operations: map[string]*operationRec{},
 		Tags:       map[string][]Tag{},
 		Creators:   map[string]string{},
+		Shares:     map[string][]string{},
 	}
 }
 
 // index holds lookups derived from state, rebuilt after a load.
 type index struct {
-	nsByHTTPName map[string]string            // HttpName -> namespace id
+	nsByHTTPName map[string]string            // owner account + "/" + HttpName -> namespace id
 	svcByName    map[string]map[string]string // namespace id -> service name -> id
 	nsInstances  map[string]int               // namespace id -> instance count
 }
 
+// nameKey keys nsByHTTPName: namespace names are unique per account.
+func nameKey(owner, httpName string) string { return owner + "/" + httpName }
+
 func buildIndex(st *state) *index {
 	ix := &index{nsByHTTPName: map[string]string{}, svcByName: map[string]map[string]string{}, nsInstances: map[string]int{}}
 	for _, ns := range st.Namespaces {
-		ix.nsByHTTPName[ns.HttpName] = ns.Id
+		ix.nsByHTTPName[nameKey(ns.Owner, ns.HttpName)] = ns.Id
 		ix.svcByName[ns.Id] = map[string]string{}
 	}
 	for _, svc := range st.Services {
@@ -141,25 +153,85 @@ func newHostedZoneID() string {
 	return "Z" + strings.ToUpper(randomID(13))
 }
 
-// loadSnapshot reads a --data-dir snapshot; a missing one is an empty state.
-func loadSnapshot(dir string) (*state, error) {
-	data, err := os.ReadFile(filepath.Join(dir, snapshotName))
+// snapshot is the --data-dir file: every Region's state.
+type snapshot struct {
+	Regions map[string]*state
+}
+
+// loadSnapshot reads a --data-dir snapshot; a missing one is no state. A
+// snapshot from before Regions and accounts (one state at the top) is the
+// default Region's, everything in it the default account's.
+func loadSnapshot(dir, defaultRegion, defaultAccount string) (map[string]*state, error) {
+	path := filepath.Join(dir, snapshotName)
+	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return newState(), nil
+		return map[string]*state{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	st := newState()
-	if err := json.Unmarshal(data, st); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, snapshotName), err)
+	var snap snapshot
+	if err := json.Unmarshal(data, &snap); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if snap.Regions == nil {
+		old := newState()
+		if err := json.Unmarshal(data, old); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		snap.Regions = map[string]*state{defaultRegion: old}
+	}
+	for _, st := range snap.Regions {
+		fill(st, defaultAccount)
+	}
+	return snap.Regions, nil
+}
+
+// fill makes the maps an older snapshot lacks and gives records saved
+// before accounts existed to account.
+func fill(st *state, account string) {
+	empty := newState()
+	if st.Namespaces == nil {
+		st.Namespaces = empty.Namespaces
+	}
+	if st.Services == nil {
+		st.Services = empty.Services
+	}
+	if st.Operations == nil {
+		st.Operations = empty.Operations
+	}
+	if st.Tags == nil {
+		st.Tags = empty.Tags
+	}
+	if st.Creators == nil {
+		st.Creators = empty.Creators
+	}
+	if st.Shares == nil {
+		st.Shares = empty.Shares
+	}
+	for _, ns := range st.Namespaces {
+		if ns.Owner == "" {
+			ns.Owner = account
+		}
 	}
 	for _, svc := range st.Services {
+		if svc.CreatedBy == "" {
+			svc.CreatedBy = account
+		}
 		if svc.Instances == nil {
 			svc.Instances = map[string]*instanceRec{}
 		}
+		for _, inst := range svc.Instances {
+			if inst.CreatedBy == "" {
+				inst.CreatedBy = account
+			}
+		}
 	}
-	return st, nil
+	for _, op := range st.Operations {
+		if op.Account == "" {
+			op.Account, op.Owner = account, account
+		}
+	}
 }
 
 const snapshotName = "cloudmap-state.json"
