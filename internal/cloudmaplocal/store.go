@@ -41,7 +41,7 @@ type serviceRec struct {
 	HealthCheckCustomConfig *HealthCheckCustomConfig `json:",omitempty"`
 	CreateDate              time.Time
 	CreatorRequestId        string
-	CreatedBy               string // the account; the namespace's owner owns it
+	CreatedBy               string            // the account; the namespace's owner owns it
 	Attributes              map[string]string `json:",omitempty"`
 	// Revision changes whenever what DiscoverInstances returns may change.
 	Revision  int64
@@ -69,8 +69,8 @@ type operationRec struct {
 	CreateDate   time.Time
 	UpdateDate   time.Time
 	Targets      map[string]string
-	Account      string // who asked for it
-	Owner        string // the namespace's owner
+	Account      string    // who asked for it
+	Owner        string    // the namespace's owner
 	CreatorKey   string    `json:",omitempty"`
 	DueAt        time.Time `json:",omitempty"`
 	Pending      *pending  `json:",omitempty"`
