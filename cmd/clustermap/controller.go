@@ -44,7 +44,13 @@ config, IRSA, EKS pod identity, instance roles); a region is required
 (--region or AWS_REGION). AWS_ENDPOINT_URL_SERVICEDISCOVERY or
 --cloudmap-endpoint point it at another endpoint, such as a VPC endpoint
 (same credentials) or cloudmap-local (any AWS_ACCESS_KEY_ID and
-AWS_SECRET_ACCESS_KEY).`,
+AWS_SECRET_ACCESS_KEY). The controller logs the Region and the account
+(STS GetCallerIdentity) it runs as.
+
+A clusterset across AWS accounts: one account owns the clusterset's Cloud
+Map namespaces and shares them with the others through AWS RAM; every
+cluster, the owner's too, names it with --cloudmap-owner-account (see
+docs/accounts-and-regions.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = zap.New(zap.UseFlagOptions(&zapOpts))
@@ -65,6 +71,7 @@ AWS_SECRET_ACCESS_KEY).`,
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
 	f.StringVar(&o.Context, "context", "", "kubeconfig context")
 	f.StringVar(&o.CloudMapEndpoint, "cloudmap-endpoint", "", "Cloud Map endpoint URL (default: the AWS endpoint of the region)")
+	f.StringVar(&o.OwnerAccount, "cloudmap-owner-account", "", "the AWS account that owns the clusterset's Cloud Map namespaces and shares them with the other accounts through AWS RAM (default: none, every cluster in one account)")
 	f.StringVar(&o.Region, "region", "", "AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, the shared config file, then EC2 instance metadata)")
 	f.Float64Var(&o.CloudMapQPS, "cloudmap-qps", controller.DefaultCloudMapQPS, "Cloud Map control-plane calls (all but Discover*) per second, at most")
 	f.IntVar(&o.CloudMapBurst, "cloudmap-burst", controller.DefaultCloudMapBurst, "Cloud Map control-plane call burst")

@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/time/rate"
@@ -69,6 +70,34 @@ const imdsTimeout = 5 * time.Second
 // custom endpoints included: a VPC endpoint URL still signs with the
 // instance's role.
 func New(ctx context.Context, o Options) (*sd.Client, error) {
+	cfg, err := load(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return NewFromConfig(cfg, o), nil
+}
+
+// CallerAccount asks STS which account the credentials belong to
+// (GetCallerIdentity needs no permission). With Options.Endpoint (the
+// emulator) STS is asked there too; AWS_ENDPOINT_URL_STS is honoured.
+func CallerAccount(ctx context.Context, o Options) (string, error) {
+	cfg, err := load(ctx, o)
+	if err != nil {
+		return "", err
+	}
+	out, err := sts.NewFromConfig(cfg, func(so *sts.Options) {
+		if o.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+	}).GetCallerIdentity(ctx, &sts.GetCallerIdentityInput{})
+	if err != nil {
+		return "", fmt.Errorf("asking STS for the account: %w", err)
+	}
+	return aws.ToString(out.Account), nil
+}
+
+// load reads the AWS configuration, the region as seed 000 infers it.
+func load(ctx context.Context, o Options) (aws.Config, error) {
 	var loadOpts []func(*config.LoadOptions) error
 	if o.Region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(o.Region))
@@ -78,16 +107,16 @@ func New(ctx context.Context, o Options) (*sd.Client, error) {
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("loading AWS configuration: %w", err)
+		return aws.Config{}, fmt.Errorf("loading AWS configuration: %w", err)
 	}
 	if cfg.Region == "" {
 		region, err := imdsRegion(ctx, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%w (EC2 instance metadata: %v)", ErrNoRegion, err)
+			return aws.Config{}, fmt.Errorf("%w (EC2 instance metadata: %v)", ErrNoRegion, err)
 		}
 		cfg.Region = region
 	}
-	return NewFromConfig(cfg, o), nil
+	return cfg, nil
 }
 
 // imdsRegion asks EC2 instance metadata for the region, as seed 000 does

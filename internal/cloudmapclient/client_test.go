@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
@@ -161,5 +162,31 @@ func TestCustomEndpointKeepsTheCredentialChain(t *testing.T) {
 	}
 	if _, err := c.ListNamespaces(ctx, &sd.ListNamespacesInput{}); err != nil {
 		t.Errorf("signed with the instance role's credentials through a custom endpoint: %v", err)
+	}
+}
+
+// The account the credentials belong to comes from STS GetCallerIdentity,
+// asked at the custom endpoint like Cloud Map, signed (the emulator checks).
+func TestCallerAccount(t *testing.T) {
+	srv, err := cloudmaplocal.New(cloudmaplocal.Options{
+		Credentials: map[string]string{"AKIDMEMBER": "s"}, Accounts: map[string]string{"AKIDMEMBER": "222222222222"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	api := httptest.NewServer(srv.Handler())
+	defer api.Close()
+	account, err := cloudmapclient.CallerAccount(context.Background(), cloudmapclient.Options{
+		Endpoint: api.URL, Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDMEMBER", "s", ""),
+	})
+	if err != nil || account != "222222222222" {
+		t.Fatalf("CallerAccount = %q, %v; want 222222222222", account, err)
+	}
+	_, err = cloudmapclient.CallerAccount(context.Background(), cloudmapclient.Options{
+		Endpoint: api.URL, Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDMEMBER", "wrong", ""),
+	})
+	if err == nil {
+		t.Fatal("a bad signature got an account")
 	}
 }

@@ -62,6 +62,13 @@ func IsNotFound(err error) bool {
 // FindNamespace looks a namespace up by name, of type typ ("" any); nil
 // when there is none.
 func FindNamespace(ctx context.Context, c *sd.Client, name string, typ types.NamespaceType) (*types.NamespaceSummary, error) {
+	return FindOwnedNamespace(ctx, c, name, typ, "")
+}
+
+// FindOwnedNamespace finds a namespace by name and type (any type when
+// empty) owned by an account (any when empty): a namespace shared with the
+// caller may carry the name of one of its own.
+func FindOwnedNamespace(ctx context.Context, c *sd.Client, name string, typ types.NamespaceType, owner string) (*types.NamespaceSummary, error) {
 	filters := []types.NamespaceFilter{{Name: types.NamespaceFilterNameName, Values: []string{name}, Condition: types.FilterConditionEq}}
 	if typ != "" {
 		filters = append(filters, types.NamespaceFilter{Name: types.NamespaceFilterNameType, Values: []string{string(typ)}})
@@ -73,7 +80,7 @@ func FindNamespace(ctx context.Context, c *sd.Client, name string, typ types.Nam
 			return nil, err
 		}
 		for _, ns := range page.Namespaces {
-			if aws.ToString(ns.Name) == name {
+			if aws.ToString(ns.Name) == name && (owner == "" || aws.ToString(ns.ResourceOwner) == owner) {
 				return &ns, nil
 			}
 		}

@@ -222,6 +222,15 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		code = writeError(w, errorf("SerializationException", "reading the request: %v", err))
 		return
 	}
+	if isSTS(r, body) {
+		op = "sts:GetCallerIdentity"
+		if aerr := s.checkSignature(r, body); aerr != nil {
+			code = writeError(w, aerr)
+			return
+		}
+		s.serveSTS(w, r, body, who)
+		return
+	}
 	spec, known := modelOperations[op]
 	if r.Method != http.MethodPost || !known {
 		op = "unknown"

@@ -46,6 +46,10 @@ type Options struct {
 	Kubeconfig, Context string
 
 	CloudMapEndpoint, Region string
+	// OwnerAccount, when set, is the AWS account that owns the
+	// clusterset's Cloud Map namespaces and shares them, through AWS RAM,
+	// with the accounts of the other clusters.
+	OwnerAccount string
 	// CloudMapCredentials, when set, replace the default credential chain
 	// (the local emulator's).
 	CloudMapCredentials aws.CredentialsProvider
@@ -241,21 +245,27 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	var sd *servicediscovery.Client
+	var account string
 	if o.MCS || o.CloudMapDNS {
 		kube.Register(metrics.Registry, cloudMapCalls)
-		if sd, err = cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, Credentials: o.CloudMapCredentials, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
+		co := cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, Credentials: o.CloudMapCredentials, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
 			DataQPS: o.CloudMapDataQPS, DataBurst: o.CloudMapDataBurst,
 			OnCall: func(op string, err error) {
 				countCall(op, err)
 				if o.OnCloudMapCall != nil {
 					o.OnCloudMapCall(op, err)
 				}
-			}}); err != nil {
+			}}
+		if sd, err = cloudmapclient.New(ctx, co); err != nil {
 			return err
 		}
+		if account, err = callerAccount(ctx, co, o.OwnerAccount != ""); err != nil {
+			return err
+		}
+		log.Info("using Cloud Map", "region", sd.Options().Region, "account", account, "namespaceOwner", o.OwnerAccount)
 	}
 	if o.MCS {
-		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
+		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
 			Namespaces: inScope, Recorder: recorder, Log: log,
 			OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) }, OnRead: reporter.CloudMapRead}); err != nil {
 			return err
@@ -282,6 +292,25 @@ func Run(ctx context.Context, o Options) error {
 		reporter.PeersDown = peers.Down
 	}
 	return mgr.Start(ctx)
+}
+
+// callerAccount asks which account the controller runs as: to log, and
+// for a clusterset across accounts, to tell its own records from others'
+// (then it is needed). STS is not Cloud Map: a private cluster may lack
+// its endpoint, so the lookup is bounded.
+func callerAccount(ctx context.Context, co cloudmapclient.Options, needed bool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	co.MaxAttempts = 2
+	account, err := cloudmapclient.CallerAccount(ctx, co)
+	switch {
+	case err == nil:
+		return account, nil
+	case needed:
+		return "", fmt.Errorf("%w: a clusterset across accounts (--cloudmap-owner-account) needs this account's id; allow sts:GetCallerIdentity through an STS endpoint (AWS_ENDPOINT_URL_STS for a VPC endpoint)", err)
+	default:
+		return "unknown (" + err.Error() + ")", nil
+	}
 }
 
 func modes(o Options) []string {

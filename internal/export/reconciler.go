@@ -154,9 +154,19 @@ func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, 
 // quota errors wait for a change, the rest back off.
 func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus, err error) (reconcile.Result, error) {
 	var limit *registry.LimitError
+	var notShared *registry.NotSharedError
 	switch {
 	case errors.Is(err, registry.ErrPending):
 		return reconcile.Result{RequeueAfter: time.Second}, nil
+	case errors.As(err, &notShared):
+		// Only the owner account's RAM share fixes this: nothing is
+		// touched meanwhile, and the export is tried again now and then.
+		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, ReasonNamespaceNotShared, notShared.Error()) {
+			r.Recorder.Event(se, corev1.EventTypeWarning, string(ReasonNamespaceNotShared), notShared.Error())
+		}
+		log.FromContext(ctx).Info("the export's Cloud Map namespace is not shared with this account", "serviceexport", client.ObjectKeyFromObject(se).String(),
+			"owner", notShared.Owner, "account", notShared.Account, "fix", "add the namespace to the owner's AWS RAM resource share")
+		return reconcile.Result{RequeueAfter: NotSharedRetry}, r.updateStatus(ctx, se, before)
 	case errors.As(err, &limit):
 		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, limit.Reason) {
 			r.Recorder.Event(se, corev1.EventTypeWarning, "CloudMapQuota", limit.Reason)
@@ -171,6 +181,14 @@ func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, be
 		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se, before))
 	}
 }
+
+// ReasonNamespaceNotShared is the Ready reason (and Event reason) of an
+// export whose Cloud Map namespace another account owns and has not shared
+// with this one.
+const ReasonNamespaceNotShared mcsv1beta1.ServiceExportConditionReason = "NamespaceNotShared"
+
+// NotSharedRetry is how often an export waiting for a share is tried again.
+const NotSharedRetry = 30 * time.Second
 
 // updateStatus applies Valid and Ready, when they changed, as the export
 // side's own conditions (the import side owns Conflict).

@@ -31,7 +31,10 @@ type Options struct {
 	// Map (tests: a memory registry).
 	Registry func(clusterid.Identity) registry.Registry
 	CloudMap *servicediscovery.Client
-	Watch    cloudmap.WatchOptions
+	// Owner, when set, is the account owning the clusterset's shared
+	// namespaces; Account is this cluster's.
+	Owner, Account string
+	Watch          cloudmap.WatchOptions
 	// Controller names the writer on Cloud Map records.
 	Controller string
 	// RecordVersion, when set, is the Cloud Map record format to write
@@ -63,6 +66,7 @@ func Setup(mgr manager.Manager, o Options) error {
 		} else {
 			backend := cloudmap.New(o.CloudMap, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap"))
 			backend.RecordVersion, backend.WatchOptions, backend.OnRead = o.RecordVersion, o.Watch, o.OnRead
+			backend.Owner, backend.Account = o.Owner, o.Account
 			reg = backend
 		}
 		if o.OnIdentity != nil {

@@ -6,6 +6,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -111,6 +112,18 @@ var ErrPending = errors.New("waiting for the registry to finish deregistering")
 type LimitError struct{ Reason string }
 
 func (e *LimitError) Error() string { return e.Reason }
+
+// NotSharedError says a namespace the export needs belongs to another AWS
+// account and is not shared with this cluster's account (not yet, or no
+// longer): only the owner's AWS RAM share can fix it.
+type NotSharedError struct {
+	Namespace, Owner, Account string
+}
+
+func (e *NotSharedError) Error() string {
+	return fmt.Sprintf("Cloud Map namespace %q of account %s is not shared with this cluster's account %s: "+
+		"the owner account must add it to the clusterset's AWS RAM resource share (docs/accounts-and-regions.md)", e.Namespace, e.Owner, e.Account)
+}
 
 // SinkFuncs is a Sink made of functions; a nil one ignores what it hears.
 type SinkFuncs struct {

@@ -32,12 +32,19 @@ type Backend struct {
 	// release's); an earlier one lets tests run a cluster as an older
 	// release would.
 	RecordVersion int
+	// Owner, when set, is the AWS account that owns the clusterset's
+	// namespaces, shared through AWS RAM with every member account, this
+	// cluster's (Account) included; empty: the clusterset lives in one
+	// account, as before sharing existed. See shared.go.
+	Owner, Account string
 
-	mu         sync.Mutex
-	namespaces map[string]string       // Kubernetes namespace -> Cloud Map namespace id
-	services   map[registry.Key]string // -> Cloud Map service id
+	mu sync.Mutex
+	// Cloud Map names namespaces and services by id, or by ARN (refs),
+	// which another account's resources need.
+	namespaces map[string]string       // Kubernetes namespace -> Cloud Map namespace ref
+	services   map[registry.Key]string // -> Cloud Map service ref
 	keys       map[string]registry.Key // Cloud Map service id -> key
-	created    map[string]bool         // Cloud Map service ids this controller created: tagged ours, no need to read the tags
+	created    map[string]bool         // Cloud Map service refs this controller created: ours, no need to ask
 	// ownOps are operations this cluster started, so that the change feed
 	// knows their service without asking; entries the feed never sees (an
 	// operation that failed) expire.
@@ -45,6 +52,8 @@ type Backend struct {
 	// changed are services this cluster published or withdrew: the watcher
 	// reads them again at once.
 	changed chan registry.Key
+	// feed is this cluster's change record, in a shared namespace.
+	feed *changeLog
 
 	// WatchOptions tune Watch; OnRead, when set, hears how each of its steps'
 	// reads went.
@@ -63,18 +72,27 @@ func New(c *sd.Client, clusterSet, cluster, controller string, log logr.Logger) 
 		c: c, clusterSet: clusterSet, cluster: cluster, controller: controller, log: log,
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024),
+		feed: newChangeLog(),
 	}
 }
 
-// Watch reads Cloud Map's changes into sink until ctx ends.
+// Watch reads Cloud Map's changes into sink until ctx ends; in a shared
+// namespace it also writes this cluster's change record.
 func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
+	if b.shared() {
+		go b.writeChanges(ctx)
+	}
 	w := NewWatcher(b, sink, b.WatchOptions)
 	w.OnRead = b.OnRead
 	return w.Start(ctx)
 }
 
-// reread asks the watcher to read a service again now.
+// reread asks the watcher to read a service again now, and tells the
+// other accounts through the change record.
 func (b *Backend) reread(key registry.Key) {
+	if b.shared() {
+		b.feed.note(key)
+	}
 	select {
 	case b.changed <- key:
 	default: // full: the next poll finds the change anyway
@@ -211,6 +229,7 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 		all, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
 			QueryParameters: map[string]string{AttrClusterID: b.cluster, AttrClusterSetID: b.clusterSet}, MaxResults: aws.Int32(1),
+			OwnerAccount: b.ownerAccount(),
 		})
 		if err == nil && len(all.Instances) > 0 {
 			return ErrPending
@@ -220,7 +239,15 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 	b.mu.Lock()
 	mine := b.created[svcID]
 	b.mu.Unlock()
-	if !mine {
+	switch {
+	case mine:
+	case b.shared():
+		// No tags in a shared namespace: the creating account and the
+		// creator request id tell.
+		if !b.madeByUs(svc.Service) {
+			return nil
+		}
+	default:
 		if mine, err = b.createdByUs(ctx, svc.Service.Arn); err != nil || !mine {
 			return err
 		}
@@ -235,6 +262,11 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 		}
 	}
 	b.forget(key)
+	if b.shared() {
+		// A shared namespace is the owner's to delete, and sits in a RAM
+		// share: clustermap leaves it.
+		return nil
+	}
 	nsID := aws.ToString(svc.Service.NamespaceId)
 	ns, err := b.c.GetNamespace(ctx, &sd.GetNamespaceInput{Id: aws.String(nsID)})
 	if isNotFound(err) {
@@ -277,6 +309,7 @@ func (b *Backend) ownInstances(ctx context.Context, key registry.Key) (map[strin
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
 		QueryParameters: map[string]string{AttrClusterID: b.cluster, AttrClusterSetID: b.clusterSet}, MaxResults: aws.Int32(MaxInstances),
+		OwnerAccount: b.ownerAccount(),
 	})
 	if isNotFound(err) {
 		return map[string]Attrs{}, nil
@@ -301,6 +334,10 @@ func (b *Backend) ensureNamespace(ctx context.Context, name string) (string, err
 	id, err := b.findNamespace(ctx, name)
 	if err != nil {
 		return "", err
+	}
+	if id == "" && b.shared() && b.Owner != b.Account {
+		// Only the owner account creates the clusterset's namespaces.
+		return "", &registry.NotSharedError{Namespace: name, Owner: b.Owner, Account: b.Account}
 	}
 	if id == "" {
 		out, err := b.c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{
@@ -327,15 +364,17 @@ func (b *Backend) ensureNamespace(ctx context.Context, name string) (string, err
 	return id, nil
 }
 
+// findNamespace finds a namespace's ref: its id, or in a shared namespace
+// its ARN; "" when there is none.
 func (b *Backend) findNamespace(ctx context.Context, name string) (string, error) {
-	ns, err := cloudmapclient.FindNamespace(ctx, b.c, name, types.NamespaceTypeHttp)
+	ns, err := cloudmapclient.FindOwnedNamespace(ctx, b.c, name, types.NamespaceTypeHttp, b.Owner)
 	if err != nil {
 		return "", fmt.Errorf("looking up Cloud Map namespace %s: %w", name, err)
 	}
 	if ns == nil {
 		return "", nil
 	}
-	return aws.ToString(ns.Id), nil
+	return b.ref(ns.Id, ns.Arn), nil
 }
 
 // ensureService finds or creates a service. A service not in the cache is
@@ -348,24 +387,31 @@ func (b *Backend) ensureService(ctx context.Context, nsID string, key registry.K
 	if ok {
 		return id, nil
 	}
-	out, err := b.c.CreateService(ctx, &sd.CreateServiceInput{
+	in := &sd.CreateServiceInput{
 		Name: aws.String(key.Name), NamespaceId: aws.String(nsID), Tags: b.tags(),
 		Description: aws.String("Kubernetes Service " + key.String() + ", exported by clustermap"),
-	})
+	}
+	if b.shared() {
+		in.Tags, in.CreatorRequestId = nil, aws.String(b.creatorMark())
+	}
+	out, err := b.c.CreateService(ctx, in)
 	var exists *types.ServiceAlreadyExists
 	switch {
 	case errors.As(err, &exists):
-		id = aws.ToString(exists.ServiceId)
+		id = b.ref(exists.ServiceId, exists.ServiceArn)
 	case err != nil:
 		var gone *types.NamespaceNotFound
 		if errors.As(err, &gone) {
 			b.mu.Lock()
 			delete(b.namespaces, key.Namespace)
 			b.mu.Unlock()
+			if b.shared() && b.Owner != b.Account {
+				return "", &registry.NotSharedError{Namespace: key.Namespace, Owner: b.Owner, Account: b.Account}
+			}
 		}
 		return "", fmt.Errorf("creating Cloud Map service %s: %w", key, err)
 	default:
-		id = aws.ToString(out.Service.Id)
+		id = b.ref(out.Service.Id, out.Service.Arn)
 		b.mu.Lock()
 		b.created[id] = true
 		b.mu.Unlock()
@@ -399,19 +445,20 @@ func (b *Backend) serviceID(ctx context.Context, key registry.Key) (string, erro
 		}
 		for _, s := range page.Services {
 			if aws.ToString(s.Name) == key.Name {
-				b.remember(key, aws.ToString(s.Id))
-				return aws.ToString(s.Id), nil
+				ref := b.ref(s.Id, s.Arn)
+				b.remember(key, ref)
+				return ref, nil
 			}
 		}
 	}
 	return "", nil
 }
 
-func (b *Backend) remember(key registry.Key, id string) {
+func (b *Backend) remember(key registry.Key, ref string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.services[key] = id
-	b.keys[id] = key
+	b.services[key] = ref
+	b.keys[idOf(ref)] = key
 }
 
 // keyOf is the service a Cloud Map service id was remembered as.
@@ -433,7 +480,7 @@ func (b *Backend) forget(key registry.Key) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.created, b.services[key])
-	delete(b.keys, b.services[key])
+	delete(b.keys, idOf(b.services[key]))
 	delete(b.services, key)
 }
 

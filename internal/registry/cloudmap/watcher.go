@@ -2,6 +2,7 @@ package cloudmap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -114,6 +115,16 @@ type Watcher struct {
 	// found outside the HTTP namespaces, and namespaces by id.
 	elsewhere map[string]bool
 	nsByID    map[string]*types.Namespace
+	// In a shared namespace, the change records: the revision last read
+	// and each other cluster's epoch and sequence.
+	feedRev  int64
+	feeds    map[string]feedMark
+	lastSeen map[string]time.Time // each other cluster's record's time
+}
+
+type feedMark struct {
+	epoch string
+	seq   int64
 }
 
 // NewWatcher watches the clusterset of a backend.
@@ -124,6 +135,7 @@ func NewWatcher(b *Backend, sink registry.Sink, opts WatchOptions) *Watcher {
 		dirty: map[registry.Key]time.Time{}, seen: map[string]time.Time{}, revisions: map[registry.Key]int64{},
 		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
 		elsewhere: map[string]bool{}, nsByID: map[string]*types.Namespace{},
+		feedRev: -1, feeds: map[string]feedMark{}, lastSeen: map[string]time.Time{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
 		lookups: rate.NewLimiter(rate.Limit(opts.GetOperationRate), opts.MaxGetOperations),
 	}
@@ -166,9 +178,9 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 	switch st {
 	case stepList:
 		if !w.clock.Synced {
-			// The first listing reads every service: the operations before
-			// it are covered, not new.
-			if _, err := w.operations(ctx); err != nil {
+			// The first listing reads every service: the operations (or
+			// change records) before it are covered, not new.
+			if err := w.baseline(ctx); err != nil {
 				return err
 			}
 		}
@@ -181,7 +193,7 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		// the revisions; polls go on from there, and the operations up to
 		// start are marked seen, so that the next poll does not count them
 		// as new (and want another catch-up).
-		if _, err := w.operations(ctx); err != nil {
+		if err := w.baseline(ctx); err != nil {
 			return err
 		}
 		if err := w.list(ctx, false); err != nil {
@@ -201,8 +213,83 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		}
 		w.clock.LastSweep = start
 	default:
+		if w.b.shared() {
+			return w.pollChanges(ctx, false)
+		}
 		return w.pollOperations(ctx)
 	}
+	return nil
+}
+
+// baseline marks every change so far as read, before a listing that reads
+// every service.
+func (w *Watcher) baseline(ctx context.Context) error {
+	if w.b.shared() {
+		return w.pollChanges(ctx, true)
+	}
+	_, err := w.operations(ctx)
+	return err
+}
+
+// pollChanges reads the other clusters' change records when their
+// service's revision moved and marks the services they changed since the
+// last read; a record that no longer holds all of that asks for a
+// catch-up. With baseline, it only notes where each record stands.
+func (w *Watcher) pollChanges(ctx context.Context, baseline bool) error {
+	now := w.clock.Now
+	ns := aws.String(ChangesNamespace(w.b.clusterSet))
+	rev, err := w.b.c.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
+		NamespaceName: ns, ServiceName: aws.String(ChangesService), OwnerAccount: w.b.ownerAccount(),
+	})
+	if err == nil && !baseline && aws.ToInt64(rev.InstancesRevision) == w.feedRev {
+		w.clock.LastPoll = now
+		return nil
+	}
+	var out *sd.DiscoverInstancesOutput
+	if err == nil {
+		out, err = w.b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
+			NamespaceName: ns, ServiceName: aws.String(ChangesService), OwnerAccount: w.b.ownerAccount(),
+			HealthStatus: types.HealthStatusFilterAll, MaxResults: aws.Int32(MaxInstances),
+			QueryParameters: map[string]string{AttrClusterSetID: w.b.clusterSet},
+		})
+	}
+	if isNotFound(err) {
+		// No cluster wrote a record yet (or the namespace is not shared
+		// with this account: the exports say so).
+		w.clock.LastPoll = now
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, in := range out.Instances {
+		cluster := in.Attributes[AttrClusterID]
+		if cluster == w.b.cluster {
+			continue // this cluster's changes are read back directly
+		}
+		r, ok := parseRecord(in.Attributes)
+		if !ok {
+			w.clock.CatchUpWanted = !baseline
+			continue
+		}
+		prev := w.feeds[cluster]
+		w.feeds[cluster] = feedMark{r.epoch, r.seq}
+		w.lastSeen[cluster] = r.updated
+		if baseline {
+			continue
+		}
+		keys, complete := r.since(prev.epoch, prev.seq)
+		if !complete {
+			w.clock.CatchUpWanted = true
+			continue
+		}
+		for _, key := range keys {
+			w.dirty[key] = time.Time{}
+			w.clock.LastChange = now
+		}
+	}
+	w.feedRev = aws.ToInt64(out.InstancesRevision)
+	w.clock.LastPoll = now
 	return nil
 }
 
@@ -219,12 +306,15 @@ func (w *Watcher) list(ctx context.Context, all bool) error {
 			return err
 		}
 		for _, ns := range page.Namespaces {
-			nsName, nsID := aws.ToString(ns.Name), aws.ToString(ns.Id)
+			nsName, nsRef := aws.ToString(ns.Name), w.b.ref(ns.Id, ns.Arn)
+			if w.b.shared() && aws.ToString(ns.ResourceOwner) != w.b.Owner || nsName == ChangesNamespace(w.b.clusterSet) {
+				continue // not the clusterset's: this account's own, or the change records
+			}
 			// ServiceCount is not consulted: it lags, and a namespace
 			// skipped would make its services look gone.
-			w.b.rememberNamespace(nsName, nsID)
+			w.b.rememberNamespace(nsName, nsRef)
 			svcPages := sd.NewListServicesPaginator(w.b.c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
-				{Name: types.ServiceFilterNameNamespaceId, Values: []string{nsID}},
+				{Name: types.ServiceFilterNameNamespaceId, Values: []string{nsRef}},
 			}})
 			for svcPages.HasMorePages() {
 				sp, err := svcPages.NextPage(ctx)
@@ -233,7 +323,7 @@ func (w *Watcher) list(ctx context.Context, all bool) error {
 				}
 				for _, s := range sp.Services {
 					key := registry.Key{Namespace: nsName, Name: aws.ToString(s.Name)}
-					w.b.remember(key, aws.ToString(s.Id))
+					w.b.remember(key, w.b.ref(s.Id, s.Arn))
 					listed[key] = true
 					_, read := w.revisions[key]
 					if _, pending := w.dirty[key]; all || (!read && !pending) {
@@ -262,7 +352,7 @@ func (w *Watcher) sweep(ctx context.Context) error {
 			continue
 		}
 		out, err := w.b.c.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
-			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name),
+			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), OwnerAccount: w.b.ownerAccount(),
 		})
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -483,7 +573,15 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 	out, err := w.b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
 		QueryParameters: map[string]string{AttrClusterSetID: w.b.clusterSet}, MaxResults: aws.Int32(MaxInstances),
+		OwnerAccount: w.b.ownerAccount(),
 	})
+	var gone *types.NamespaceNotFound
+	if w.b.shared() && errors.As(err, &gone) {
+		// Unshared, or deleted: this account cannot tell which, so what
+		// was imported stays (services are withdrawn before their
+		// namespace goes, so a deletion was read as such before).
+		return nil, 0, &registry.NotSharedError{Namespace: key.Namespace, Owner: w.b.Owner, Account: w.b.Account}
+	}
 	if isNotFound(err) {
 		return nil, 0, nil
 	}

@@ -1,0 +1,293 @@
+package cloudmap
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// A clusterset across AWS accounts (Backend.Owner set) lives in namespaces
+// the owner account creates and shares through AWS RAM. Cloud Map then
+// changes three things (spec: cloudmap-sharing.md):
+//   - another account's namespaces and services are named by ARN, and
+//     Discover* calls name the owner (OwnerAccount);
+//   - nothing in a shared namespace takes tags: what clustermap created is
+//     told by CreatedByAccount and the CreatorRequestId it sets;
+//   - ListOperations never shows other accounts' operations, so the change
+//     feed is a change record per cluster instead (below).
+
+// shared reports whether the clusterset's namespaces are shared ones.
+func (b *Backend) shared() bool { return b.Owner != "" }
+
+// ownerAccount is the OwnerAccount of Discover* calls: the owner's in a
+// shared namespace, none in one account.
+func (b *Backend) ownerAccount() *string {
+	if b.shared() {
+		return aws.String(b.Owner)
+	}
+	return nil
+}
+
+// ref is how calls name a resource: by ARN in a shared namespace (any
+// account's resources answer to it), else by id as before.
+func (b *Backend) ref(id, arn *string) string {
+	if b.shared() && aws.ToString(arn) != "" {
+		return aws.ToString(arn)
+	}
+	return aws.ToString(id)
+}
+
+// idOf is a ref's id: an ARN ends in it.
+func idOf(ref string) string {
+	if strings.HasPrefix(ref, "arn:") {
+		return ref[strings.LastIndexByte(ref, '/')+1:]
+	}
+	return ref
+}
+
+// creatorMark is the CreatorRequestId of the services clustermap creates
+// in a shared namespace for this clusterset, where tags cannot mark them.
+// Being an idempotency token too, a retried create by the same account
+// returns the service it made.
+func (b *Backend) creatorMark() string {
+	sum := sha256.Sum256([]byte(b.clusterSet))
+	return "clustermap-" + hex.EncodeToString(sum[:8])
+}
+
+// madeByUs tells whether this account's clustermap created a service for
+// this clusterset: never what another account or tool created.
+func (b *Backend) madeByUs(svc *types.Service) bool {
+	return aws.ToString(svc.CreatedByAccount) == b.Account && aws.ToString(svc.CreatorRequestId) == b.creatorMark()
+}
+
+// The change record. Each cluster keeps one instance, named after it, in
+// the service ChangesService of the namespace ChangesNamespace(clusterset),
+// which the owner account creates and shares like the others. Its
+// attributes carry an epoch (the writer's start), a sequence number and the
+// last changeSlots changes ("<seq> <namespace>/<name>"). Importers watch
+// the service's revision (one DiscoverInstancesRevision per poll, whatever
+// the number of services), read the records when it moves, and read the
+// services named since the sequence they last saw; a record whose oldest
+// slot is newer than that (or a new epoch) asks for a catch-up instead.
+
+// ChangesService names the change record's service; a Kubernetes Service
+// name never starts with an underscore.
+const ChangesService = "_changes"
+
+// ChangesNamespace names the Cloud Map namespace of a clusterset's change
+// records; a Kubernetes namespace name has no dots, so no export lands there.
+func ChangesNamespace(clusterSet string) string { return "clustermap." + clusterSet }
+
+const (
+	// changeSlots recent changes fit Cloud Map's 30 custom attributes and
+	// 5,000 characters with the cluster, clusterset, epoch, seq and time
+	// beside them (24 x ~150 characters at most).
+	changeSlots = 24
+	// ChangeWriteInterval spaces a cluster's change-record writes: a
+	// change alone is written at once, a burst once per interval.
+	ChangeWriteInterval = 2 * time.Second
+	// HeartbeatInterval rewrites an idle record, so that its time says
+	// the cluster still has access.
+	HeartbeatInterval = 10 * time.Minute
+
+	attrEpoch   = "epoch"
+	attrSeq     = "seq"
+	attrUpdated = "updated"
+)
+
+type change struct {
+	seq int64
+	key registry.Key
+}
+
+// changeLog is what this cluster's change record says, and whether the
+// record is behind it.
+type changeLog struct {
+	mu      sync.Mutex
+	epoch   string
+	seq     int64
+	recent  []change // oldest first; one entry per key
+	unsent  bool
+	written time.Time
+	wake    chan struct{}
+}
+
+func newChangeLog() *changeLog {
+	return &changeLog{epoch: strconv.FormatInt(time.Now().UnixNano(), 36), wake: make(chan struct{}, 1)}
+}
+
+// note records a change of key; the writer sends it soon.
+func (l *changeLog) note(key registry.Key) {
+	l.mu.Lock()
+	l.seq++
+	l.recent = slices.DeleteFunc(l.recent, func(c change) bool { return c.key == key })
+	l.recent = append(l.recent, change{l.seq, key})
+	if len(l.recent) > changeSlots {
+		l.recent = l.recent[len(l.recent)-changeSlots:]
+	}
+	l.unsent = true
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// due returns the record's attributes when it must be written: changes
+// unsent, or a heartbeat due.
+func (l *changeLog) due(now time.Time, cluster, clusterSet string) (map[string]string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.unsent && now.Sub(l.written) < HeartbeatInterval {
+		return nil, false
+	}
+	attrs := map[string]string{
+		AttrClusterID: cluster, AttrClusterSetID: clusterSet,
+		attrEpoch: l.epoch, attrSeq: strconv.FormatInt(l.seq, 10), attrUpdated: strconv.FormatInt(now.Unix(), 10),
+	}
+	for i, c := range l.recent {
+		attrs[fmt.Sprintf("c%02d", i)] = strconv.FormatInt(c.seq, 10) + " " + c.key.String()
+	}
+	l.unsent = false
+	return attrs, true
+}
+
+// failed puts a write that did not happen back.
+func (l *changeLog) failed() {
+	l.mu.Lock()
+	l.unsent = true
+	l.mu.Unlock()
+}
+
+func (l *changeLog) sent(now time.Time) {
+	l.mu.Lock()
+	l.written = now
+	l.mu.Unlock()
+}
+
+// writeChanges keeps this cluster's change record up to date until ctx
+// ends: at once after a quiet spell, then at most once per
+// ChangeWriteInterval while changes come.
+func (b *Backend) writeChanges(ctx context.Context) {
+	heartbeat := time.NewTicker(HeartbeatInterval)
+	defer heartbeat.Stop()
+	for {
+		attrs, ok := b.feed.due(time.Now(), b.cluster, b.clusterSet)
+		if ok {
+			if err := b.writeRecord(ctx, attrs); err != nil {
+				b.feed.failed()
+				b.log.Error(err, "writing this cluster's change record failed; other accounts see its changes later", "retryIn", ChangeWriteInterval)
+			} else {
+				b.feed.sent(time.Now())
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(ChangeWriteInterval):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.feed.wake:
+		case <-heartbeat.C:
+		}
+	}
+}
+
+// writeRecord registers this cluster's change record (a re-registration
+// replaces its attributes).
+func (b *Backend) writeRecord(ctx context.Context, attrs map[string]string) error {
+	ns := ChangesNamespace(b.clusterSet)
+	nsRef, err := b.ensureNamespace(ctx, ns)
+	if err != nil {
+		return err
+	}
+	key := registry.Key{Namespace: ns, Name: ChangesService}
+	svc, err := b.ensureService(ctx, nsRef, key)
+	if err != nil {
+		return err
+	}
+	_, err = b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(b.cluster), Attributes: attrs})
+	if isNotFound(err) {
+		b.forget(key)
+	}
+	return err
+}
+
+// record is one cluster's change record, as read.
+type record struct {
+	epoch   string
+	seq     int64
+	oldest  int64 // the oldest slot's sequence; 0 without slots
+	changes []change
+	updated time.Time
+}
+
+func parseRecord(attrs map[string]string) (record, bool) {
+	r := record{epoch: attrs[attrEpoch]}
+	seq, err := strconv.ParseInt(attrs[attrSeq], 10, 64)
+	if err != nil || r.epoch == "" {
+		return r, false
+	}
+	r.seq = seq
+	if t, err := strconv.ParseInt(attrs[attrUpdated], 10, 64); err == nil {
+		r.updated = time.Unix(t, 0)
+	}
+	for i := range changeSlots {
+		v, ok := attrs[fmt.Sprintf("c%02d", i)]
+		if !ok {
+			continue
+		}
+		seqText, keyText, _ := strings.Cut(v, " ")
+		ns, name, ok := strings.Cut(keyText, "/")
+		s, err := strconv.ParseInt(seqText, 10, 64)
+		if !ok || err != nil {
+			return r, false
+		}
+		r.changes = append(r.changes, change{s, registry.Key{Namespace: ns, Name: name}})
+		if r.oldest == 0 || s < r.oldest {
+			r.oldest = s
+		}
+	}
+	return r, true
+}
+
+// since is what changed after seq, and whether the record still holds all
+// of it (else the reader catches up).
+func (r record) since(epoch string, seq int64) ([]registry.Key, bool) {
+	if epoch != r.epoch {
+		// A new writer (a restart): its first changes may be gone from
+		// the slots already, unless it made no more than fit.
+		if r.oldest > 1 {
+			return nil, false
+		}
+		seq = 0
+	}
+	if r.seq <= seq {
+		return nil, true
+	}
+	if r.oldest == 0 || seq < r.oldest-1 {
+		return nil, false
+	}
+	var keys []registry.Key
+	for _, c := range r.changes {
+		if c.seq > seq {
+			keys = append(keys, c.key)
+		}
+	}
+	return keys, true
+}
