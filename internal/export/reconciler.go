@@ -187,8 +187,10 @@ func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, be
 // with this one.
 const ReasonNamespaceNotShared mcsv1beta1.ServiceExportConditionReason = "NamespaceNotShared"
 
-// NotSharedRetry is how often an export waiting for a share is tried again.
-const NotSharedRetry = 30 * time.Second
+// NotSharedRetry is how often an export waiting for a share is tried
+// again; the registry asks Cloud Map at most every few seconds for all of
+// them together.
+const NotSharedRetry = 10 * time.Second
 
 // updateStatus applies Valid and Ready, when they changed, as the export
 // side's own conditions (the import side owns Conflict).

@@ -54,6 +54,8 @@ type Backend struct {
 	changed chan registry.Key
 	// feed is this cluster's change record, in a shared namespace.
 	feed *changeLog
+	// unshared are the namespaces a member last found not shared with it.
+	unshared map[string]time.Time
 
 	// WatchOptions tune Watch; OnRead, when set, hears how each of its steps'
 	// reads went.
@@ -72,9 +74,13 @@ func New(c *sd.Client, clusterSet, cluster, controller string, log logr.Logger) 
 		c: c, clusterSet: clusterSet, cluster: cluster, controller: controller, log: log,
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024),
-		feed: newChangeLog(),
+		feed: newChangeLog(), unshared: map[string]time.Time{},
 	}
 }
+
+// unsharedMemory is how long a namespace found not shared is taken as
+// such without asking again.
+const unsharedMemory = 5 * time.Second
 
 // Watch reads Cloud Map's changes into sink until ctx ends; in a shared
 // namespace it also writes this cluster's change record.
@@ -331,13 +337,24 @@ func (b *Backend) ensureNamespace(ctx context.Context, name string) (string, err
 	if ok {
 		return id, nil
 	}
+	member := b.shared() && b.Owner != b.Account
+	notShared := &registry.NotSharedError{Namespace: name, Owner: b.Owner, Account: b.Account}
+	b.mu.Lock()
+	missing := time.Since(b.unshared[name]) < unsharedMemory
+	b.mu.Unlock()
+	if member && missing {
+		return "", notShared // every export waiting for the share costs one listing
+	}
 	id, err := b.findNamespace(ctx, name)
 	if err != nil {
 		return "", err
 	}
-	if id == "" && b.shared() && b.Owner != b.Account {
+	if id == "" && member {
 		// Only the owner account creates the clusterset's namespaces.
-		return "", &registry.NotSharedError{Namespace: name, Owner: b.Owner, Account: b.Account}
+		b.mu.Lock()
+		b.unshared[name] = time.Now()
+		b.mu.Unlock()
+		return "", notShared
 	}
 	if id == "" {
 		out, err := b.c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{

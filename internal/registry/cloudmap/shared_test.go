@@ -138,9 +138,11 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 	}
 
 	// Both ways, and two accounts' exports of one service in one Cloud Map service.
-	if err := west.b.Publish(ctx, export("west", web, "10.2.0.1")); err != nil {
-		t.Fatal(err)
-	}
+	// The member finds the share on a retry (it takes a namespace it found
+	// missing as such for a few seconds).
+	waitUntil(t, "the member's export is published", func() bool {
+		return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil
+	})
 	if err := east.b.Publish(ctx, export("east", web, "10.1.0.2")); err != nil {
 		t.Fatal(err)
 	}
