@@ -49,8 +49,9 @@ AWS_SECRET_ACCESS_KEY). The controller logs the Region and the account
 
 A clusterset across AWS accounts: one account owns the clusterset's Cloud
 Map namespaces and shares them with the others through AWS RAM; every
-cluster, the owner's too, names it with --cloudmap-owner-account (see
-docs/accounts-and-regions.md).`,
+cluster, the owner's too, names it with --cloudmap-owner-account. A
+clusterset across Regions: each cluster exports to its own Region and
+imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = zap.New(zap.UseFlagOptions(&zapOpts))
@@ -72,6 +73,7 @@ docs/accounts-and-regions.md).`,
 	f.StringVar(&o.Context, "context", "", "kubeconfig context")
 	f.StringVar(&o.CloudMapEndpoint, "cloudmap-endpoint", "", "Cloud Map endpoint URL (default: the AWS endpoint of the region)")
 	f.StringVar(&o.OwnerAccount, "cloudmap-owner-account", "", "the AWS account that owns the clusterset's Cloud Map namespaces and shares them with the other accounts through AWS RAM (default: none, every cluster in one account)")
+	f.StringSliceVar(&o.Regions, "regions", nil, "every AWS Region the clusterset's clusters export to: this cluster exports to its own (--region) and imports from all of them (default: its own only)")
 	f.StringVar(&o.Region, "region", "", "AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, the shared config file, then EC2 instance metadata)")
 	f.Float64Var(&o.CloudMapQPS, "cloudmap-qps", controller.DefaultCloudMapQPS, "Cloud Map control-plane calls (all but Discover*) per second, at most")
 	f.IntVar(&o.CloudMapBurst, "cloudmap-burst", controller.DefaultCloudMapBurst, "Cloud Map control-plane call burst")

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -95,6 +97,17 @@ func Table(w io.Writer, clusters []Cluster) error {
 			}
 			fmt.Fprintf(tw, "  controller %s (%s, modes %s), last report %s, last Cloud Map sync %s\n",
 				ctl.Holder, orDash(ctl.Version), orDash(strings.Join(ctl.Modes, ",")), ctl.LastReport.Format("2006-01-02T15:04:05Z07:00"), sync)
+			for _, name := range slices.Sorted(maps.Keys(ctl.Sources)) {
+				s := ctl.Sources[name]
+				sync := "never"
+				if s.LastSync != nil {
+					sync = s.LastSync.Format("2006-01-02T15:04:05Z07:00")
+				}
+				if s.Error != "" {
+					sync += ", failing: " + s.Error
+				}
+				fmt.Fprintf(tw, "  Cloud Map %s (Region/account): last sync %s\n", name, sync)
+			}
 		}
 		fmt.Fprintln(tw, "  EXPORT\tVALID\tREADY\tCONFLICT")
 		for _, e := range c.Exports {

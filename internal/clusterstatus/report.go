@@ -5,6 +5,7 @@
 package clusterstatus
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -43,7 +44,10 @@ type Controller struct {
 	LastReport    time.Time  `json:"lastReport"`
 	LastCloudMap  *time.Time `json:"lastCloudMapSync,omitempty"`
 	CloudMapError string     `json:"cloudMapError,omitempty"`
-	PeersDown     []string   `json:"peersDown,omitempty"`
+	// Sources is each Cloud Map Region (and account) read: its last sync
+	// and error.
+	Sources   map[string]statuslease.Source `json:"cloudMapSources,omitempty"`
+	PeersDown []string                      `json:"peersDown,omitempty"`
 }
 
 // Export is a ServiceExport and its conditions ("True/Exported").
@@ -165,6 +169,9 @@ func controllerOf(l *coordinationv1.Lease) *Controller {
 	}
 	if t, err := time.Parse(time.RFC3339, a[statuslease.AnnotationLastSync]); err == nil {
 		ctl.LastCloudMap = &t
+	}
+	if v := a[statuslease.AnnotationSources]; v != "" {
+		_ = json.Unmarshal([]byte(v), &ctl.Sources) // a report from a newer release may differ: shown without
 	}
 	return ctl
 }

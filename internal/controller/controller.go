@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -50,6 +51,9 @@ type Options struct {
 	// clusterset's Cloud Map namespaces and shares them, through AWS RAM,
 	// with the accounts of the other clusters.
 	OwnerAccount string
+	// Regions are every Region the clusterset's clusters export to: this
+	// cluster exports to its own (Region) and imports from all of them.
+	Regions []string
 	// CloudMapCredentials, when set, replace the default credential chain
 	// (the local emulator's).
 	CloudMapCredentials aws.CredentialsProvider
@@ -161,15 +165,15 @@ var setRootLogger sync.Once
 // cloudMapCalls counts Cloud Map calls (HTTP attempts) for /metrics.
 var cloudMapCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "clustermap_cloudmap_calls_total",
-	Help: "Cloud Map API calls, retries included, by operation and result (ok or error).",
-}, []string{"operation", "result"})
+	Help: "Cloud Map API calls, retries included, by operation, result (ok or error) and Region.",
+}, []string{"operation", "result", "region"})
 
-func countCall(op string, err error) {
+func countCall(region, op string, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
-	cloudMapCalls.WithLabelValues(op, result).Inc()
+	cloudMapCalls.WithLabelValues(op, result, region).Inc()
 }
 
 // Shipped Cloud Map call budgets, per controller. Control-plane limits are
@@ -245,27 +249,26 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	var sd *servicediscovery.Client
+	var regions []mcs.Region
 	var account string
 	if o.MCS || o.CloudMapDNS {
 		kube.Register(metrics.Registry, cloudMapCalls)
 		co := cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, Credentials: o.CloudMapCredentials, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
-			DataQPS: o.CloudMapDataQPS, DataBurst: o.CloudMapDataBurst,
-			OnCall: func(op string, err error) {
-				countCall(op, err)
-				if o.OnCloudMapCall != nil {
-					o.OnCloudMapCall(op, err)
-				}
-			}}
-		if sd, err = cloudmapclient.New(ctx, co); err != nil {
+			DataQPS: o.CloudMapDataQPS, DataBurst: o.CloudMapDataBurst}
+		if sd, regions, err = cloudMapClients(ctx, co, o); err != nil {
 			return err
 		}
 		if account, err = callerAccount(ctx, co, o.OwnerAccount != ""); err != nil {
 			return err
 		}
-		log.Info("using Cloud Map", "region", sd.Options().Region, "account", account, "namespaceOwner", o.OwnerAccount)
+		names := make([]string, len(regions))
+		for i, r := range regions {
+			names[i] = r.Name
+		}
+		log.Info("using Cloud Map", "region", sd.Options().Region, "account", account, "namespaceOwner", o.OwnerAccount, "importRegions", names)
 	}
 	if o.MCS {
-		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
+		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
 			Namespaces: inScope, Recorder: recorder, Log: log,
 			OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) }, OnRead: reporter.CloudMapRead}); err != nil {
 			return err
@@ -292,6 +295,46 @@ func Run(ctx context.Context, o Options) error {
 		reporter.PeersDown = peers.Down
 	}
 	return mgr.Start(ctx)
+}
+
+// cloudMapClients makes the home Region's client and, for --regions, one
+// per Region (the home one among them), each with its own call budgets:
+// AWS applies its quotas per account and Region.
+func cloudMapClients(ctx context.Context, co cloudmapclient.Options, o Options) (*servicediscovery.Client, []mcs.Region, error) {
+	client := func(region string) (*servicediscovery.Client, error) {
+		co := co
+		if region != "" {
+			co.Region = region
+		}
+		var name string
+		co.OnCall = func(op string, err error) {
+			countCall(name, op, err)
+			if o.OnCloudMapCall != nil {
+				o.OnCloudMapCall(op, err)
+			}
+		}
+		c, err := cloudmapclient.New(ctx, co)
+		if err == nil {
+			name = c.Options().Region
+		}
+		return c, err
+	}
+	home, err := client("")
+	if err != nil {
+		return nil, nil, err
+	}
+	regions := []mcs.Region{{Name: home.Options().Region, Client: home}}
+	for _, r := range o.Regions {
+		if slices.ContainsFunc(regions, func(have mcs.Region) bool { return have.Name == r }) {
+			continue
+		}
+		c, err := client(r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--regions %s: %w", r, err)
+		}
+		regions = append(regions, mcs.Region{Name: r, Client: c})
+	}
+	return home, regions, nil
 }
 
 // callerAccount asks which account the controller runs as: to log, and

@@ -23,6 +23,7 @@ import (
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/multi"
 )
 
 // Options of the MCS mode.
@@ -30,7 +31,10 @@ type Options struct {
 	// Registry, when set, makes the registry of a cluster instead of Cloud
 	// Map (tests: a memory registry).
 	Registry func(clusterid.Identity) registry.Registry
+	// CloudMap is the home Region's client: exports go there. Regions,
+	// when set, are every Region the clusterset reads, the home one too.
 	CloudMap *servicediscovery.Client
+	Regions  []Region
 	// Owner, when set, is the account owning the clusterset's shared
 	// namespaces; Account is this cluster's.
 	Owner, Account string
@@ -46,8 +50,14 @@ type Options struct {
 	// OnIdentity hears the identity once it is valid; OnRead how each read
 	// of the registry went (the status Lease reports both).
 	OnIdentity func(clusterid.Identity)
-	OnRead     func(error)
+	OnRead     func(source string, err error)
 	Log        logr.Logger
+}
+
+// Region is one Region's Cloud Map client.
+type Region struct {
+	Name   string
+	Client *servicediscovery.Client
 }
 
 // Setup adds the export and import reconcilers, and the registry watcher
@@ -64,10 +74,7 @@ func Setup(mgr manager.Manager, o Options) error {
 		if o.Registry != nil {
 			reg = o.Registry(id)
 		} else {
-			backend := cloudmap.New(o.CloudMap, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap"))
-			backend.RecordVersion, backend.WatchOptions, backend.OnRead = o.RecordVersion, o.Watch, o.OnRead
-			backend.Owner, backend.Account = o.Owner, o.Account
-			reg = backend
+			reg = cloudMapRegistry(o, id)
 		}
 		if o.OnIdentity != nil {
 			o.OnIdentity(id)
@@ -91,6 +98,33 @@ func Setup(mgr manager.Manager, o Options) error {
 		_, err := clusterid.Read(r.Context(), mgr.GetAPIReader())
 		return err
 	})
+}
+
+// cloudMapRegistry is the home Region's Cloud Map, or with several
+// Regions, every Region's read together and the home one written.
+func cloudMapRegistry(o Options, id clusterid.Identity) registry.Registry {
+	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
+		b := cloudmap.New(c, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap").WithValues("region", region))
+		b.RecordVersion, b.WatchOptions, b.Owner, b.Account = o.RecordVersion, o.Watch, o.Owner, o.Account
+		source := region + "/" + o.Account
+		if o.OnRead != nil {
+			b.OnRead = func(err error) { o.OnRead(source, err) }
+		}
+		return b
+	}
+	home := backend(o.CloudMap, o.CloudMap.Options().Region)
+	if len(o.Regions) <= 1 {
+		return home
+	}
+	m := &multi.Registry{Home: home}
+	for _, r := range o.Regions {
+		src := registry.Registry(home)
+		if r.Client != o.CloudMap {
+			src = backend(r.Client, r.Name)
+		}
+		m.Sources = append(m.Sources, multi.Source{Name: r.Name, Registry: src})
+	}
+	return m
 }
 
 // identityPoll is how often the ClusterProperties are read until valid.

@@ -7,6 +7,8 @@ package statuslease
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -30,6 +32,9 @@ const (
 	AnnotationModes        = "clustermap.io/modes"
 	AnnotationLastSync     = "clustermap.io/cloudmap-last-sync"
 	AnnotationCloudMapErr  = "clustermap.io/cloudmap-error"
+	// AnnotationSources is each Cloud Map source's (Region/account) last
+	// sync and error, as JSON: {"us-east-1/111111111111": {"lastSync": ..., "error": ...}}.
+	AnnotationSources = "clustermap.io/cloudmap-sources"
 	AnnotationPeersDown    = "clustermap.io/peers-down"
 	AnnotationHeartbeatSec = "clustermap.io/heartbeat-seconds"
 )
@@ -50,11 +55,16 @@ type Reporter struct {
 	// PeersDown, when set, lists the syndicate peers that are down.
 	PeersDown func() []string
 
-	mu       sync.Mutex
-	cluster  string
-	lastSync time.Time
-	lastErr  string
-	changed  chan struct{}
+	mu      sync.Mutex
+	cluster string
+	sources map[string]*Source
+	changed chan struct{}
+}
+
+// Source is how reading one Cloud Map source (a Region, as an account) went.
+type Source struct {
+	LastSync *time.Time `json:"lastSync,omitempty"`
+	Error    string     `json:"error,omitempty"`
 }
 
 // SetCluster names the cluster once its identity is known.
@@ -67,23 +77,33 @@ func (r *Reporter) SetCluster(id string) {
 	}
 }
 
-// CloudMapRead records the outcome of one read of Cloud Map.
-func (r *Reporter) CloudMapRead(err error) {
+// CloudMapRead records the outcome of one read of a Cloud Map source
+// (its Region and account, "us-east-1/111111111111").
+func (r *Reporter) CloudMapRead(source string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.sources == nil {
+		r.sources = map[string]*Source{}
+	}
+	s := r.sources[source]
+	if s == nil {
+		s = &Source{}
+		r.sources[source] = s
+	}
 	msg := ""
 	if err != nil {
 		msg = err.Error()
 	} else {
-		r.lastSync = time.Now()
+		now := time.Now().UTC().Truncate(time.Second)
+		s.LastSync = &now
 	}
 	// A change between working and failing is written at once; a new
 	// message while failing (each names its request) waits for the
 	// heartbeat.
-	if (msg == "") != (r.lastErr == "") {
+	if (msg == "") != (s.Error == "") {
 		r.poke()
 	}
-	r.lastErr = msg
+	s.Error = msg
 }
 
 func (r *Reporter) poke() {
@@ -101,10 +121,26 @@ func (r *Reporter) annotations() map[string]string {
 	defer r.mu.Unlock()
 	a := map[string]string{
 		AnnotationCluster: r.cluster, AnnotationVersion: r.Version, AnnotationModes: strings.Join(r.Modes, ","),
-		AnnotationCloudMapErr: r.lastErr, AnnotationHeartbeatSec: "60",
+		AnnotationCloudMapErr: "", AnnotationHeartbeatSec: "60",
 	}
-	if !r.lastSync.IsZero() {
-		a[AnnotationLastSync] = r.lastSync.UTC().Format(time.RFC3339)
+	// The overall last sync is the oldest source's: one Region behind
+	// shows; the error, the first failing source's.
+	var oldest *time.Time
+	for _, name := range slices.Sorted(maps.Keys(r.sources)) {
+		s := r.sources[name]
+		if s.Error != "" && a[AnnotationCloudMapErr] == "" {
+			a[AnnotationCloudMapErr] = s.Error
+		}
+		if s.LastSync != nil && (oldest == nil || s.LastSync.Before(*oldest)) {
+			oldest = s.LastSync
+		}
+	}
+	if oldest != nil {
+		a[AnnotationLastSync] = oldest.Format(time.RFC3339)
+	}
+	if len(r.sources) > 0 {
+		b, _ := json.Marshal(r.sources)
+		a[AnnotationSources] = string(b)
 	}
 	if r.PeersDown != nil {
 		a[AnnotationPeersDown] = strings.Join(r.PeersDown(), ",")
@@ -159,12 +195,28 @@ func signature(a map[string]string) string {
 		switch k {
 		case AnnotationLastSync:
 			v = "synced" // the first sync is news, later ones are not
+		case AnnotationSources:
+			v = sourcesSignature(v)
 		case AnnotationCloudMapErr:
 			if v != "" {
 				v = "failing"
 			}
 		}
 		b.WriteString(k + "=" + v + "\n")
+	}
+	return b.String()
+}
+
+// sourcesSignature is which sources synced and which fail.
+func sourcesSignature(v string) string {
+	var sources map[string]Source
+	if json.Unmarshal([]byte(v), &sources) != nil {
+		return v
+	}
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(sources)) {
+		s := sources[name]
+		b.WriteString(fmt.Sprintf("%s:%v:%v;", name, s.LastSync != nil, s.Error != ""))
 	}
 	return b.String()
 }

@@ -1,6 +1,10 @@
 package statuslease
 
-import "testing"
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+)
 
 // What changes on every read does not make a write; a change of state does.
 func TestSignature(t *testing.T) {
@@ -26,5 +30,32 @@ func TestSignature(t *testing.T) {
 	}
 	if signature(nil) == signature(base) {
 		t.Error("the first report should be written")
+	}
+}
+
+// Each Region's (and account's) reads are reported apart; the overall sync
+// is the oldest, the overall error the first failing source's; one source
+// starting to fail is news, another sync of a working one is not.
+func TestSources(t *testing.T) {
+	r := &Reporter{}
+	r.CloudMapRead("us-east-1/111111111111", nil)
+	r.CloudMapRead("eu-west-1/111111111111", nil)
+	first := r.annotations()
+	r.CloudMapRead("us-east-1/111111111111", nil)
+	if signature(first) != signature(r.annotations()) {
+		t.Error("another sync of a working Region should wait for the heartbeat")
+	}
+	r.CloudMapRead("eu-west-1/111111111111", errors.New("503 in eu-west-1"))
+	a := r.annotations()
+	if signature(first) == signature(a) {
+		t.Error("a Region starting to fail should be written at once")
+	}
+	if a[AnnotationCloudMapErr] != "503 in eu-west-1" {
+		t.Errorf("overall error %q", a[AnnotationCloudMapErr])
+	}
+	var sources map[string]Source
+	if err := json.Unmarshal([]byte(a[AnnotationSources]), &sources); err != nil || len(sources) != 2 ||
+		sources["eu-west-1/111111111111"].Error == "" || sources["us-east-1/111111111111"].LastSync == nil {
+		t.Errorf("sources %s (%v)", a[AnnotationSources], err)
 	}
 }

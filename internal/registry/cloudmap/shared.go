@@ -150,8 +150,8 @@ func (l *changeLog) note(key registry.Key) {
 func (l *changeLog) due(now time.Time, cluster, clusterSet string) (map[string]string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.unsent && now.Sub(l.written) < HeartbeatInterval {
-		return nil, false
+	if l.seq == 0 || !l.unsent && now.Sub(l.written) < HeartbeatInterval {
+		return nil, false // nothing exported yet (or a Region this cluster only reads), or nothing new
 	}
 	attrs := map[string]string{
 		AttrClusterID: cluster, AttrClusterSetID: clusterSet,
