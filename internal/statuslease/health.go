@@ -27,14 +27,14 @@ const LeaseName = "clustermap-status"
 
 // Annotations of the status Lease.
 const (
-	AnnotationCluster      = "clustermap.io/cluster"
-	AnnotationVersion      = "clustermap.io/version"
-	AnnotationModes        = "clustermap.io/modes"
-	AnnotationLastSync     = "clustermap.io/cloudmap-last-sync"
-	AnnotationCloudMapErr  = "clustermap.io/cloudmap-error"
+	AnnotationCluster     = "clustermap.io/cluster"
+	AnnotationVersion     = "clustermap.io/version"
+	AnnotationModes       = "clustermap.io/modes"
+	AnnotationLastSync    = "clustermap.io/cloudmap-last-sync"
+	AnnotationCloudMapErr = "clustermap.io/cloudmap-error"
 	// AnnotationSources is each Cloud Map source's (Region/account) last
 	// sync and error, as JSON: {"us-east-1/111111111111": {"lastSync": ..., "error": ...}}.
-	AnnotationSources = "clustermap.io/cloudmap-sources"
+	AnnotationSources      = "clustermap.io/cloudmap-sources"
 	AnnotationPeersDown    = "clustermap.io/peers-down"
 	AnnotationHeartbeatSec = "clustermap.io/heartbeat-seconds"
 )

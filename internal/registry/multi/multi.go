@@ -31,7 +31,9 @@ type Registry struct {
 
 var _ registry.Registry = (*Registry)(nil)
 
-func (m *Registry) Publish(ctx context.Context, e registry.Export) error { return m.Home.Publish(ctx, e) }
+func (m *Registry) Publish(ctx context.Context, e registry.Export) error {
+	return m.Home.Publish(ctx, e)
+}
 
 func (m *Registry) Withdraw(ctx context.Context, key registry.Key) error {
 	return m.Home.Withdraw(ctx, key)
