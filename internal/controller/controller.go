@@ -199,6 +199,9 @@ func Run(ctx context.Context, o Options) error {
 	if !o.MCS && !o.CloudMapDNS && !o.Syndicate {
 		return errors.New("no reconciler selected: enable --mcs, --cloudmap-dns or --syndicate")
 	}
+	if err := o.Watch.Validate(); err != nil {
+		return fmt.Errorf("--stale-cluster-expiry: %w", err)
+	}
 	cfg, err := restConfig(o)
 	if err != nil {
 		return fmt.Errorf("reaching the cluster: %w (pass --kubeconfig and --context, or run in a cluster)", err)

@@ -74,7 +74,7 @@ func Setup(mgr manager.Manager, o Options) error {
 		if o.Registry != nil {
 			reg = o.Registry(id)
 		} else {
-			reg = cloudMapRegistry(o, id)
+			reg = cloudMapRegistry(o, id, staleEvents(mgr.GetAPIReader(), o.Recorder))
 		}
 		if o.OnIdentity != nil {
 			o.OnIdentity(id)
@@ -102,10 +102,11 @@ func Setup(mgr manager.Manager, o Options) error {
 
 // cloudMapRegistry is the home Region's Cloud Map, or with several
 // Regions, every Region's read together and the home one written.
-func cloudMapRegistry(o Options, id clusterid.Identity) registry.Registry {
+func cloudMapRegistry(o Options, id clusterid.Identity, onStale func(string, time.Time, bool)) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
 		b := cloudmap.New(c, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap").WithValues("region", region))
 		b.RecordVersion, b.WatchOptions, b.Owner, b.Account = o.RecordVersion, o.Watch, o.Owner, o.Account
+		b.OnStale = onStale
 		source := region + "/" + o.Account
 		if o.OnRead != nil {
 			b.OnRead = func(err error) { o.OnRead(source, err) }
@@ -125,6 +126,24 @@ func cloudMapRegistry(o Options, id clusterid.Identity) registry.Registry {
 		m.Sources = append(m.Sources, multi.Source{Name: r.Name, Registry: src})
 	}
 	return m
+}
+
+// staleEvents tells, on this cluster's ClusterProperty, that another
+// cluster's exports are dropped as stale, or taken back.
+func staleEvents(c client.Reader, rec record.EventRecorder) func(string, time.Time, bool) {
+	return func(cluster string, lastSeen time.Time, stale bool) {
+		cp := &aboutv1alpha1.ClusterProperty{}
+		if c.Get(context.Background(), client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp) != nil {
+			return
+		}
+		if stale {
+			rec.Eventf(cp, corev1.EventTypeWarning, "ClusterExportsDropped",
+				"cluster %s has not written its change record since %s (past --stale-cluster-expiry): its exports are no longer imported here; it lost access to the clusterset's namespaces, or is gone (docs/troubleshooting.md)",
+				cluster, lastSeen.UTC().Format(time.RFC3339))
+			return
+		}
+		rec.Eventf(cp, corev1.EventTypeNormal, "ClusterExportsRestored", "cluster %s writes its change record again: its exports are imported again", cluster)
+	}
 }
 
 // identityPoll is how often the ClusterProperties are read until valid.

@@ -61,6 +61,9 @@ type Backend struct {
 	// reads went.
 	WatchOptions WatchOptions
 	OnRead       func(error)
+	// OnStale, when set, hears that a cluster's exports are dropped (its
+	// change record is older than WatchOptions.StaleAfter) or taken back.
+	OnStale func(cluster string, lastSeen time.Time, stale bool)
 }
 
 type ownOp struct {

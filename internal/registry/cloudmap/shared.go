@@ -98,9 +98,9 @@ const (
 	// ChangeWriteInterval spaces a cluster's change-record writes: a
 	// change alone is written at once, a burst once per interval.
 	ChangeWriteInterval = 2 * time.Second
-	// HeartbeatInterval rewrites an idle record, so that its time says
-	// the cluster still has access.
-	HeartbeatInterval = 10 * time.Minute
+	// DefaultHeartbeat rewrites an idle record, so that its time says
+	// the cluster still has access (WatchOptions.Heartbeat).
+	DefaultHeartbeat = 10 * time.Minute
 
 	attrEpoch   = "epoch"
 	attrSeq     = "seq"
@@ -147,10 +147,10 @@ func (l *changeLog) note(key registry.Key) {
 
 // due returns the record's attributes when it must be written: changes
 // unsent, or a heartbeat due.
-func (l *changeLog) due(now time.Time, cluster, clusterSet string) (map[string]string, bool) {
+func (l *changeLog) due(now time.Time, heartbeat time.Duration, cluster, clusterSet string) (map[string]string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.seq == 0 || !l.unsent && now.Sub(l.written) < HeartbeatInterval {
+	if l.seq == 0 || !l.unsent && now.Sub(l.written) < heartbeat {
 		return nil, false // nothing exported yet (or a Region this cluster only reads), or nothing new
 	}
 	attrs := map[string]string{
@@ -181,10 +181,12 @@ func (l *changeLog) sent(now time.Time) {
 // ends: at once after a quiet spell, then at most once per
 // ChangeWriteInterval while changes come.
 func (b *Backend) writeChanges(ctx context.Context) {
-	heartbeat := time.NewTicker(HeartbeatInterval)
+	opts := b.WatchOptions
+	opts.defaults()
+	heartbeat := time.NewTicker(opts.Heartbeat)
 	defer heartbeat.Stop()
 	for {
-		attrs, ok := b.feed.due(time.Now(), b.cluster, b.clusterSet)
+		attrs, ok := b.feed.due(time.Now(), opts.Heartbeat, b.cluster, b.clusterSet)
 		if ok {
 			if err := b.writeRecord(ctx, attrs); err != nil {
 				b.feed.failed()

@@ -3,6 +3,8 @@ package cloudmap_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -33,11 +35,12 @@ type member struct {
 	b     *cloudmap.Backend
 	c     *sd.Client
 	calls *cloudmapclient.Calls
-	mu    sync.Mutex
-	heard map[registry.Key][]registry.Export
+	mu          sync.Mutex
+	heard       map[registry.Key][]registry.Export
+	staleEvents []string
 }
 
-func newMember(t *testing.T, ctx context.Context, url, key, account, cluster string) *member {
+func newMember(t *testing.T, ctx context.Context, url, key, account, cluster string, opts ...cloudmap.WatchOptions) *member {
 	t.Helper()
 	m := &member{calls: &cloudmapclient.Calls{}, heard: map[registry.Key][]registry.Export{}}
 	var err error
@@ -49,6 +52,14 @@ func newMember(t *testing.T, ctx context.Context, url, key, account, cluster str
 	}
 	m.b = cloudmap.New(m.c, "set", cluster, "test", logr.Discard())
 	m.b.Owner, m.b.Account = ownerAccount, account
+	if len(opts) > 0 {
+		m.b.WatchOptions = opts[0]
+	}
+	m.b.OnStale = func(cluster string, _ time.Time, stale bool) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.staleEvents = append(m.staleEvents, fmt.Sprintf("%s:%v", cluster, stale))
+	}
 	go func() {
 		_ = m.b.Watch(ctx, registry.SinkFuncs{OnSet: func(key registry.Key, e []registry.Export) {
 			m.mu.Lock()
@@ -192,5 +203,58 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 	other := registry.Key{Namespace: "apps", Name: "other"}
 	if err := west.b.Publish(ctx, export("west", other, "10.2.0.3")); !errors.As(err, &notShared) {
 		t.Fatalf("publishing after the unshare: %v, want a NotSharedError", err)
+	}
+}
+
+// A cluster that stops writing its change record (gone, or cut off) has
+// its exports dropped once the record is older than the expiry, and taken
+// back when it writes again. Heartbeat and expiry are seconds here rather
+// than the shipped 10 minutes and off, so that the test takes seconds.
+func TestStaleClusterExpiry(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := cloudmaplocal.New(cloudmaplocal.Options{Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(srv.Handler())
+	defer func() { api.Close(); srv.Close() }()
+	opts := cloudmap.WatchOptions{Heartbeat: time.Second, StaleAfter: 4 * time.Second}
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := (cloudmap.WatchOptions{StaleAfter: time.Minute}).Validate(); err == nil {
+		t.Error("an expiry under three shipped heartbeats (10 min) was accepted")
+	}
+	east := newMember(t, ctx, api.URL, "AKIDOWNER", ownerAccount, "east", opts)
+	westCtx, stopWest := context.WithCancel(ctx)
+	west := newMember(t, westCtx, api.URL, "AKIDMEMBER", memberAccount, "west", opts)
+	web := registry.Key{Namespace: "apps", Name: "web"}
+	if err := east.b.Publish(ctx, export("east", web, "10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the owner's change record", func() bool {
+		ns, _ := cloudmapclient.FindOwnedNamespace(ctx, east.c, cloudmap.ChangesNamespace("set"), types.NamespaceTypeHttp, ownerAccount)
+		return ns != nil
+	})
+	for _, ns := range []string{"apps", cloudmap.ChangesNamespace("set")} {
+		if err := srv.Share(namespaceARN(t, east.c, ns), memberAccount); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the member's export", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
+	waitUntil(t, "the owner imports both", func() bool { return len(east.clusters(web)) == 2 })
+
+	// The member goes silent; its records stay in Cloud Map.
+	stopWest()
+	waitUntil(t, "the member's exports dropped", func() bool { return slices.Equal(east.clusters(web), []string{"east"}) })
+	// It comes back (a new writer) and writes again.
+	west = newMember(t, ctx, api.URL, "AKIDMEMBER", memberAccount, "west", opts)
+	waitUntil(t, "the member's export again", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
+	waitUntil(t, "the owner imports both again", func() bool { return len(east.clusters(web)) == 2 })
+	east.mu.Lock()
+	defer east.mu.Unlock()
+	if !slices.Equal(east.staleEvents, []string{"west:true", "west:false"}) {
+		t.Errorf("stale events %v, want west dropped then taken back", east.staleEvents)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -48,6 +49,20 @@ type WatchOptions struct {
 	// MaxLookback is how far back a poll reads operations after a gap;
 	// a longer gap is caught up instead.
 	MaxLookback time.Duration
+	// Across accounts (change records): Heartbeat is how often an idle
+	// cluster rewrites its record; StaleAfter, when set, drops the exports
+	// of a cluster whose record is older than that (it lost access, or is
+	// gone) until it writes again. At least three heartbeats.
+	Heartbeat, StaleAfter time.Duration
+}
+
+// Validate says what is wrong with the options a user set.
+func (o WatchOptions) Validate() error {
+	o.defaults()
+	if o.StaleAfter > 0 && o.StaleAfter < 3*o.Heartbeat {
+		return fmt.Errorf("a stale-cluster expiry of %v is under three heartbeats (%v): a cluster that is only quiet would be dropped", o.StaleAfter, 3*o.Heartbeat)
+	}
+	return nil
 }
 
 func (o *WatchOptions) defaults() {
@@ -88,6 +103,9 @@ func (o *WatchOptions) defaults() {
 	if o.MaxLookback == 0 {
 		o.MaxLookback = time.Hour
 	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
 }
 
 // Watcher turns Cloud Map changes into Sink calls.
@@ -120,6 +138,7 @@ type Watcher struct {
 	feedRev  int64
 	feeds    map[string]feedMark
 	lastSeen map[string]time.Time // each other cluster's record's time
+	stale    map[string]bool      // clusters whose exports are dropped
 }
 
 type feedMark struct {
@@ -135,7 +154,7 @@ func NewWatcher(b *Backend, sink registry.Sink, opts WatchOptions) *Watcher {
 		dirty: map[registry.Key]time.Time{}, seen: map[string]time.Time{}, revisions: map[registry.Key]int64{},
 		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
 		elsewhere: map[string]bool{}, nsByID: map[string]*types.Namespace{},
-		feedRev: -1, feeds: map[string]feedMark{}, lastSeen: map[string]time.Time{},
+		feedRev: -1, feeds: map[string]feedMark{}, lastSeen: map[string]time.Time{}, stale: map[string]bool{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
 		lookups: rate.NewLimiter(rate.Limit(opts.GetOperationRate), opts.MaxGetOperations),
 	}
@@ -221,6 +240,42 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 	return nil
 }
 
+// judgeStale drops the exports of clusters whose change record is older
+// than StaleAfter and takes back those that wrote again: every service is
+// read anew (once per such change, data-plane calls).
+func (w *Watcher) judgeStale(now time.Time) {
+	if w.opts.StaleAfter <= 0 {
+		return
+	}
+	changed := false
+	for cluster, seen := range w.lastSeen {
+		stale := now.Sub(seen) > w.opts.StaleAfter
+		if stale == w.stale[cluster] {
+			continue
+		}
+		changed = true
+		if stale {
+			w.stale[cluster] = true
+			w.b.log.Info("dropping the exports of a cluster whose change record is stale: it lost access to the clusterset's namespaces, or is gone",
+				"cluster", cluster, "lastSeen", seen, "staleAfter", w.opts.StaleAfter)
+		} else {
+			delete(w.stale, cluster)
+			w.b.log.Info("a cluster whose exports were dropped writes its change record again; importing them again", "cluster", cluster)
+		}
+		if w.b.OnStale != nil {
+			w.b.OnStale(cluster, seen, stale)
+		}
+	}
+	if changed {
+		for key := range w.revisions {
+			w.dirty[key] = time.Time{}
+		}
+		for key := range w.exported {
+			w.dirty[key] = time.Time{}
+		}
+	}
+}
+
 // baseline marks every change so far as read, before a listing that reads
 // every service.
 func (w *Watcher) baseline(ctx context.Context) error {
@@ -243,6 +298,7 @@ func (w *Watcher) pollChanges(ctx context.Context, baseline bool) error {
 	})
 	if err == nil && !baseline && aws.ToInt64(rev.InstancesRevision) == w.feedRev {
 		w.clock.LastPoll = now
+		w.judgeStale(now)
 		return nil
 	}
 	var out *sd.DiscoverInstancesOutput
@@ -262,6 +318,7 @@ func (w *Watcher) pollChanges(ctx context.Context, baseline bool) error {
 	if err != nil {
 		return err
 	}
+	defer w.judgeStale(now)
 	for _, in := range out.Instances {
 		cluster := in.Attributes[AttrClusterID]
 		if cluster == w.b.cluster {
@@ -592,7 +649,7 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 	for i, in := range out.Instances {
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
 	}
-	exports := Decode(key, instances)
+	exports := slices.DeleteFunc(Decode(key, instances), func(e registry.Export) bool { return w.stale[e.Cluster] })
 	if exports == nil {
 		exports = []registry.Export{}
 	}
