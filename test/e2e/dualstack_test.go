@@ -41,14 +41,20 @@ func TestIPv6OnlyClusters(t *testing.T) {
 }
 
 func (w *world) familyExport(t *testing.T, ns string, families []corev1.IPFamily) {
+	w.familyExportFrom(t, 0, ns, families)
+}
+
+// familyExportFrom exports a PreferDualStack app from the cluster at index
+// from and checks every cluster's import.
+func (w *world) familyExportFrom(t *testing.T, from int, ns string, families []corev1.IPFamily) {
 	const name = "web"
 	w.allNamespaces(t, ns)
-	src := w.clients[0]
+	src := w.clients[from]
 	app(t, src, ns, name, 3, false, httpPort(80, 8080))
 	updateService(t, src, ns, name, func(s *corev1.Service) { s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack) })
 	exportService(t, src, ns, name)
 	var podIPs []string
-	harness.Eventually(t, importDeadline, "pods ready in cluster-1", func() error {
+	harness.Eventually(t, importDeadline, "pods ready in "+w.env.Clusters[from].ID, func() error {
 		var err error
 		if podIPs, err = readyPodIPs(src, ns, name); err == nil && len(podIPs) != 3*len(families) {
 			err = fmt.Errorf("ready addresses %v, want 3 per family", podIPs)

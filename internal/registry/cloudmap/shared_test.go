@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -32,9 +32,9 @@ const (
 // member is one cluster of a clusterset spanning accounts: its backend,
 // at the shipped budgets, and what its watcher heard.
 type member struct {
-	b     *cloudmap.Backend
-	c     *sd.Client
-	calls *cloudmapclient.Calls
+	b           *cloudmap.Backend
+	c           *sd.Client
+	calls       *cloudmapclient.Calls
 	mu          sync.Mutex
 	heard       map[registry.Key][]registry.Export
 	staleEvents []string
