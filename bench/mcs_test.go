@@ -148,13 +148,13 @@ func (p *perCluster) snapshot(id string) map[string]float64 {
 // startCounted runs the controllers at the shipped defaults, counting
 // each cluster's Cloud Map calls.
 func startCounted(ctx context.Context, env *devenv.Env, url string) (*perCluster, func() error) {
-	counts, _, wait := startCountedLogged(ctx, env, url)
+	counts, _, wait := startCountedLogged(ctx, env, url, nil)
 	return counts, wait
 }
 
 // startCountedLogged is startCounted that also counts each cluster's error
 // log lines.
-func startCountedLogged(ctx context.Context, env *devenv.Env, url string) (*perCluster, map[string]*errorLog, func() error) {
+func startCountedLogged(ctx context.Context, env *devenv.Env, url string, tune func(cluster string, o *controller.Options)) (*perCluster, map[string]*errorLog, func() error) {
 	counts := &perCluster{n: map[string]*cloudmapclient.Calls{}}
 	byConfig := map[string]string{}
 	errs := map[string]*errorLog{}
@@ -163,7 +163,12 @@ func startCountedLogged(ctx context.Context, env *devenv.Env, url string) (*perC
 		errs[c.ID] = &errorLog{}
 	}
 	wait := env.StartControllers(ctx, url, func(c *devenv.Cluster) logr.Logger { return errs[c.ID].logger() },
-		func(o *controller.Options) { o.OnCloudMapCall = counts.hook(byConfig[o.Config.Host]) })
+		func(o *controller.Options) {
+			o.OnCloudMapCall = counts.hook(byConfig[o.Config.Host])
+			if tune != nil {
+				tune(byConfig[o.Config.Host], o)
+			}
+		})
 	return counts, errs, wait
 }
 
@@ -184,7 +189,7 @@ func BenchmarkMCS(b *testing.B) {
 	// 5,050 pods need 6 nodes of 1,022 addresses.
 	env := harness.ClustersWith(b, devenv.Options{Clusters: 3, Nodes: 6})
 	cm := harness.CloudMap(b, cloudmaplocal.Options{})
-	counts, errs, wait := startCountedLogged(ctx, env, cm.URL)
+	counts, errs, wait := startCountedLogged(ctx, env, cm.URL, nil)
 	defer func() { cancel(); _ = wait() }()
 
 	clients := make([]client.Client, 3)

@@ -214,7 +214,8 @@ func (w *writeCounter) stop() map[string]int {
 }
 
 // BenchmarkIdle: a steady clusterset at the shipped defaults, with 10, 500
-// and 2,000 services exported by cluster-1 and imported by cluster-2.
+// and 2,000 services exported by cluster-1 and imported by cluster-2; in
+// one account, then across two (cluster-1 in the member account).
 // For each size, 2 minutes after convergence, it counts over a window
 // (10 minutes; CLUSTERMAP_BENCH_WINDOW shortens it for a quick look) each
 // cluster's Cloud Map calls per minute (target <= 60 whatever the size),
@@ -230,11 +231,25 @@ func BenchmarkIdle(b *testing.B) {
 		}
 		windowLen = d
 	}
+	for _, p := range pairs {
+		b.Run(p.name, func(b *testing.B) { idle(b, p, windowLen) })
+	}
+}
+
+// idle is BenchmarkIdle for one pair: in one account, or across two
+// (cluster-1 exporting from the member account).
+func idle(b *testing.B, p pairSetup, windowLen time.Duration) {
+	const sizes, perNS = 2000, 100
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	env := harness.Clusters(b, 2)
-	cm := harness.CloudMap(b, cloudmaplocal.Options{MaxInstancesPerNamespace: 100000})
-	counts, wait := startCounted(ctx, env, cm.URL)
+	cm := harness.CloudMap(b, p.emulator(cloudmaplocal.Options{MaxInstancesPerNamespace: 100000}))
+	var nsNames []string
+	for n := range sizes / perNS {
+		nsNames = append(nsNames, fmt.Sprintf("idle-%d", n))
+	}
+	p.share(ctx, b, cm, nsNames...)
+	counts, _, wait := startCountedLogged(ctx, env, cm.URL, p.tune(env.Clusters[0].ID))
 	defer func() { cancel(); _ = wait() }()
 	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
@@ -246,13 +261,14 @@ func BenchmarkIdle(b *testing.B) {
 	}
 	imported := track(ctx, b, env.Clusters[1], imports.ManagedBy, mcsv1beta1.LabelServiceName)
 	writes := []*writeCounter{countWrites(ctx, b, env.Clusters[0]), countWrites(ctx, b, env.Clusters[1])}
-	const perNS = 100
 	have := 0
 	b.ResetTimer()
 	type result struct {
 		size      int
 		converge  time.Duration
 		perMin    [2]float64
+		control   [2]float64
+		data      [2]float64
 		byOp      [2]string
 		cmWrites  float64
 		k8sWrites [2]map[string]int
@@ -304,6 +320,9 @@ func BenchmarkIdle(b *testing.B) {
 		for i, c := range env.Clusters {
 			t, byOp := callsBetween(before[i], counts.snapshot(c.ID))
 			r.perMin[i], r.byOp[i] = t/windowLen.Minutes(), byOp
+			calls := diffMap(before[i], counts.snapshot(c.ID))
+			control, data := controlPlane(calls)
+			r.control[i], r.data[i] = control/windowLen.Minutes(), data/windowLen.Minutes()
 		}
 		for op, v := range cmAfter {
 			switch op {
@@ -315,10 +334,10 @@ func BenchmarkIdle(b *testing.B) {
 		results = append(results, r)
 	}
 	b.StopTimer()
-	fmt.Printf("idle clusterset at the shipped defaults, cluster-1 exporting, cluster-2 importing, window %v starting 2 minutes after convergence:\n", windowLen)
+	fmt.Printf("idle clusterset (%s) at the shipped defaults, cluster-1 exporting, cluster-2 importing, window %v starting 2 minutes after convergence:\n", p.name, windowLen)
 	for _, r := range results {
-		fmt.Printf("  %4d services (converged in %v): Cloud Map calls/min cluster-1 %.1f, cluster-2 %.1f (target <= 60); Cloud Map writes %.0f; Kubernetes writes cluster-1 %v, cluster-2 %v\n",
-			r.size, r.converge.Round(time.Second), r.perMin[0], r.perMin[1], r.cmWrites, r.k8sWrites[0], r.k8sWrites[1])
+		fmt.Printf("  %4d services (converged in %v): Cloud Map calls/min cluster-1 %.1f (control %.1f, data %.1f), cluster-2 %.1f (control %.1f, data %.1f) (target <= 60 control); Cloud Map writes %.0f; Kubernetes writes cluster-1 %v, cluster-2 %v\n",
+			r.size, r.converge.Round(time.Second), r.perMin[0], r.control[0], r.data[0], r.perMin[1], r.control[1], r.data[1], r.cmWrites, r.k8sWrites[0], r.k8sWrites[1])
 		fmt.Printf("       cluster-1 [%s]\n       cluster-2 [%s]\n", r.byOp[0], r.byOp[1])
 		b.ReportMetric(max(r.perMin[0], r.perMin[1]), fmt.Sprintf("calls/min@%d", r.size))
 	}

@@ -483,8 +483,10 @@ func (w *Watcher) operations(ctx context.Context) (foreign []string, err error) 
 		}
 		w.seen[id] = now
 		if key, own := w.b.takeOwnOp(id); own {
+			// Read back, without polling faster: this cluster's own writes
+			// are read back anyway (Backend.reread), and fast polls during
+			// its bulk export would take the budget its writes need.
 			w.dirty[key] = time.Time{}
-			w.clock.LastChange = now
 			continue
 		}
 		foreign = append(foreign, id)
@@ -493,12 +495,14 @@ func (w *Watcher) operations(ctx context.Context) (foreign []string, err error) 
 	if full {
 		w.lastFull = now
 	}
-	// An operation seen more than an overlap ago updated before any later
-	// window (at most an overlap back from this poll) begins: none lists
-	// it again. (A fast poll's own window is shorter: pruning by it made
-	// the next full poll take operations for new.)
+	// An operation seen more than an overlap (and the second the date
+	// filter rounds down to) ago updated before any later window begins:
+	// none lists it again. (A fast poll's own window is shorter: pruning
+	// by it made the next full poll take operations for new; pruning
+	// without the rounding second made this cluster's own operations
+	// come back as foreign ones, a GetOperation each.)
 	for id, t := range w.seen {
-		if now.Sub(t) > w.opts.Overlap {
+		if now.Sub(t) > w.opts.Overlap+time.Second {
 			delete(w.seen, id)
 		}
 	}
