@@ -17,6 +17,8 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -46,12 +48,15 @@ const (
 func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 	w := worldWithoutControllers(t, 3, cloudmaplocal.Options{Account: ownerAccount, Accounts: map[string]string{"AKIDMEMBER": memberAccount}})
 	memberHost, westHost := w.env.Clusters[1].Config.Host, w.env.Clusters[2].Config.Host
+	var ownerCalls, memberCalls cloudmapclient.Calls
 	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
 		o.OwnerAccount = ownerAccount
 		o.Regions = []string{"us-east-1", "eu-west-1"}
+		o.OnCloudMapCall = ownerCalls.Record
 		switch o.Config.Host {
 		case memberHost:
 			o.CloudMapCredentials = credentials.NewStaticCredentialsProvider("AKIDMEMBER", "secret", "")
+			o.OnCloudMapCall = memberCalls.Record
 		case westHost:
 			o.Region = "eu-west-1"
 		}
@@ -126,6 +131,44 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 	w.importedEverywhere(t, time.Second, ns, "far", "cluster-3", farIPs)
 	w.setFaults(t, `{}`)
 
+	// Unexports in both accounts: each removes its records and the Cloud
+	// Map service it created, and every import goes.
+	for _, u := range []struct {
+		cl   client.Client
+		name string
+	}{{member, "web"}, {west, "far"}} {
+		harness.Must(t, u.cl.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.name}}))
+	}
+	for i, cl := range w.clients {
+		for _, name := range []string{"web", "far"} {
+			harness.Eventually(t, importDeadline, fmt.Sprintf("%s/%s gone from %s", ns, name, w.env.Clusters[i].ID), func() error {
+				if _, err := getImport(cl, ns, name); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("import still there (%v)", err)
+				}
+				return nil
+			})
+		}
+	}
+	for region, name := range map[string]string{"us-east-1": "web", "eu-west-1": "far"} {
+		harness.Eventually(t, importDeadline, "Cloud Map service "+name+" deleted by its creator", func() error {
+			c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: w.cm.URL, Region: region, Credentials: cloudmapclient.LocalCredentials})
+			if err != nil {
+				return err
+			}
+			out, err := c.ListServices(context.Background(), &sd.ListServicesInput{Filters: []types.ServiceFilter{
+				{Name: types.ServiceFilterNameNamespaceId, Values: []string{w.ownerNamespaces(t, region, ns)[0]}}}})
+			if err != nil {
+				return err
+			}
+			for _, svc := range out.Services {
+				if aws.ToString(svc.Name) == name {
+					return fmt.Errorf("service %s still there", name)
+				}
+			}
+			return nil
+		})
+	}
+
 	// Unsharing: the member keeps what it imported and its next export
 	// says the share is missing.
 	w.share(t, http.MethodDelete, w.ownerNamespaces(t, "us-east-1", ns)[0], memberAccount)
@@ -134,6 +177,11 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 	harness.Eventually(t, importDeadline+cloudmapRetry, "NamespaceNotShared after the unshare", wantCondition(member, ns, "late", "Ready", "False/NamespaceNotShared"))
 	time.Sleep(10 * time.Second)
 	w.importedEverywhere(t, time.Second, ns, "api", "cluster-1", apiIPs)
+
+	t.Run("the IAM policies allow exactly the calls made", func(t *testing.T) {
+		checkPolicy(t, "mcs-shared-owner", ownerCalls.Snapshot())
+		checkPolicy(t, "mcs-shared-member", memberCalls.Snapshot())
+	})
 }
 
 // ownerNamespaces waits for the owner account's namespaces of these names

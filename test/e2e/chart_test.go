@@ -117,6 +117,7 @@ func TestChart(t *testing.T) {
 	}
 	t.Run("every mode combination renders and applies (server dry run)", func(t *testing.T) { everyMode(t, w, ch) })
 	t.Run("bad values fail with a clear message", func(t *testing.T) { badValues(t, ch) })
+	t.Run("accounts and Regions reach the controller", func(t *testing.T) { accountsValues(t, ch) })
 	t.Run("MCS works with the chart's ServiceAccount only", func(t *testing.T) { w.asServiceAccount(t, ch) })
 }
 
@@ -191,6 +192,9 @@ func badValues(t *testing.T, ch *chart.Chart) {
 			v["syndicate"] = map[string]any{"enabled": true, "peerGracePeriod": "ten minutes"}
 		}, "peerGracePeriod"},
 		{"a bad role ARN", func(v map[string]any) { v["serviceAccount"] = map[string]any{"roleArn": "clustermap"} }, "roleArn"},
+		{"an owner account that is no account", func(v map[string]any) { v["cloudMap"] = map[string]any{"ownerAccount": "1234"} }, "ownerAccount"},
+		{"a Region list with no Region", func(v map[string]any) { v["cloudMap"] = map[string]any{"regions": []any{"Ireland"}} }, "regions"},
+		{"a bad expiry", func(v map[string]any) { v["cloudMap"] = map[string]any{"staleClusterExpiry": "a day"} }, "staleClusterExpiry"},
 	} {
 		v := modeValues(true, false, false, false)
 		delete(v, "serviceMonitor")
@@ -201,6 +205,30 @@ func badValues(t *testing.T, ch *chart.Chart) {
 			t.Errorf("%s: want an error naming %q, got %v", c.what, c.error, err)
 		} else {
 			t.Logf("%s: %v", c.what, strings.ReplaceAll(err.Error(), "\n", " "))
+		}
+	}
+}
+
+func accountsValues(t *testing.T, ch *chart.Chart) {
+	v := modeValues(true, false, false, false)
+	v["cloudMap"] = map[string]any{"ownerAccount": "111111111111", "regions": []any{"us-east-1", "eu-west-1"}, "staleClusterExpiry": "2h"}
+	objs, err := render(ch, v)
+	harness.Must(t, err)
+	var args []string
+	for _, u := range objs {
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			for _, a := range c.(map[string]any)["args"].([]any) {
+				args = append(args, a.(string))
+			}
+		}
+	}
+	for _, want := range []string{"--cloudmap-owner-account=111111111111", "--regions=us-east-1,eu-west-1", "--stale-cluster-expiry=2h"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("the controller's arguments lack %s: %v", want, args)
 		}
 	}
 }

@@ -92,14 +92,13 @@ func checkPolicy(t *testing.T, mode string, calls map[string]float64) {
 	}
 	// Every mode creates only with clustermap's mark; the DNS mode deletes
 	// by the tag it has always set (services of versions before the mark).
-	deleteKey := map[string]string{"mcs": cloudmapclient.TagManagedBy, "cloudmap-dns": cloudmapdns.TagCreatedBy}[mode]
+	// In a namespace shared across accounts nothing takes tags: services
+	// are created only in the owner's namespaces and deleted only by the
+	// account that created them.
 	for op := range calls {
-		if !strings.HasPrefix(op, "Create") && !strings.HasPrefix(op, "Delete") {
+		want := policyCondition(mode, op)
+		if want == "" {
 			continue
-		}
-		want := "aws:RequestTag/" + cloudmapclient.TagManagedBy
-		if strings.HasPrefix(op, "Delete") {
-			want = "aws:ResourceTag/" + deleteKey
 		}
 		_, conds := p.allows(op)
 		for _, c := range conds {
@@ -116,4 +115,23 @@ func checkPolicy(t *testing.T, mode string, calls map[string]float64) {
 		}
 	}
 	t.Logf("iam/%s.json: the %d Cloud Map operations called: %v", mode, len(calls), slices.Sorted(maps.Keys(calls)))
+}
+
+// policyCondition is the condition key a mode's policy must put on an
+// operation that creates or deletes ("" for the others).
+func policyCondition(mode, op string) string {
+	shared := strings.HasPrefix(mode, "mcs-shared-")
+	switch {
+	case shared && op == "CreateService":
+		return "servicediscovery:NamespaceArn"
+	case shared && op == "DeleteService":
+		return "servicediscovery:ServiceCreatedByAccount"
+	case strings.HasPrefix(op, "Create"):
+		return "aws:RequestTag/" + cloudmapclient.TagManagedBy
+	case strings.HasPrefix(op, "Delete") && mode == "cloudmap-dns":
+		return "aws:ResourceTag/" + cloudmapdns.TagCreatedBy
+	case strings.HasPrefix(op, "Delete"):
+		return "aws:ResourceTag/" + cloudmapclient.TagManagedBy
+	}
+	return ""
 }
