@@ -63,7 +63,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("serviceexport").
 		// Failed publishes retry at most 10 s apart, so that exports catch up
 		// soon after a Cloud Map outage (the default backoff reaches minutes).
-		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 10*time.Second)}).
+		// Several exports at once, so that the Cloud Map budget, not one
+		// export's round trips in turn, bounds a bulk export.
+		WithOptions(controller.Options{MaxConcurrentReconciles: exportWorkers,
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 10*time.Second)}).
 		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(inScope, specOrDeletion)).
 		Watches(&corev1.Service{}, sameName, builder.WithPredicates(inScope)).
 		Watches(&discoveryv1.EndpointSlice{}, ofService, builder.WithPredicates(inScope)).
@@ -181,6 +184,11 @@ func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, be
 		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se, before))
 	}
 }
+
+// exportWorkers is how many exports are published at once: an export's
+// calls run 8 at a time (cloudmapclient.FanOut) but its steps one after
+// another, and at 20 calls/s four keep the budget busy.
+const exportWorkers = 4
 
 // ReasonNamespaceNotShared is the Ready reason (and Event reason) of an
 // export whose Cloud Map namespace another account owns and has not shared

@@ -11,6 +11,7 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -55,7 +56,8 @@ type Backend struct {
 	// feed is this cluster's change record, in a shared namespace.
 	feed *changeLog
 	// unshared are the namespaces a member last found not shared with it.
-	unshared map[string]time.Time
+	unshared  map[string]time.Time
+	nsLookups singleflight.Group
 
 	// WatchOptions tune Watch; OnRead, when set, hears how each of its steps'
 	// reads went.
@@ -340,6 +342,13 @@ func (b *Backend) ensureNamespace(ctx context.Context, name string) (string, err
 	if ok {
 		return id, nil
 	}
+	// Exports of one new namespace published at once look it up (and
+	// create it) once.
+	ref, err, _ := b.nsLookups.Do(name, func() (any, error) { return b.lookUpNamespace(ctx, name) })
+	return ref.(string), err
+}
+
+func (b *Backend) lookUpNamespace(ctx context.Context, name string) (string, error) {
 	member := b.shared() && b.Owner != b.Account
 	notShared := &registry.NotSharedError{Namespace: name, Owner: b.Owner, Account: b.Account}
 	b.mu.Lock()

@@ -71,7 +71,8 @@ func TestPollFrom(t *testing.T) {
 	}{
 		{"first poll: the overlap", clock{Now: t0}, time.Time{}, t0.Add(-o.Overlap), true},
 		{"fast poll: a second back", clock{Now: t0, LastPoll: t0.Add(-300 * time.Millisecond)}, t0.Add(-time.Second), t0.Add(-1300 * time.Millisecond), false},
-		{"full poll: the overlap", clock{Now: t0, LastPoll: t0.Add(-time.Second)}, t0.Add(-2 * time.Second), t0.Add(-time.Second - o.Overlap), true},
+		{"poll: a second back", clock{Now: t0, LastPoll: t0.Add(-o.PollInterval)}, t0.Add(-o.Overlap + time.Second), t0.Add(-o.PollInterval - time.Second), false},
+		{"full poll once an overlap: the overlap", clock{Now: t0, LastPoll: t0.Add(-time.Second)}, t0.Add(-o.Overlap), t0.Add(-time.Second - o.Overlap), true},
 		{"after an outage: from the last successful poll", clock{Now: t0, LastPoll: t0.Add(-time.Minute)}, t0.Add(-time.Minute), t0.Add(-time.Minute - o.Overlap), true},
 	} {
 		from, full := pollFrom(tc.c, tc.lastFull, o)

@@ -111,6 +111,33 @@ func namespaceARN(t *testing.T, c *sd.Client, name string) string {
 	return aws.ToString(ns.Arn)
 }
 
+// accountsEmulator serves an owner and a member account.
+func accountsEmulator(t *testing.T) (*cloudmaplocal.Server, string) {
+	t.Helper()
+	srv, err := cloudmaplocal.New(cloudmaplocal.Options{Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { api.Close(); srv.Close() })
+	return srv, api.URL
+}
+
+// shareWithMember waits for the namespaces the owner's first export makes
+// (apps and the change records') and shares them with the member account.
+func shareWithMember(t *testing.T, srv *cloudmaplocal.Server, owner *member) {
+	t.Helper()
+	waitUntil(t, "the owner's change record", func() bool {
+		ns, _ := cloudmapclient.FindOwnedNamespace(context.Background(), owner.c, cloudmap.ChangesNamespace("set"), types.NamespaceTypeHttp, ownerAccount)
+		return ns != nil
+	})
+	for _, ns := range []string{"apps", cloudmap.ChangesNamespace("set")} {
+		if err := srv.Share(namespaceARN(t, owner.c, ns), memberAccount); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Two accounts, one clusterset: the owner's namespaces shared with the
 // member through RAM. Exports flow both ways through the change records; a
 // namespace not shared is an error naming the owner, and touches nothing;
@@ -118,14 +145,9 @@ func namespaceARN(t *testing.T, c *sd.Client, name string) string {
 func TestClusterSetAcrossAccounts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	defer func() { api.Close(); srv.Close() }()
-	east := newMember(t, ctx, api.URL, "AKIDOWNER", ownerAccount, "east")
-	west := newMember(t, ctx, api.URL, "AKIDMEMBER", memberAccount, "west")
+	srv, url := accountsEmulator(t)
+	east := newMember(t, ctx, url, "AKIDOWNER", ownerAccount, "east")
+	west := newMember(t, ctx, url, "AKIDMEMBER", memberAccount, "west")
 	web := registry.Key{Namespace: "apps", Name: "web"}
 	api2 := registry.Key{Namespace: "apps", Name: "api"}
 
@@ -138,15 +160,7 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 	if err := east.b.Publish(ctx, export("east", api2, "10.1.0.1")); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the owner wrote its change record", func() bool {
-		ns, _ := cloudmapclient.FindOwnedNamespace(ctx, east.c, cloudmap.ChangesNamespace("set"), types.NamespaceTypeHttp, ownerAccount)
-		return ns != nil
-	})
-	for _, ns := range []string{"apps", cloudmap.ChangesNamespace("set")} {
-		if err := srv.Share(namespaceARN(t, east.c, ns), memberAccount); err != nil {
-			t.Fatal(err)
-		}
-	}
+	shareWithMember(t, srv, east)
 
 	// Both ways, and two accounts' exports of one service in one Cloud Map service.
 	// The member finds the share on a retry (it takes a namespace it found
@@ -213,12 +227,7 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 func TestStaleClusterExpiry(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	defer func() { api.Close(); srv.Close() }()
+	srv, url := accountsEmulator(t)
 	opts := cloudmap.WatchOptions{Heartbeat: time.Second, StaleAfter: 4 * time.Second}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
@@ -226,22 +235,14 @@ func TestStaleClusterExpiry(t *testing.T) {
 	if err := (cloudmap.WatchOptions{StaleAfter: time.Minute}).Validate(); err == nil {
 		t.Error("an expiry under three shipped heartbeats (10 min) was accepted")
 	}
-	east := newMember(t, ctx, api.URL, "AKIDOWNER", ownerAccount, "east", opts)
+	east := newMember(t, ctx, url, "AKIDOWNER", ownerAccount, "east", opts)
 	westCtx, stopWest := context.WithCancel(ctx)
-	west := newMember(t, westCtx, api.URL, "AKIDMEMBER", memberAccount, "west", opts)
+	west := newMember(t, westCtx, url, "AKIDMEMBER", memberAccount, "west", opts)
 	web := registry.Key{Namespace: "apps", Name: "web"}
 	if err := east.b.Publish(ctx, export("east", web, "10.1.0.1")); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the owner's change record", func() bool {
-		ns, _ := cloudmapclient.FindOwnedNamespace(ctx, east.c, cloudmap.ChangesNamespace("set"), types.NamespaceTypeHttp, ownerAccount)
-		return ns != nil
-	})
-	for _, ns := range []string{"apps", cloudmap.ChangesNamespace("set")} {
-		if err := srv.Share(namespaceARN(t, east.c, ns), memberAccount); err != nil {
-			t.Fatal(err)
-		}
-	}
+	shareWithMember(t, srv, east)
 	waitUntil(t, "the member's export", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
 	waitUntil(t, "the owner imports both", func() bool { return len(east.clusters(web)) == 2 })
 
@@ -249,7 +250,7 @@ func TestStaleClusterExpiry(t *testing.T) {
 	stopWest()
 	waitUntil(t, "the member's exports dropped", func() bool { return slices.Equal(east.clusters(web), []string{"east"}) })
 	// It comes back (a new writer) and writes again.
-	west = newMember(t, ctx, api.URL, "AKIDMEMBER", memberAccount, "west", opts)
+	west = newMember(t, ctx, url, "AKIDMEMBER", memberAccount, "west", opts)
 	waitUntil(t, "the member's export again", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
 	waitUntil(t, "the owner imports both again", func() bool { return len(east.clusters(web)) == 2 })
 	east.mu.Lock()
