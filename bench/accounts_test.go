@@ -124,11 +124,11 @@ func diffMap(before, after map[string]float64) map[string]float64 {
 // importer's (target p99 <= 5 s across accounts).
 func BenchmarkAccounts(b *testing.B) {
 	type result struct {
-		name            string
-		bulk, lastReady time.Duration
-		exporterCalls   map[string]float64
-		podP50, podP99  time.Duration
-		podCalls        [2]map[string]float64
+		name           string
+		bulk           time.Duration
+		exporterCalls  map[string]float64
+		podP50, podP99 time.Duration
+		podCalls       [2]map[string]float64
 	}
 	var results []result
 	for _, p := range pairs {
