@@ -326,7 +326,13 @@ func (w *Watcher) pollChanges(ctx context.Context, baseline bool) error {
 		}
 		r, ok := parseRecord(in.Attributes)
 		if !ok {
-			w.clock.CatchUpWanted = !baseline
+			// A record this release cannot read (a newer writer's, say):
+			// each change of it is caught up, not read.
+			mark := feedMark{epoch: "unreadable " + in.Attributes[attrEpoch] + "/" + in.Attributes[attrSeq]}
+			if w.feeds[cluster] != mark && !baseline {
+				w.clock.CatchUpWanted = true
+			}
+			w.feeds[cluster] = mark
 			continue
 		}
 		prev := w.feeds[cluster]
