@@ -261,8 +261,12 @@ func Run(ctx context.Context, o Options) error {
 		if sd, regions, err = cloudMapClients(ctx, co, o); err != nil {
 			return err
 		}
-		if account, err = callerAccount(ctx, co, o.OwnerAccount != ""); err != nil {
-			return err
+		if account, err = callerAccount(ctx, co); err != nil {
+			if o.OwnerAccount != "" {
+				return fmt.Errorf("%w: a clusterset across accounts (--cloudmap-owner-account) needs this account's id; allow sts:GetCallerIdentity through an STS endpoint (AWS_ENDPOINT_URL_STS for a VPC endpoint)", err)
+			}
+			log.Info("cannot tell which AWS account this is (only logs and clustermap status miss it)", "error", err.Error())
+			account = "unknown"
 		}
 		names := make([]string, len(regions))
 		for i, r := range regions {
@@ -341,22 +345,13 @@ func cloudMapClients(ctx context.Context, co cloudmapclient.Options, o Options) 
 }
 
 // callerAccount asks which account the controller runs as: to log, and
-// for a clusterset across accounts, to tell its own records from others'
-// (then it is needed). STS is not Cloud Map: a private cluster may lack
-// its endpoint, so the lookup is bounded.
-func callerAccount(ctx context.Context, co cloudmapclient.Options, needed bool) (string, error) {
+// for a clusterset across accounts, to tell its own records from others'.
+// STS is not Cloud Map: a private cluster may lack its endpoint, so the
+// lookup is bounded.
+func callerAccount(ctx context.Context, co cloudmapclient.Options) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	co.MaxAttempts = 2
-	account, err := cloudmapclient.CallerAccount(ctx, co)
-	switch {
-	case err == nil:
-		return account, nil
-	case needed:
-		return "", fmt.Errorf("%w: a clusterset across accounts (--cloudmap-owner-account) needs this account's id; allow sts:GetCallerIdentity through an STS endpoint (AWS_ENDPOINT_URL_STS for a VPC endpoint)", err)
-	default:
-		return "unknown (" + err.Error() + ")", nil
-	}
+	return cloudmapclient.CallerAccount(ctx, co)
 }
 
 func modes(o Options) []string {
