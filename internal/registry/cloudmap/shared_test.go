@@ -223,12 +223,15 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 // A cluster that stops writing its change record (gone, or cut off) has
 // its exports dropped once the record is older than the expiry, and taken
 // back when it writes again. Heartbeat and expiry are seconds here rather
-// than the shipped 10 minutes and off, so that the test takes seconds.
+// than the shipped 10 minutes and off, so that the test takes seconds; the
+// expiry leaves room for how old a live record can look: written every
+// ChangeWriteInterval (2 s) at the fastest, its time in whole seconds,
+// read at the next poll (1.5 s), up to about 5 s.
 func TestStaleClusterExpiry(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv, url := accountsEmulator(t)
-	opts := cloudmap.WatchOptions{Heartbeat: time.Second, StaleAfter: 4 * time.Second}
+	opts := cloudmap.WatchOptions{Heartbeat: time.Second, StaleAfter: 8 * time.Second}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
