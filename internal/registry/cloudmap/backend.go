@@ -514,6 +514,10 @@ func (b *Backend) forget(key registry.Key) {
 }
 
 func (b *Backend) ownOp(id *string, key registry.Key) {
+	if b.shared() {
+		// No ListOperations feed reads (and expires) them there.
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.ownOps[aws.ToString(id)] = ownOp{key: key, started: time.Now()}
