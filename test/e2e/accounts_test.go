@@ -49,7 +49,7 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 	w := worldWithoutControllers(t, 3, cloudmaplocal.Options{Account: ownerAccount, Accounts: map[string]string{"AKIDMEMBER": memberAccount}})
 	memberHost, westHost := w.env.Clusters[1].Config.Host, w.env.Clusters[2].Config.Host
 	var ownerCalls, memberCalls cloudmapclient.Calls
-	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
+	tune := func(o *controller.Options) {
 		o.OwnerAccount = ownerAccount
 		o.Regions = []string{"us-east-1", "eu-west-1"}
 		o.OnCloudMapCall = ownerCalls.Record
@@ -60,7 +60,9 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 		case westHost:
 			o.Region = "eu-west-1"
 		}
-	}))
+	}
+	stop := w.startControllers(t, tune)
+	t.Cleanup(func() { stop() })
 	const ns = "accounts"
 	w.allNamespaces(t, ns)
 	owner, member, west := w.clients[0], w.clients[1], w.clients[2]
@@ -94,6 +96,14 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 	apiIPs := waitPods(t, owner, ns, "api", 4)
 	w.importedEverywhere(t, importDeadline, ns, "api", "cluster-1", apiIPs)
 	farIPs := waitPods(t, west, ns, "far", 4)
+	w.importedEverywhere(t, importDeadline, ns, "far", "cluster-3", farIPs)
+	// Every controller restarts: each lists what the clusterset holds in
+	// both accounts' view (ListServices) and keeps every import.
+	stop()
+	stop = w.startControllers(t, tune)
+	time.Sleep(3 * time.Second) // past the restarted controllers' first reads
+	w.importedEverywhere(t, importDeadline, ns, "web", "cluster-2", waitPods(t, member, ns, "web", 4))
+	w.importedEverywhere(t, importDeadline, ns, "api", "cluster-1", apiIPs)
 	w.importedEverywhere(t, importDeadline, ns, "far", "cluster-3", farIPs)
 	// One VIP per family and DNS answers for both, from the other Region,
 	// in a namespace the owner made and shared beforehand (as a platform
