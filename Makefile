@@ -17,7 +17,7 @@ export GOTOOLCHAIN
 all: build
 
 ## tools: build the pinned kube-apiserver, kube-proxy, etcd, kwok, controller-gen, staticcheck,
-## govulncheck and its database (from the pinned golang.org/x/vulndb) into ./bin; install the Debian packages the data plane uses (nftables, dnsutils, curl)
+## kubectl, govulncheck and its database (from the pinned golang.org/x/vulndb) into ./bin; install the Debian packages the data plane and its pods use (nftables, dnsutils, curl, socat, netcat-openbsd)
 tools:
 	@hack/build-tools.sh
 

@@ -36,10 +36,12 @@ build "$tools" k8s.io/kubernetes \
 	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
 	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
 	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
-	kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
+	kube-proxy=k8s.io/kubernetes/cmd/kube-proxy \
+	kubectl=k8s.io/kubernetes/cmd/kubectl
 build "$tools" go.etcd.io/etcd/server/v3 etcd=go.etcd.io/etcd/server/v3
 build "$tools" sigs.k8s.io/controller-tools controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
 build "$tools/kwok" sigs.k8s.io/kwok kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
+build "$tools/coredns" github.com/coredns/coredns coredns=github.com/clustermap/clustermap/hack/tools/coredns
 build "$tools/lint" honnef.co/go/tools staticcheck=honnef.co/go/tools/cmd/staticcheck
 build "$tools/vuln" golang.org/x/vuln govulncheck=golang.org/x/vuln/cmd/govulncheck
 build "$tools/vuln" golang.org/x/vulndb indexdb=golang.org/x/vulndb/cmd/indexdb
@@ -58,8 +60,15 @@ else
 fi
 
 # The data plane (dev up --dataplane) runs kube-proxy in nftables mode, which
-# needs nft; the demo and tests ask it with curl and dig.
-if ! command -v nft >/dev/null || ! command -v dig >/dev/null || ! command -v curl >/dev/null; then
-	echo "tools: installing Debian packages nftables dnsutils curl"
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables dnsutils curl >/dev/null
+# needs nft. Its pods run the host's programs: what pods and exec sessions
+# commonly need (sh, socat, nc with -4/-6, dig, nslookup, curl).
+need=()
+for p in nft:nftables dig:dnsutils nslookup:dnsutils curl:curl socat:socat nc:netcat-openbsd; do
+	command -v "${p%%:*}" >/dev/null || need+=("${p#*:}")
+done
+# nc must be OpenBSD's (-4/-6, -u, -w, -q); another netcat may be installed.
+if command -v nc >/dev/null && ! nc -h 2>&1 | grep -q -- '-4'; then need+=(netcat-openbsd); fi
+if [[ ${#need[@]} -gt 0 ]]; then
+	echo "tools: installing Debian packages ${need[*]}"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi

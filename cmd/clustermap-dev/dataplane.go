@@ -59,6 +59,8 @@ func newDevNode() *cobra.Command {
 	f.StringVar(&o.Cluster, "cluster", "", "cluster id")
 	f.StringVar(&o.KubeProxy, "kube-proxy", "", "kube-proxy binary")
 	f.StringVar(&o.Clustermap, "clustermap", "", "clustermap binary (its DNS server runs in the node)")
+	f.StringVar(&o.CoreDNS, "coredns", "", "CoreDNS binary (the cluster's DNS, forwarding clusterset.local to clustermap's)")
+	f.BoolVar(&o.AllPods, "all-pods", false, "run every pod (but those on the host's network), not only the annotated ones")
 	return cmd
 }
 

@@ -112,11 +112,16 @@ func newRoot() *cobra.Command {
 	ipamCmd.Flags().StringVar(&ipamKubeconfig, "kubeconfig", "", "kubeconfig of the cluster")
 
 	dev.PersistentFlags().StringVar(&stateIn, "state-dir", defaultDevDir, "directory holding the environment's files")
-	up.Flags().BoolVar(&opts.Dataplane, "dataplane", false, "give every cluster a real network: kube-proxy, clusterset DNS, a namespace and server per pod annotated "+dataplane.Annotation+"=true (root, nft)")
-	demo.Flags().BoolVar(&opts.Dataplane, "dataplane", true, "end with a real request from cluster-2 to cluster-1 (see dev up --dataplane)")
+	up.Flags().BoolVar(&opts.Dataplane, "dataplane", false, dataplaneHelp)
+	up.Flags().BoolVar(&opts.AllPods, "all-pods", false, "with --dataplane, network and run every pod (but those on the host's network), not only those annotated "+dataplane.Annotation+"=true")
+	demo.Flags().BoolVar(&opts.Dataplane, "dataplane", true, "end with a real request from cluster-2 to cluster-1 (see dev up --dataplane, whose risks apply)")
 	dev.AddCommand(up, down, demo, ipamCmd, newDevNode(), newDevPodServer(), newDevExec(&stateIn), newDevUDP(), newDevProbe())
 	return dev
 }
+
+// dataplaneHelp states what the data plane runs, and its risks.
+const dataplaneHelp = `give every cluster a real network (needs root and nft): kube-proxy and clusterset DNS in a node namespace per cluster, and a network namespace per pod annotated ` + dataplane.Annotation + `=true (every pod with --all-pods) in which its containers' commands run, and kubectl exec and logs work.
+DEV ONLY, RISKS: containers' commands and exec sessions run as HOST PROCESSES, as root, with the host's programs and files; only the network (and /etc/resolv.conf) is the pod's. Images are not pulled and nothing is isolated: anyone who can create a pod or exec into one in these clusters runs commands as root on this machine. Never point it at pod specs you do not trust.`
 
 func printUsage(cmd *cobra.Command, env *devenv.Env) {
 	w := cmd.OutOrStdout()

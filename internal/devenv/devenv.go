@@ -69,9 +69,11 @@ type Options struct {
 	// it below kwokctl's own picks, which count down from 32767.
 	PortBase int
 	// Dataplane gives every cluster a real network (package dataplane):
-	// needs root, nft and kube-proxy.
-	Dataplane bool
-	Log       io.Writer
+	// needs root, nft and kube-proxy. The annotated pods get a network
+	// namespace and run their containers' commands as host processes in
+	// it; with AllPods every pod does.
+	Dataplane, AllPods bool
+	Log                io.Writer
 }
 
 // Env is a running environment.
@@ -109,6 +111,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Nodes < 1 || o.Nodes > MaxNodes {
 		return fmt.Errorf("--nodes must be between 1 and %d, got %d", MaxNodes, o.Nodes)
+	}
+	if o.AllPods && !o.Dataplane {
+		return errors.New("--all-pods runs pods in the data plane: add --dataplane")
 	}
 	if o.IPFamily == "" {
 		o.IPFamily = DualStack
@@ -176,7 +181,7 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 		return nil, fmt.Errorf("an environment already runs from %s: run `clustermap-dev down` first", opts.StateDir)
 	}
 	if opts.Dataplane {
-		if err := dataplane.Check(filepath.Join(opts.BinDir, "kube-proxy")); err != nil {
+		if err := dataplane.Check(filepath.Join(opts.BinDir, "kube-proxy"), filepath.Join(opts.BinDir, "coredns")); err != nil {
 			return nil, err
 		}
 	}
@@ -327,7 +332,8 @@ type kwokValues struct {
 	IPv6Primary                    bool
 	DevBinary, Kubeconfig, WorkDir string
 	// The node agent's, set with a data plane.
-	NodeBinary, Fabric, Cluster, KubeProxy, Clustermap string
+	NodeBinary, Fabric, Cluster, KubeProxy, CoreDNS, Clustermap string
+	AllPods                                                     bool
 }
 
 func kwokConfig(v kwokValues) (string, error) {

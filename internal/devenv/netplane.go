@@ -49,6 +49,7 @@ func nodeComponent(opts Options, s ClusterSpec, v *kwokValues) error {
 	}
 	v.NodeBinary, v.Fabric, v.Cluster = bin, filepath.Join(opts.StateDir, fabricFile), s.ID
 	v.KubeProxy, v.Clustermap = filepath.Join(opts.BinDir, "kube-proxy"), filepath.Join(opts.BinDir, ProductBinary)
+	v.CoreDNS, v.AllPods = filepath.Join(opts.BinDir, "coredns"), opts.AllPods
 	return nil
 }
 

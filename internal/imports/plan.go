@@ -77,7 +77,7 @@ func Plan(key registry.Key, m merge.Result) Desired {
 		sliceOwner = d.Service.Name
 	}
 	for _, e := range m.Exports {
-		d.Slices = append(d.Slices, slicesOf(key, e, m.Spec.Type, sliceOwner, d.Service != nil)...)
+		d.Slices = append(d.Slices, slicesOf(key, e, m.Spec, sliceOwner, d.Service != nil)...)
 	}
 	return d
 }
@@ -114,7 +114,12 @@ func derivedService(key registry.Key, m merge.Result, labels map[string]string) 
 // slicesOf renders one cluster's endpoints as EndpointSlices: one set per
 // address family and port set, at most 100 endpoints each, with stable
 // names so that updates touch only what changed.
-func slicesOf(key registry.Key, e registry.Export, typ mcsv1beta1.ServiceImportType, owner string, routed bool) []*discoveryv1.EndpointSlice {
+//
+// An endpoint port whose service port lost a port conflict (the import
+// defines its name or number otherwise) is left out: traffic to the
+// import's port reaches only the clusters that define it so.
+func slicesOf(key registry.Key, e registry.Export, spec mcsv1beta1.ServiceImportSpec, owner string, routed bool) []*discoveryv1.EndpointSlice {
+	typ := spec.Type
 	type addr struct {
 		ready    bool
 		hostname string
@@ -130,6 +135,9 @@ func slicesOf(key registry.Key, e registry.Export, typ mcsv1beta1.ServiceImportT
 			order = append(order, ep.IP)
 		}
 		a.ready = a.ready && ep.Ready
+		if !servesImportPort(ep.ServicePort, spec.Ports) {
+			continue
+		}
 		name := ep.PortName
 		if name == "" {
 			name = ep.ServicePort.Name
@@ -210,4 +218,19 @@ func portsKey(ports []discoveryv1.EndpointPort) string {
 		fmt.Fprintf(&b, "|%s/%s/%d", *p.Name, *p.Protocol, *p.Port)
 	}
 	return b.String()
+}
+
+// servesImportPort tells whether an endpoint's service port is one of the
+// import's as defined there; an unknown one (an export of the AWS
+// controller's says none) is taken as it comes.
+func servesImportPort(sp mcsv1beta1.ServicePort, ports []mcsv1beta1.ServicePort) bool {
+	if sp.Port == 0 {
+		return true
+	}
+	for _, p := range ports {
+		if p.Name == sp.Name && p.Port == sp.Port && p.Protocol == sp.Protocol {
+			return true
+		}
+	}
+	return false
 }

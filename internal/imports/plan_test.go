@@ -97,3 +97,29 @@ func TestDerivedNameIsALabel(t *testing.T) {
 		}
 	}
 }
+
+// A port defined otherwise in a younger export (same name, another
+// number) loses: the import's port leads only to the clusters defining it
+// as the import does.
+func TestPlanLeavesOutAPortThatLostItsConflict(t *testing.T) {
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	older := exportWith("c1", mcsv1beta1.ClusterSetIP, "10.0.0.1")
+	younger := exportWith("c2", mcsv1beta1.ClusterSetIP, "10.1.0.1")
+	younger.Created = time.Unix(2, 0)
+	other := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 81}
+	younger.Ports = []mcsv1beta1.ServicePort{other}
+	younger.Endpoints[0].ServicePort = other
+	d := Plan(key, merge.Merge([]registry.Export{older, younger}))
+	if len(d.Service.Spec.Ports) != 1 || d.Service.Spec.Ports[0].Port != 80 {
+		t.Fatalf("derived ports %+v, want the older export's 80", d.Service.Spec.Ports)
+	}
+	for _, s := range d.Slices {
+		src := s.Labels[mcsv1beta1.LabelSourceCluster]
+		if src == "c2" && len(s.Ports) != 0 {
+			t.Errorf("c2's slice carries ports %+v of a definition the import does not have", s.Ports)
+		}
+		if src == "c1" && (len(s.Ports) != 1 || *s.Ports[0].Port != 8080) {
+			t.Errorf("c1's slice ports %+v", s.Ports)
+		}
+	}
+}

@@ -40,8 +40,9 @@ func IPPath() string {
 	return "ip"
 }
 
-// Check says what this machine lacks for a data plane, and how to get it.
-func Check(kubeProxy string) error {
+// Check says what this machine lacks for a data plane (tools: the
+// binaries its nodes run), and how to get it.
+func Check(tools ...string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("--dataplane makes network namespaces: run as root")
 	}
@@ -51,8 +52,10 @@ func Check(kubeProxy string) error {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return errors.New("--dataplane runs kube-proxy in nftables mode, which needs nft: run `make tools` (it installs the Debian package nftables)")
 	}
-	if _, err := os.Stat(kubeProxy); err != nil {
-		return fmt.Errorf("%s is missing: run `make tools`", kubeProxy)
+	for _, t := range tools {
+		if _, err := os.Stat(t); err != nil {
+			return fmt.Errorf("%s is missing: run `make tools`", t)
+		}
 	}
 	return nil
 }

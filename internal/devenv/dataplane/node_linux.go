@@ -4,17 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -34,11 +32,15 @@ type NodeOptions struct {
 	// Kubeconfig reaches the apiserver from the host; NodeKubeconfig from
 	// inside the node namespace (through the fabric's uplink).
 	Kubeconfig, NodeKubeconfig string
-	// KubeProxy, Clustermap and Self are the kube-proxy, clustermap (its
-	// DNS server) and clustermap-dev (the pod servers) binaries.
-	KubeProxy, Clustermap, Self string
+	// KubeProxy, CoreDNS, Clustermap and Self are the kube-proxy, CoreDNS
+	// (the cluster's DNS), clustermap (its clusterset DNS server) and
+	// clustermap-dev (the pod servers) binaries.
+	KubeProxy, CoreDNS, Clustermap, Self string
 	// LogDir receives kube-proxy's, the DNS server's and the pods' logs.
 	LogDir string
+	// AllPods runs every pod (but those on the host's network), not only
+	// the annotated ones.
+	AllPods bool
 }
 
 // RunNode is a cluster's node: in the node namespace it runs kube-proxy
@@ -66,8 +68,13 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 		// A namespace cannot change the host's conntrack table size or timeouts.
 		"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0", "--conntrack-tcp-timeout-close-wait", "0",
 		"--conntrack-udp-timeout", "0", "--conntrack-udp-timeout-stream", "0"}
-	dnsArgs := []string{o.Clustermap, "dns", "--kubeconfig", o.NodeKubeconfig, "--listen", ":53", "--health-address", "0"}
-	for name, argv := range map[string][]string{"kube-proxy": proxyArgs, "dns": dnsArgs} {
+	dnsArgs := []string{o.Clustermap, "dns", "--kubeconfig", o.NodeKubeconfig, "--listen", ClustermapDNS, "--health-address", "0"}
+	corefile := filepath.Join(o.LogDir, "Corefile")
+	if err := os.WriteFile(corefile, []byte(Corefile(o.NodeKubeconfig)), 0o644); err != nil {
+		return err
+	}
+	corednsArgs := []string{o.CoreDNS, "-conf", corefile}
+	for name, argv := range map[string][]string{"kube-proxy": proxyArgs, "dns": dnsArgs, "coredns": corednsArgs} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -75,14 +82,34 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 		}()
 	}
 
+	// The kubelet API the apiserver proxies exec and logs to, at the port
+	// kwok's nodes advertise; every node of the cluster is this namespace.
+	port, err := kubeletPort(ctx, cs)
+	if err != nil {
+		return err
+	}
+	a := &agent{o: o, cs: cs, node: ns, nodeIdx: idx, pods: map[string]*podRun{},
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
+	kubelet := &Kubelet{Find: a.find, Allowed: o.Fabric.HostAddrs()}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		// In the node namespace: the listener belongs to it.
+		if err := InNS(ns, func() error { return kubelet.Listen(port) }); err != nil {
+			klog.ErrorS(err, "the node's kubelet API cannot listen: kubectl exec and logs fail", "port", port)
+			return
+		}
+		if err := kubelet.Serve(ctx); err != nil {
+			klog.ErrorS(err, "the node's kubelet API stopped")
+		}
+	}()
+
 	// Pod namespaces a previous agent left are rebuilt from the pods.
 	for _, p := range Namespaces(ns + "-") {
 		if err := DeleteNS(ctx, p); err != nil {
 			klog.ErrorS(err, "removing a pod namespace left by an earlier run", "netns", p)
 		}
 	}
-	a := &agent{o: o, node: ns, nodeIdx: idx, pods: map[string]*podRun{},
-		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 	f := informers.NewSharedInformerFactory(cs, 0)
 	inf := f.Core().V1().Pods()
 	a.lister = inf.Lister()
@@ -105,130 +132,14 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 
 type agent struct {
 	o       NodeOptions
+	cs      kubernetes.Interface
 	node    string
 	nodeIdx int
 	lister  listersv1.PodLister
 	queue   workqueue.TypedRateLimitingInterface[string]
-	pods    map[string]*podRun // by namespace/name; only the worker touches it
-}
-
-// podRun is a pod's namespace and its server.
-type podRun struct {
-	uid  types.UID
-	ips  []netip.Addr
-	ns   string
-	stop context.CancelFunc
-	done chan struct{}
-}
-
-// Wanted tells whether a pod should have a data plane, and with which addresses.
-func Wanted(p *corev1.Pod) ([]netip.Addr, bool) {
-	if p == nil || p.DeletionTimestamp != nil || p.Spec.HostNetwork || p.Annotations[Annotation] != "true" {
-		return nil, false
-	}
-	var ips []netip.Addr
-	for _, ip := range p.Status.PodIPs {
-		if a, err := netip.ParseAddr(ip.IP); err == nil {
-			ips = append(ips, a)
-		}
-	}
-	return ips, len(ips) > 0
-}
-
-// Ports are the ports a pod's server answers on: its containers' ports,
-// or 80/TCP when it declares none.
-func Ports(p *corev1.Pod) (tcp, udp []int32) {
-	for _, c := range p.Spec.Containers {
-		for _, port := range c.Ports {
-			switch port.Protocol {
-			case corev1.ProtocolUDP:
-				udp = append(udp, port.ContainerPort)
-			case corev1.ProtocolSCTP:
-			default:
-				tcp = append(tcp, port.ContainerPort)
-			}
-		}
-	}
-	if len(tcp)+len(udp) == 0 {
-		tcp = []int32{80}
-	}
-	return tcp, udp
-}
-
-func (a *agent) sync(ctx context.Context, k string) error {
-	ns, name, _ := cache.SplitMetaNamespaceKey(k)
-	p, err := a.lister.Pods(ns).Get(name)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	if apierrors.IsNotFound(err) {
-		p = nil
-	}
-	ips, want := Wanted(p)
-	if run := a.pods[k]; run != nil && (!want || run.uid != p.UID || !slices.Equal(run.ips, ips)) {
-		if err := a.stop(ctx, k); err != nil {
-			return err
-		}
-	}
-	if !want || a.pods[k] != nil {
-		return nil
-	}
-	return a.start(ctx, k, p, ips)
-}
-
-func (a *agent) start(ctx context.Context, k string, p *corev1.Pod, ips []netip.Addr) error {
-	pod := a.o.Fabric.PodOf(a.o.Cluster, p.Namespace, p.Name, ips)
-	// A namespace of the same name is a former pod's.
-	if err := DeleteNS(ctx, pod.NetNS); err != nil {
-		return err
-	}
-	if err := Run(ctx, pod.Steps(a.node)); err != nil {
-		_ = DeleteNS(ctx, pod.NetNS)
-		return err
-	}
-	if err := WriteResolvConf(pod.NetNS, a.o.Fabric.ResolvConf(a.nodeIdx, ips)); err != nil {
-		return err
-	}
-	tcp, udp := Ports(p)
-	argv := []string{a.o.Self, "podserver", "--pod", p.Name, "--namespace", p.Namespace, "--cluster", a.o.Cluster,
-		"--tcp", joinPorts(tcp), "--udp", joinPorts(udp)}
-	runCtx, stop := context.WithCancel(context.Background())
-	run := &podRun{uid: p.UID, ips: ips, ns: pod.NetNS, stop: stop, done: make(chan struct{})}
-	go func() {
-		defer close(run.done)
-		keepRunning(runCtx, "pod "+k, filepath.Join(a.o.LogDir, "pods.log"), inNS(pod.NetNS, argv))
-	}()
-	a.pods[k] = run
-	klog.InfoS("pod data plane up", "pod", k, "netns", pod.NetNS, "ips", ips)
-	return nil
-}
-
-func (a *agent) stop(ctx context.Context, k string) error {
-	run := a.pods[k]
-	run.stop()
-	<-run.done
-	if err := DeleteNS(ctx, run.ns); err != nil {
-		return err
-	}
-	delete(a.pods, k)
-	klog.InfoS("pod data plane down", "pod", k, "netns", run.ns)
-	return nil
-}
-
-func (a *agent) stopAll() {
-	for k := range a.pods {
-		if err := a.stop(context.Background(), k); err != nil {
-			klog.ErrorS(err, "removing a pod data plane", "pod", k)
-		}
-	}
-}
-
-func joinPorts(ports []int32) string {
-	s := make([]string, len(ports))
-	for i, p := range ports {
-		s[i] = strconv.Itoa(int(p))
-	}
-	return strings.Join(s, ",")
+	// pods by namespace/name: the worker changes it, the kubelet API reads it.
+	mu   sync.Mutex
+	pods map[string]*podRun
 }
 
 // inNS is argv run inside network namespace ns.
@@ -248,6 +159,27 @@ func keepRunning(ctx context.Context, name, logPath string, argv []string) {
 	p.Start()
 	<-ctx.Done()
 	p.Stop()
+}
+
+// kubeletPort is the kubelet port kwok gives the cluster's nodes.
+func kubeletPort(ctx context.Context, cs kubernetes.Interface) (int32, error) {
+	var port int32
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, n := range nodes.Items {
+			if port = n.Status.DaemonEndpoints.KubeletEndpoint.Port; port != 0 {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("no node of the cluster advertises a kubelet port: %w", err)
+	}
+	return port, nil
 }
 
 // setNodeIPs gives every simulated node of the cluster the node

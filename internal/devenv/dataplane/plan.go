@@ -67,6 +67,13 @@ func (f Fabric) NodeNS(cluster string) string { return f.Prefix() + cluster }
 // apiservers there.
 func (f Fabric) HostAddr() netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(f.Subnet), 254}) }
 
+// HostAddrs are the host's addresses on the fabric, IPv4 and IPv6: the
+// apiservers reach an IPv6-only cluster's node (its kubelet API) from
+// the second.
+func (f Fabric) HostAddrs() []netip.Addr {
+	return []netip.Addr{f.HostAddr(), netip.MustParseAddr(fmt.Sprintf("fd00:198:18:%x::fe", f.Subnet))}
+}
+
 // NodeAddrs are node i's (from 1) addresses on the fabric, IPv4 first.
 func (f Fabric) NodeAddrs(i int) []netip.Addr {
 	v6 := netip.MustParseAddr(fmt.Sprintf("fd00:198:18:%x::%x", f.Subnet, i))
@@ -115,6 +122,7 @@ func (f Fabric) Steps() [][]string {
 		{"-n", fab, "link", "set", "host", "master", "br0"},
 		{"-n", fab, "link", "set", "host", "up"},
 		{"addr", "add", f.HostAddr().String() + "/24", "dev", up},
+		{"addr", "add", f.HostAddrs()[1].String() + "/64", "dev", up, "nodad"},
 		{"link", "set", up, "up"},
 	}
 	for i, n := range f.Nodes {
@@ -210,11 +218,36 @@ func (p Pod) Steps(node string) [][]string {
 	return steps
 }
 
-// ResolvConf is a pod's /etc/resolv.conf: its node's clustermap DNS, at
-// the node's fabric address of each family the pod has.
-func (f Fabric) ResolvConf(node int, ips []netip.Addr) string {
+// ClustermapDNS is where clustermap's DNS server listens in a node
+// namespace: the node's CoreDNS forwards clusterset.local to it.
+const ClustermapDNS = "127.0.0.1:5353"
+
+// Corefile configures a node's CoreDNS as a cluster's DNS is: the
+// cluster's own names from its apiserver, clusterset.local forwarded to
+// clustermap's DNS server (the stub domain the docs describe).
+func Corefile(kubeconfig string) string {
+	return fmt.Sprintf(`.:53 {
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig %s
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }
+}
+clusterset.local:53 {
+    errors
+    forward . %s
+}
+`, kubeconfig, ClustermapDNS)
+}
+
+// ResolvConf is a pod's /etc/resolv.conf, as a kubelet writes it for
+// dnsPolicy ClusterFirst: its node's DNS at the node's fabric address of
+// each family the pod has, the search path of its namespace.
+func (f Fabric) ResolvConf(node int, ips []netip.Addr, namespace string) string {
 	addrs := f.NodeAddrs(node)
 	var b strings.Builder
+	fmt.Fprintf(&b, "search %s.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n", namespace)
 	if slices.ContainsFunc(ips, netip.Addr.Is4) {
 		fmt.Fprintf(&b, "nameserver %s\n", addrs[0])
 	}

@@ -92,11 +92,12 @@ func TestPodStepsGiveEachFamilyAnAddressAndRoute(t *testing.T) {
 
 func TestResolvConfNamesTheNodeInThePodsFamilies(t *testing.T) {
 	f := twoClusters()
-	if got, want := f.ResolvConf(2, []netip.Addr{netip.MustParseAddr("fd00:10:102:1::9")}), "nameserver fd00:198:18:7::2\n"; got != want {
+	const search = "search shop.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"
+	if got, want := f.ResolvConf(2, []netip.Addr{netip.MustParseAddr("fd00:10:102:1::9")}, "shop"), search+"nameserver fd00:198:18:7::2\n"; got != want {
 		t.Errorf("IPv6-only pod: %q, want %q", got, want)
 	}
-	dual := f.ResolvConf(1, []netip.Addr{netip.MustParseAddr("fd00:10:101:1::9"), netip.MustParseAddr("10.101.4.9")})
-	if dual != "nameserver 198.18.7.1\nnameserver fd00:198:18:7::1\n" {
+	dual := f.ResolvConf(1, []netip.Addr{netip.MustParseAddr("fd00:10:101:1::9"), netip.MustParseAddr("10.101.4.9")}, "shop")
+	if dual != search+"nameserver 198.18.7.1\nnameserver fd00:198:18:7::1\n" {
 		t.Errorf("dual-stack pod: %q", dual)
 	}
 }

@@ -20,15 +20,24 @@ import (
 type Process struct {
 	Name string
 	Argv []string
-	// Env is added to this process's environment.
-	Env []string
+	// Env is added to this process's environment, or is all of it with
+	// OwnEnv (a pod's container gets its own, not the agent's).
+	Env    []string
+	OwnEnv bool
+	// Dir is the working directory; empty is the supervisor's.
+	Dir string
 	// Log, when set, gets the output appended.
 	Log string
 	// Grace is how long Stop waits after SIGTERM before SIGKILL; zero waits
 	// as long as the process takes.
 	Grace time.Duration
-	// OnExit, when set, hears each exit that is followed by a restart.
+	// OnStart, when set, hears each start with the process id.
+	OnStart func(pid int)
+	// OnExit, when set, hears each exit that Stop did not cause.
 	OnExit func(error)
+	// Again, when set, decides after each such exit whether to start the
+	// process again (a pod's restartPolicy); unset, it always is.
+	Again func(error) bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -90,6 +99,9 @@ func (p *Process) loop(stop, done chan struct{}) {
 		if p.OnExit != nil {
 			p.OnExit(err)
 		}
+		if p.Again != nil && !p.Again(err) {
+			return
+		}
 		select {
 		case <-stop:
 			return
@@ -109,6 +121,10 @@ func (p *Process) run(stop chan struct{}) error {
 	}
 	cmd := exec.Command(p.Argv[0], p.Argv[1:]...)
 	cmd.Env = append(os.Environ(), p.Env...)
+	if p.OwnEnv {
+		cmd.Env = p.Env
+	}
+	cmd.Dir = p.Dir
 	cmd.Stdout, cmd.Stderr = out, out
 	// The child dies with its supervisor: a killed agent or test leaves
 	// nothing running.
@@ -125,6 +141,9 @@ func (p *Process) run(stop chan struct{}) error {
 	p.cmd = cmd
 	p.starts++
 	p.mu.Unlock()
+	if p.OnStart != nil {
+		p.OnStart(cmd.Process.Pid)
+	}
 
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
