@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,13 +61,14 @@ func BenchmarkDataplane(b *testing.B) {
 	}
 	createAppWith(ctx, b, clients[1], ns, "client", 1, on, nil)
 	waitReadyEndpoints(ctx, b, clients[0], services)
-	client := waitPodNetwork(ctx, b, env, env.Clusters[1], clients[1], ns, "client")
+	client := waitPodReady(ctx, b, clients[1], ns, "client")
 	imported := track(ctx, b, env.Clusters[1], imports.ManagedBy, mcsv1beta1.LabelServiceName)
 
-	// The prober runs inside the client pod from before the first export.
-	args := append([]string{"exec", "--state-dir", env.StateDir, env.Clusters[1].ID, client, "--",
+	// The prober runs inside the client pod (kubectl exec) from before the
+	// first export.
+	args := append([]string{"--kubeconfig", env.Kubeconfig, "--context", env.Clusters[1].ID, "exec", "-n", ns, client, "--",
 		filepath.Join(env.BinDir, "clustermap-dev"), "probe", "--timeout", "5m"}, urls...)
-	probe := exec.CommandContext(ctx, filepath.Join(env.BinDir, "clustermap-dev"), args...)
+	probe := exec.CommandContext(ctx, filepath.Join(env.BinDir, "kubectl"), args...)
 	out, err := probe.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -139,23 +141,22 @@ func BenchmarkDataplane(b *testing.B) {
 	fmt.Printf("  export -> first answered request from cluster-2:   p50 %v  p99 %v\n", percentile(toRequest, 50).Round(time.Millisecond), percentile(toRequest, 99).Round(time.Millisecond))
 }
 
-// waitPodNetwork waits for an app's single pod to have its data plane and
-// returns it as namespace/name.
-func waitPodNetwork(ctx context.Context, b *testing.B, env *devenv.Env, c *devenv.Cluster, cl client.Client, ns, app string) string {
+// waitPodReady waits for an app's single pod to be Ready (its processes
+// run and its ports listen) and returns its name.
+func waitPodReady(ctx context.Context, b *testing.B, cl client.Client, ns, app string) string {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		pods := &corev1.PodList{}
 		if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
 			b.Fatal(err)
 		}
-		if len(pods.Items) == 1 {
-			pod := ns + "/" + pods.Items[0].Name
-			if _, err := devenv.PodNetNS(env.StateDir, c.ID, pod); err == nil {
-				return pod
-			}
+		if len(pods.Items) == 1 && slices.ContainsFunc(pods.Items[0].Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+		}) {
+			return pods.Items[0].Name
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("pod of %s has no network after 2 minutes", app)
+			b.Fatalf("pod of %s not Ready after 2 minutes", app)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

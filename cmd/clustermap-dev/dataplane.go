@@ -111,56 +111,8 @@ func newDevPodServer() *cobra.Command {
 	return cmd
 }
 
-// newDevExec runs a command inside a data plane pod's network namespace:
-// kwok runs `kubectl exec` on the host, outside any pod.
-func newDevExec(stateDir *string) *cobra.Command {
-	return &cobra.Command{
-		Use:   "exec CLUSTER NAMESPACE/POD -- COMMAND [ARG...]",
-		Short: "Run a command in a data plane pod's network (as kubectl exec would)",
-		Example: `  clustermap-dev exec cluster-2 default/client-6d4cf56db6-x7k2p -- curl -s nginx.default.svc.clusterset.local
-  clustermap-dev exec cluster-2 default/client-6d4cf56db6-x7k2p -- clustermap-dev udp 10.202.0.10:53 hello`,
-		Args: cobra.MinimumNArgs(3),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 2 {
-				return fmt.Errorf("usage: clustermap-dev exec CLUSTER NAMESPACE/POD -- COMMAND [ARG...]")
-			}
-			ns, err := devenv.PodNetNS(*stateDir, args[0], args[1])
-			if err != nil {
-				return err
-			}
-			ip := dataplane.IPPath()
-			return syscall.Exec(ip, append([]string{ip, "netns", "exec", ns}, args[2:]...), os.Environ())
-		},
-	}
-}
-
-// newDevUDP sends one datagram and prints the answer: what curl is to the
-// pod servers' HTTP, for their UDP echo.
-func newDevUDP() *cobra.Command {
-	var timeout time.Duration
-	cmd := &cobra.Command{
-		Use:   "udp HOST:PORT [MESSAGE]",
-		Short: "Send a UDP datagram and print the answer",
-		Args:  cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			msg := "hello"
-			if len(args) == 2 {
-				msg = args[1]
-			}
-			answer, err := dataplane.AskUDP(args[0], msg, timeout)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), answer)
-			return nil
-		},
-	}
-	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for the answer")
-	return cmd
-}
-
 // newDevProbe asks every URL until it answers, printing when each first
-// did: run inside a pod (dev exec), it times what a client there sees.
+// did: run inside a pod (kubectl exec), it times what a client there sees.
 func newDevProbe() *cobra.Command {
 	var interval, timeout time.Duration
 	cmd := &cobra.Command{

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,7 +105,8 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloud
 		}
 		defer srv.Close()
 		<-srv.Synced()
-		dnsAddrs = append(dnsAddrs, fmt.Sprintf("%s: %s", c.ID, srv.Addr))
+		host, port, _ := net.SplitHostPort(srv.Addr)
+		dnsAddrs = append(dnsAddrs, fmt.Sprintf("  dig -p %s @%s %s.%s.svc.clusterset.local    # %s's", port, host, demoService, demoNamespace, c.ID))
 		if c.ID == "cluster-2" {
 			if err := printLookup(w, srv.Addr, demoService+"."+demoNamespace+".svc.clusterset.local."); err != nil {
 				return err
@@ -112,9 +114,8 @@ func runDemo(ctx context.Context, cmd *cobra.Command, opts devenv.Options, cloud
 		}
 	}
 
-	var clientPod string
 	if opts.Dataplane {
-		if clientPod, err = demoRequest(ctx, w, dst, env); err != nil {
+		if err := demoRequest(ctx, w, dst, env); err != nil {
 			return err
 		}
 	}
@@ -127,14 +128,14 @@ Explore:
   kubectl --context cluster-1 scale deployment %[2]s -n %[1]s --replicas 5  # and watch cluster-2's EndpointSlices follow
 Cloud Map emulator: %[3]s (faults and metrics: %[4]s/faults, %[4]s/metrics)
   AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local aws --region us-east-1 --endpoint-url %[3]s servicediscovery list-namespaces
-  AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local aws --region us-east-1 --endpoint-url %[3]s servicediscovery discover-instances --namespace-name %[1]s --service-name %[2]s
-clusterset.local DNS servers (UDP and TCP): %[6]s
-  dig -p <port> @127.0.0.1 %[2]s.%[1]s.svc.clusterset.local
+  AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_DISABLE_HOST_PREFIX_INJECTION=true aws --region us-east-1 --endpoint-url %[3]s servicediscovery discover-instances --namespace-name %[1]s --service-name %[2]s
+(the AWS CLI sends DiscoverInstances to data-<host> unless AWS_DISABLE_HOST_PREFIX_INJECTION is set, which aws-cli 1.45 knows and Debian 12's 2.9 does not)
+clusterset.local DNS servers beside the demo (UDP and TCP):
+%[6]s
 Controller logs: %[5]s
-
 %[7]s
 The demo runs until interrupted (Ctrl-C), then stops everything.
-`, demoNamespace, demoService, cm.URL, cm.AdminURL, strings.Join(logs, ", "), strings.Join(dnsAddrs, ", "), requestHint(env, clientPod))
+`, demoNamespace, demoService, cm.URL, cm.AdminURL, strings.Join(logs, ", "), strings.Join(dnsAddrs, "\n"), requestHint(opts.Dataplane))
 	<-ctx.Done()
 	return nil
 }
@@ -228,7 +229,8 @@ func printLookup(w io.Writer, server, name string) error {
 	if err != nil {
 		return fmt.Errorf("asking cluster-2's DNS server for %s: %w", name, err)
 	}
-	fmt.Fprintf(w, "\n$ nslookup %s   # cluster-2's clusterset DNS\nServer:\t%s\n\n", strings.TrimSuffix(name, "."), server)
+	host, port, _ := net.SplitHostPort(server)
+	fmt.Fprintf(w, "\n$ nslookup -port=%s %s %s   # cluster-2's clusterset DNS\nServer:\t%s\n\n", port, strings.TrimSuffix(name, "."), host, server)
 	for _, rr := range r.Answer {
 		if a, ok := rr.(*dns.A); ok {
 			fmt.Fprintf(w, "Name:\t%s\nAddress: %s\n", strings.TrimSuffix(name, "."), a.A)
@@ -237,44 +239,51 @@ func printLookup(w io.Writer, server, name string) error {
 	return nil
 }
 
-// demoRequest starts a client pod in cluster-2 and, from inside it, asks
-// the sample by its clusterset name until a pod of cluster-1 answers:
-// cluster-2's DNS, kube-proxy and the routes between the clusters at work.
-func demoRequest(ctx context.Context, w io.Writer, dst client.Client, env *devenv.Env) (string, error) {
-	if err := dst.Create(ctx, deployment("client", 1, true)); err != nil {
-		return "", fmt.Errorf("creating the client pod: %w", err)
+// clientPod is a plain client pod: a sleep loop, into which requests go
+// with kubectl exec.
+func clientPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: demoNamespace, Annotations: map[string]string{dataplane.Annotation: "true"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "client", Image: "busybox",
+			Command: []string{"sh", "-c", "while true; do sleep 3600; done"}}}},
+	}
+}
+
+// demoRequest starts a client pod in cluster-2 and, from inside it (the
+// exec API kubectl exec uses), asks the sample by its clusterset name
+// until a pod of cluster-1 answers: cluster-2's DNS, kube-proxy and the
+// routes between the clusters at work.
+func demoRequest(ctx context.Context, w io.Writer, dst client.Client, env *devenv.Env) error {
+	if err := dst.Create(ctx, clientPod()); err != nil {
+		return fmt.Errorf("creating the client pod: %w", err)
 	}
 	url := demoService + "." + demoNamespace + ".svc.clusterset.local"
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var last string
 	for {
-		pods := &corev1.PodList{}
-		if err := dst.List(ctx, pods, client.InNamespace(demoNamespace), client.MatchingLabels{"app": "client"}); err == nil && len(pods.Items) == 1 {
-			pod := demoNamespace + "/" + pods.Items[0].Name
-			out, err := env.PodExec(ctx, env.Clusters[1], pod, "curl", "-sS", "--max-time", "2", url)
-			if err == nil {
-				fmt.Fprintf(w, "\n$ clustermap-dev exec cluster-2 %s -- curl -s %s\n%s\n", pod, url, strings.TrimSpace(string(out)))
-				return pod, nil
-			}
-			last = strings.TrimSpace(string(out))
+		out, errOut, err := devenv.PodExec(ctx, env.Clusters[1], devenv.SPDY, demoNamespace, "client", "", nil, "curl", "-sS", "--max-time", "2", url)
+		if err == nil {
+			fmt.Fprintf(w, "\n$ kubectl --context cluster-2 exec client -- curl -s %s\n%s\n", url, strings.TrimSpace(out))
+			return nil
 		}
+		last = strings.TrimSpace(errOut + " " + err.Error())
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("no answer to curl %s from cluster-2 within a minute (last: %s): see kube-proxy.log and dns.log under %s", url, last, env.StateDir)
+			return fmt.Errorf("no answer to curl %s from cluster-2 within a minute (last: %s): see kube-proxy.log, coredns.log and dns.log under %s", url, last, env.StateDir)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
 
-// requestHint shows how to send the demo's request again.
-func requestHint(env *devenv.Env, clientPod string) string {
-	if clientPod == "" {
+// requestHint shows how to send the demo's requests again, with kubectl.
+func requestHint(dataplaneOn bool) string {
+	if !dataplaneOn {
 		return ""
 	}
-	self, _ := filepath.Abs(os.Args[0])
-	return fmt.Sprintf(`Requests from cluster-2 (its DNS, kube-proxy, the routes between the clusters):
-  %[1]s dev exec --state-dir %[2]s cluster-2 %[3]s -- curl -s %[4]s.%[5]s.svc.clusterset.local
-  %[1]s dev exec --state-dir %[2]s cluster-2 %[3]s -- dig +short %[4]s.%[5]s.svc.clusterset.local
-`, self, env.StateDir, clientPod, demoService, demoNamespace)
+	return fmt.Sprintf(`Requests from a pod of cluster-2 (its DNS, kube-proxy, the routes between the clusters):
+  kubectl --context cluster-2 exec client -- curl -s %[1]s.%[2]s.svc.clusterset.local
+  kubectl --context cluster-2 exec client -- nslookup %[1]s.%[2]s.svc.clusterset.local
+  kubectl --context cluster-2 exec client -- dig +short %[1]s.%[2]s.svc.clusterset.local
+`, demoService, demoNamespace)
 }

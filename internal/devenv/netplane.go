@@ -3,17 +3,21 @@
 package devenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 )
@@ -21,7 +25,7 @@ import (
 const fabricFile = "fabric.json"
 
 // startFabric builds the environment's fabric and node namespaces and
-// records them in fabric.json, for the node agents and `dev exec`. Down
+// records them in fabric.json, for the node agents. Down
 // removes it all, also when this fails half-way.
 func startFabric(ctx context.Context, opts Options, specs []ClusterSpec) error {
 	f := &dataplane.Fabric{Tag: dataplane.TagOf(opts.StateDir)}
@@ -78,41 +82,34 @@ func WriteNodeKubeconfig(src, dst, host string) error {
 	return clientcmd.WriteToFile(*kc, dst)
 }
 
-// PodNetNS finds the network namespace of a data plane pod ("namespace/name")
-// of a cluster of the environment in stateDir.
-func PodNetNS(stateDir, cluster, pod string) (string, error) {
-	abs, err := filepath.Abs(stateDir)
-	if err != nil {
-		return "", err
-	}
-	f, err := dataplane.Load(filepath.Join(abs, fabricFile))
-	if os.IsNotExist(err) {
-		return "", fmt.Errorf("no environment with a data plane runs from %s: start one with `clustermap-dev up --dataplane` (or pass its --state-dir)", stateDir)
-	}
-	if err != nil {
-		return "", err
-	}
-	if f.NodeIndex(cluster) == 0 {
-		var ids []string
-		for _, n := range f.Nodes {
-			ids = append(ids, n.Cluster)
-		}
-		return "", fmt.Errorf("no cluster %q in the environment: it has %s", cluster, strings.Join(ids, ", "))
-	}
-	ns, name, ok := strings.Cut(pod, "/")
-	if !ok || ns == "" || name == "" {
-		return "", fmt.Errorf("name the pod as NAMESPACE/NAME, got %q", pod)
-	}
-	netns := f.PodOf(cluster, ns, name, nil).NetNS
-	if !dataplane.Exists(netns) {
-		return "", fmt.Errorf("pod %s of %s has no data plane: it must exist, be Running, and carry the annotation %s: \"true\" (on its template)", pod, cluster, dataplane.Annotation)
-	}
-	return netns, nil
-}
+// Protocols of a pod exec: WebSocket (kubectl's first choice, which the
+// apiserver translates to SPDY towards the node) or SPDY.
+const (
+	WebSocket = "websocket"
+	SPDY      = "spdy"
+)
 
-// PodExec runs a command in a data plane pod ("namespace/name") of cluster
-// c, as `clustermap-dev exec` does, and returns its output.
-func (e *Env) PodExec(ctx context.Context, c *Cluster, pod string, argv ...string) ([]byte, error) {
-	args := append([]string{"exec", "--state-dir", e.StateDir, c.ID, pod, "--"}, argv...)
-	return exec.CommandContext(ctx, filepath.Join(e.BinDir, DevBinary), args...).CombinedOutput()
+// PodExec runs a command in a pod's container of cluster c through the
+// apiserver's exec API (client-go's remotecommand, as kubectl exec and
+// test suites do), with stdin when set. The error of a command that ran
+// and failed carries its exit code (k8s.io/client-go/util/exec.ExitError).
+func PodExec(ctx context.Context, c *Cluster, protocol, ns, pod, container string, stdin io.Reader, argv ...string) (stdout, stderr string, err error) {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return "", "", err
+	}
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdin: stdin != nil, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	var ex remotecommand.Executor
+	if protocol == WebSocket {
+		ex, err = remotecommand.NewWebSocketExecutor(c.Config, "GET", req.URL().String())
+	} else {
+		ex, err = remotecommand.NewSPDYExecutor(c.Config, "POST", req.URL())
+	}
+	if err != nil {
+		return "", "", err
+	}
+	var out, errb bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &errb})
+	return out.String(), errb.String(), err
 }

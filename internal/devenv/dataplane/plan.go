@@ -171,8 +171,8 @@ type Pod struct {
 	IPs         []netip.Addr
 }
 
-// PodOf names a pod's namespace and link: derived from the pod's
-// namespace and name, so that `dev exec` finds it without asking anyone.
+// PodOf names a pod's namespace and link, derived from the pod's
+// namespace and name.
 func (f Fabric) PodOf(cluster, namespace, name string, ips []netip.Addr) Pod {
 	sum := sha256.Sum256([]byte(cluster + "/" + namespace + "/" + name))
 	h := hex.EncodeToString(sum[:])[:10]

@@ -77,22 +77,3 @@ func Serve(ctx context.Context, id Identity, tcp, udp []int) error {
 		return err
 	}
 }
-
-// AskUDP sends msg to a UDP address and returns the first answer.
-func AskUDP(addr, msg string, timeout time.Duration) (string, error) {
-	c, err := net.DialTimeout("udp", addr, timeout)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := c.Write([]byte(msg)); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 1500)
-	n, err := c.Read(buf)
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(buf[:n])), nil
-}
