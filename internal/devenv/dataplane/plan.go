@@ -242,17 +242,19 @@ clusterset.local:53 {
 }
 
 // ResolvConf is a pod's /etc/resolv.conf, as a kubelet writes it for
-// dnsPolicy ClusterFirst: its node's DNS at the node's fabric address of
-// each family the pod has, the search path of its namespace.
+// dnsPolicy ClusterFirst: its node's DNS at the node's fabric address
+// (IPv4 when the pod has it), the search path of its namespace.
 func (f Fabric) ResolvConf(node int, ips []netip.Addr, namespace string) string {
 	addrs := f.NodeAddrs(node)
 	var b strings.Builder
 	fmt.Fprintf(&b, "search %s.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n", namespace)
+	// One nameserver, as a kubelet writes the cluster DNS's one address:
+	// resolvers try a second one on every answer without the RA flag,
+	// which the cluster's own names never carry.
+	ns := addrs[1]
 	if slices.ContainsFunc(ips, netip.Addr.Is4) {
-		fmt.Fprintf(&b, "nameserver %s\n", addrs[0])
+		ns = addrs[0]
 	}
-	if slices.ContainsFunc(ips, netip.Addr.Is6) {
-		fmt.Fprintf(&b, "nameserver %s\n", addrs[1])
-	}
+	fmt.Fprintf(&b, "nameserver %s\n", ns)
 	return b.String()
 }
