@@ -75,3 +75,28 @@ func TestRestartKillStopStart(t *testing.T) {
 	eventually(t, "started again by Start", func() bool { return q.Starts() == 3 })
 	q.Stop()
 }
+
+// Again decides after each exit: a container's restartPolicy. The process
+// runs with its own environment and working directory, and OnStart hears
+// each start.
+func TestAgainOwnEnvDir(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "out.log")
+	var exits []error
+	var pids []int
+	p := &supervise.Process{Name: "twice", Argv: []string{"/bin/sh", "-c", `echo "$PWD ${HOME:-nohome} $ONLY"; exit 3`},
+		Env: []string{"ONLY=mine"}, OwnEnv: true, Dir: dir, Log: log,
+		OnStart: func(pid int) { pids = append(pids, pid) },
+		OnExit:  func(err error) { exits = append(exits, err) },
+		Again:   func(error) bool { return len(exits) < 2 }}
+	p.Start()
+	eventually(t, "two runs, then down", func() bool { return p.Starts() == 2 })
+	time.Sleep(1500 * time.Millisecond) // a third start would come a second after the exit
+	p.Stop()
+	if p.Starts() != 2 || len(pids) != 2 || len(exits) != 2 {
+		t.Fatalf("starts %d, pids %v, exits %v: want two of each", p.Starts(), pids, exits)
+	}
+	if want := dir + " nohome mine\n"; func() string { b, _ := os.ReadFile(log); return string(b) }() != want+want {
+		t.Errorf("log %q, want the working directory and only its own environment, twice", want)
+	}
+}
