@@ -83,22 +83,31 @@ func prepare(ctx context.Context, c *Cluster, opts Options) error {
 		if err != nil {
 			return false, err
 		}
-		ready := 0
+		ready, states := 0, []string{}
 		for _, n := range nodes.Items {
+			state := "no Ready condition"
 			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					ready++
+				if cond.Type == corev1.NodeReady {
+					state = "Ready=" + string(cond.Status)
+					if cond.Status == corev1.ConditionTrue {
+						ready++
+					}
 				}
 			}
+			states = append(states, n.Name+" "+state)
 		}
 		if ready < opts.Nodes {
 			if err := componentsAlive(kwokClusterDir(opts.StateDir, c.KwokName)); err != nil {
 				return false, permanent{err}
 			}
+			// Said when the wait ends without them: what kwok made of them.
+			return false, fmt.Errorf("%d of %d nodes Ready: %s", ready, opts.Nodes, strings.Join(states, ", "))
 		}
-		return ready >= opts.Nodes, nil
+		return true, nil
 	}); err != nil {
-		return err
+		log := filepath.Join(kwokClusterDir(opts.StateDir, c.KwokName), "logs", "kwok-controller.log")
+		out, _ := os.ReadFile(log)
+		return fmt.Errorf("%w; the end of %s:\n%s", err, log, tail(out, 15))
 	}
 	// Pods cannot be created before the ServiceAccount controller made the
 	// namespace's default account.
