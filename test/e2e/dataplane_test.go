@@ -331,6 +331,17 @@ func (d *dpWorld) execSession(t *testing.T) {
 			t.Errorf("eth0 in the exec session lacks the pod's address %s:\n%s", ip.IP, out)
 		}
 	}
+	// Every simulated node is the node namespace, at its fabric address:
+	// where the apiserver reaches the node's kubelet API.
+	nodes := &corev1.NodeList{}
+	harness.Must(t, d.clients[1].List(ctx, nodes))
+	for _, n := range nodes.Items {
+		if !slices.ContainsFunc(n.Status.Addresses, func(a corev1.NodeAddress) bool {
+			return a.Type == corev1.NodeInternalIP && strings.HasPrefix(a.Address, "198.18.")
+		}) {
+			t.Errorf("node %s has no fabric address: %v", n.Name, n.Status.Addresses)
+		}
+	}
 	// The cluster's own names resolve, short and long.
 	kube := &corev1.Service{}
 	harness.Must(t, d.clients[1].Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, kube))

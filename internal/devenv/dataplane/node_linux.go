@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -56,9 +57,10 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 	if err := WriteResolvConf(ns, "nameserver 127.0.0.1\n"); err != nil {
 		return err
 	}
-	// kube-proxy waits 30 s for a node address before it starts.
-	if err := setNodeIPs(ctx, cs, o.Fabric.NodeIPs(idx)); err != nil {
-		return err
+	// The node's first simulated node names it to kube-proxy; the others
+	// get their addresses as kwok initializes them (below).
+	if err := waitNodeIPs(ctx, cs, o.Cluster+"-node-1", o.Fabric.NodeIPs(idx)); err != nil {
+		return fmt.Errorf("giving node %s-node-1 its addresses: %w", o.Cluster, err)
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -123,6 +125,19 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 	}); err != nil {
 		return err
 	}
+	onNode := func(o any) {
+		if n, ok := o.(*corev1.Node); ok {
+			// A conflict means a newer version, whose event comes next.
+			if _, err := setNodeIPs(ctx, cs, n, a.o.Fabric.NodeIPs(idx)); err != nil && !apierrors.IsConflict(err) {
+				klog.ErrorS(err, "setting a node's addresses", "node", n.Name)
+			}
+		}
+	}
+	if _, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onNode, UpdateFunc: func(_, o any) { onNode(o) },
+	}); err != nil {
+		return err
+	}
 	f.Start(ctx.Done())
 	f.WaitForCacheSync(ctx.Done())
 	devqueue.Drain(ctx, a.queue, "pod data plane failed", a.sync)
@@ -182,35 +197,52 @@ func kubeletPort(ctx context.Context, cs kubernetes.Interface) (int32, error) {
 	return port, nil
 }
 
-// setNodeIPs gives every simulated node of the cluster the node
-// namespace's addresses as InternalIPs, where kwok gives none: they all
-// stand for the one node namespace.
-func setNodeIPs(ctx context.Context, cs kubernetes.Interface, ips []netip.Addr) error {
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil || len(nodes.Items) == 0 {
-			klog.InfoS("waiting for the cluster's nodes", "err", err)
+// NodeAddresses are the addresses a simulated node should have: the node
+// namespace's as its InternalIPs, its others kept. update is false while
+// kwok has not initialized the node (no Ready condition): a write then
+// could race kwok's first status, which would be lost and leave the node
+// never Ready.
+func NodeAddresses(n *corev1.Node, ips []netip.Addr) (want []corev1.NodeAddress, update bool) {
+	if !slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == corev1.NodeReady }) {
+		return nil, false
+	}
+	for _, ip := range ips {
+		want = append(want, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			want = append(want, a)
+		}
+	}
+	return want, !slices.Equal(want, n.Status.Addresses)
+}
+
+// setNodeIPs gives a simulated node the node namespace's addresses once
+// kwok has initialized it; false when it is not there yet.
+func setNodeIPs(ctx context.Context, cs kubernetes.Interface, n *corev1.Node, ips []netip.Addr) (bool, error) {
+	want, update := NodeAddresses(n, ips)
+	if !update {
+		return want != nil, nil
+	}
+	n = n.DeepCopy()
+	n.Status.Addresses = want
+	_, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	return err == nil, err
+}
+
+// waitNodeIPs waits until the named node has the node namespace's
+// addresses: kube-proxy, which runs as that node, waits 30 s for one.
+func waitNodeIPs(ctx context.Context, cs kubernetes.Interface, name string, ips []netip.Addr) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			klog.InfoS("waiting for the node", "node", name, "err", err)
 			return false, nil
 		}
-		for _, n := range nodes.Items {
-			want := []corev1.NodeAddress{}
-			for _, ip := range ips {
-				want = append(want, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
-			}
-			for _, a := range n.Status.Addresses {
-				if a.Type != corev1.NodeInternalIP {
-					want = append(want, a)
-				}
-			}
-			if slices.Equal(want, n.Status.Addresses) {
-				continue
-			}
-			n.Status.Addresses = want
-			if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, &n, metav1.UpdateOptions{}); err != nil {
-				klog.InfoS("setting the node's addresses; retrying", "node", n.Name, "err", err)
-				return false, nil
-			}
+		done, err := setNodeIPs(ctx, cs, n, ips)
+		if err != nil {
+			klog.InfoS("setting the node's addresses; retrying", "node", name, "err", err)
 		}
-		return true, nil
+		return done, nil
 	})
 }
