@@ -356,8 +356,9 @@ func (d *dpWorld) execSession(t *testing.T) {
 	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 7 || stdout != "got hello\n" || !strings.Contains(stderr, "to stderr") {
 		t.Errorf("kubectl exec -i: err %v stdout %q stderr %q; want exit 7, got hello, to stderr", err, stdout, stderr)
 	}
-	for _, proto := range []string{harness.WebSocket, harness.SPDY} {
-		stdout, stderr, err := harness.ExecAPI(ctx, d.at, proto, d.ns, d.client, "client", strings.NewReader("hello\n"), "sh", "-c", script)
+	// Each protocol alone, with no fallback to the other, so each is proved.
+	for _, proto := range []string{devenv.WebSocket, devenv.SPDY} {
+		stdout, stderr, err := devenv.PodExec(ctx, d.at, proto, d.ns, d.client, "client", strings.NewReader("hello\n"), "sh", "-c", script)
 		var code utilexec.ExitError
 		if !errors.As(err, &code) || code.ExitStatus() != 7 || stdout != "got hello\n" || stderr != "to stderr\n" {
 			t.Errorf("client-go exec over %s: err %v stdout %q stderr %q; want exit 7, got hello, to stderr", proto, err, stdout, stderr)

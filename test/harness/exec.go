@@ -33,16 +33,3 @@ func Exec(ctx context.Context, env *devenv.Env, c *devenv.Cluster, ns, pod strin
 	}
 	return out, nil
 }
-
-// Protocols of ExecAPI, each used alone (no fallback to the other), so a
-// test proves the one it names.
-const (
-	WebSocket = devenv.WebSocket
-	SPDY      = devenv.SPDY
-)
-
-// ExecAPI runs a command in a pod's container through client-go's
-// remotecommand executor, the way test suites call it (devenv.PodExec).
-func ExecAPI(ctx context.Context, c *devenv.Cluster, protocol, ns, pod, container string, stdin io.Reader, argv ...string) (stdout, stderr string, err error) {
-	return devenv.PodExec(ctx, c, protocol, ns, pod, container, stdin, argv...)
-}

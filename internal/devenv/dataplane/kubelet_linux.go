@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"time"
 
@@ -79,21 +80,12 @@ func (k *Kubelet) Serve(ctx context.Context) error {
 func (k *Kubelet) onlyHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ap, err := netip.ParseAddrPort(r.RemoteAddr)
-		if err != nil || !containsAddr(k.Allowed, ap.Addr().Unmap()) {
+		if err != nil || !slices.Contains(k.Allowed, ap.Addr().Unmap()) {
 			http.Error(w, "only the host's apiserver may call this node", http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-func containsAddr(list []netip.Addr, a netip.Addr) bool {
-	for _, b := range list {
-		if a == b {
-			return true
-		}
-	}
-	return false
 }
 
 func (k *Kubelet) target(w http.ResponseWriter, r *http.Request) (Target, bool) {
