@@ -37,10 +37,13 @@ func Gather(ctx context.Context, c client.Reader, kubeContext, statusNamespace s
 			return r, err
 		}
 	}
+	r.StatusNamespace = statusNamespace
 	lease := &coordinationv1.Lease{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: statusNamespace, Name: statuslease.LeaseName}, lease); err == nil {
 		r.Lease = lease
 	} else if !apierrors.IsNotFound(err) {
+		return r, err
+	} else if err := leaseElsewhere(ctx, c, &r); err != nil {
 		return r, err
 	}
 	exports := &mcsv1beta1.ServiceExportList{}
@@ -70,6 +73,29 @@ func Gather(ctx context.Context, c client.Reader, kubeContext, statusNamespace s
 	return r, nil
 }
 
+// leaseElsewhere looks for the status Lease in every namespace (a
+// controller given another --status-namespace) and, without one, says
+// whether the expected namespace exists at all. A user who may not list
+// Leases everywhere gets the plain answer.
+func leaseElsewhere(ctx context.Context, c client.Reader, r *Read) error {
+	leases := &coordinationv1.LeaseList{}
+	err := c.List(ctx, leases, client.MatchingFields{"metadata.name": statuslease.LeaseName})
+	if err != nil && !apierrors.IsForbidden(err) {
+		return err
+	}
+	r.LeasesElsewhere = leases.Items
+	if len(leases.Items) == 1 {
+		r.Lease = &leases.Items[0]
+		return nil
+	}
+	err = c.Get(ctx, client.ObjectKey{Name: r.StatusNamespace}, &corev1.Namespace{})
+	r.StatusNamespaceMissing = apierrors.IsNotFound(err)
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		return err
+	}
+	return nil
+}
+
 // JSON writes the report as JSON.
 func JSON(w io.Writer, clusters []Cluster) error {
 	enc := json.NewEncoder(w)
@@ -95,8 +121,8 @@ func Table(w io.Writer, clusters []Cluster) error {
 			if ctl.LastCloudMap != nil {
 				sync = ctl.LastCloudMap.Format("2006-01-02T15:04:05Z07:00")
 			}
-			fmt.Fprintf(tw, "  controller %s (%s, modes %s), last report %s, last Cloud Map sync %s\n",
-				ctl.Holder, orDash(ctl.Version), orDash(strings.Join(ctl.Modes, ",")), ctl.LastReport.Format("2006-01-02T15:04:05Z07:00"), sync)
+			fmt.Fprintf(tw, "  controller %s (%s, modes %s, status in namespace %s), last report %s, last Cloud Map sync %s\n",
+				ctl.Holder, orDash(ctl.Version), orDash(strings.Join(ctl.Modes, ",")), ctl.Namespace, ctl.LastReport.Format("2006-01-02T15:04:05Z07:00"), sync)
 			for _, name := range slices.Sorted(maps.Keys(ctl.Sources)) {
 				s := ctl.Sources[name]
 				sync := "never"
@@ -108,6 +134,9 @@ func Table(w io.Writer, clusters []Cluster) error {
 				}
 				fmt.Fprintf(tw, "  Cloud Map %s (Region/account): last sync %s\n", name, sync)
 			}
+		}
+		for _, n := range c.Notes {
+			fmt.Fprintf(tw, "  note: %s\n", n)
 		}
 		fmt.Fprintln(tw, "  EXPORT\tVALID\tREADY\tCONFLICT")
 		for _, e := range c.Exports {

@@ -34,11 +34,15 @@ type Cluster struct {
 	Exports    []Export    `json:"exports"`
 	Imports    []Import    `json:"imports"`
 	Stuck      []string    `json:"stuck"`
+	// Notes are worth knowing and not wrong.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Controller is what the controller last published in its status Lease.
 type Controller struct {
-	Holder        string     `json:"holder"`
+	Holder string `json:"holder"`
+	// Namespace holds its status Lease.
+	Namespace     string     `json:"namespace"`
 	Version       string     `json:"version"`
 	Modes         []string   `json:"modes"`
 	LastReport    time.Time  `json:"lastReport"`
@@ -74,11 +78,18 @@ type Import struct {
 type Read struct {
 	Context               string
 	ClusterID, ClusterSet string
-	Lease                 *coordinationv1.Lease
-	Exports               []mcsv1beta1.ServiceExport
-	Imports               []mcsv1beta1.ServiceImport
-	Slices                []discoveryv1.EndpointSlice // clustermap's
-	Services              []corev1.Service            // with clustermap's finalizer or condition
+	// StatusNamespace is where the status Lease was looked for; Lease is
+	// the one found there or, failing that, the only one in any namespace.
+	StatusNamespace string
+	Lease           *coordinationv1.Lease
+	// Without a Lease: whether StatusNamespace is missing, and the Leases
+	// of several controllers found elsewhere.
+	StatusNamespaceMissing bool
+	LeasesElsewhere        []coordinationv1.Lease
+	Exports                []mcsv1beta1.ServiceExport
+	Imports                []mcsv1beta1.ServiceImport
+	Slices                 []discoveryv1.EndpointSlice // clustermap's
+	Services               []corev1.Service            // with clustermap's finalizer or condition
 }
 
 // StuckAfter is how long a deletion may wait on a finalizer before it is
@@ -92,10 +103,13 @@ func Summarize(r Read, now time.Time) Cluster {
 		c.Stuck = append(c.Stuck, "cluster identity not set: create the ClusterProperties cluster.clusterset.k8s.io and clusterset.k8s.io")
 	}
 	if r.Lease == nil {
-		c.Stuck = append(c.Stuck, "no controller status: the controller is not running, or cannot write its status Lease")
+		c.Stuck = append(c.Stuck, noController(r))
 	} else {
 		c.Controller = controllerOf(r.Lease)
 		ctl := c.Controller
+		if ctl.Namespace != r.StatusNamespace {
+			c.Notes = append(c.Notes, fmt.Sprintf("the controller's status is in namespace %s, not %s: pass --status-namespace %s", ctl.Namespace, r.StatusNamespace, ctl.Namespace))
+		}
 		if beat := heartbeat(r.Lease); now.Sub(ctl.LastReport) > 3*beat {
 			c.Stuck = append(c.Stuck, fmt.Sprintf("controller silent since %s (%s ago)", ctl.LastReport.Format(time.RFC3339), now.Sub(ctl.LastReport).Round(time.Second)))
 		}
@@ -145,6 +159,24 @@ func Summarize(r Read, now time.Time) Cluster {
 	return c
 }
 
+// noController says what is missing when no status Lease was found.
+func noController(r Read) string {
+	switch {
+	case len(r.LeasesElsewhere) > 1:
+		var where []string
+		for _, l := range r.LeasesElsewhere {
+			where = append(where, l.Namespace)
+		}
+		return fmt.Sprintf("no controller status in namespace %s; controllers report in namespaces %s: pass --status-namespace with one of them",
+			r.StatusNamespace, strings.Join(where, ", "))
+	case r.StatusNamespaceMissing:
+		return fmt.Sprintf("no controller status: namespace %s does not exist and no namespace holds a %s Lease: no controller has reported to this cluster "+
+			"(install one, or start `clustermap controller --kubeconfig ...`, which creates the namespace)", r.StatusNamespace, statuslease.LeaseName)
+	}
+	return fmt.Sprintf("no controller status: no %s Lease in namespace %s: the controller is not running, or cannot write its status Lease (see its log)",
+		statuslease.LeaseName, r.StatusNamespace)
+}
+
 func cond(cs []metav1.Condition, t string) string {
 	if c := meta.FindStatusCondition(cs, t); c != nil {
 		return string(c.Status) + "/" + c.Reason
@@ -154,7 +186,7 @@ func cond(cs []metav1.Condition, t string) string {
 
 func controllerOf(l *coordinationv1.Lease) *Controller {
 	a := l.Annotations
-	ctl := &Controller{Version: a[statuslease.AnnotationVersion], CloudMapError: a[statuslease.AnnotationCloudMapErr]}
+	ctl := &Controller{Namespace: l.Namespace, Version: a[statuslease.AnnotationVersion], CloudMapError: a[statuslease.AnnotationCloudMapErr]}
 	if l.Spec.HolderIdentity != nil {
 		ctl.Holder = *l.Spec.HolderIdentity
 	}

@@ -80,3 +80,33 @@ func TestSummarizeImports(t *testing.T) {
 		t.Errorf("import %+v", im)
 	}
 }
+
+func TestSummarizeWhereTheControllerReports(t *testing.T) {
+	elsewhere := lease(now, nil)
+	elsewhere.Namespace = "platform"
+	other := lease(now, nil)
+	other.Namespace = "team-b"
+	for _, c := range []struct {
+		what        string
+		read        Read
+		stuck, note string
+	}{
+		{"namespace missing, no Lease anywhere", Read{StatusNamespace: "clustermap-system", StatusNamespaceMissing: true},
+			"namespace clustermap-system does not exist and no namespace holds a clustermap-status Lease", ""},
+		{"namespace there, no Lease", Read{StatusNamespace: "clustermap-system"},
+			"no clustermap-status Lease in namespace clustermap-system: the controller is not running, or cannot write its status Lease", ""},
+		{"several controllers elsewhere", Read{StatusNamespace: "clustermap-system", LeasesElsewhere: []coordinationv1.Lease{*elsewhere, *other}},
+			"controllers report in namespaces platform, team-b: pass --status-namespace", ""},
+		{"the one controller elsewhere", Read{StatusNamespace: "clustermap-system", Lease: elsewhere},
+			"", "the controller's status is in namespace platform, not clustermap-system: pass --status-namespace platform"},
+	} {
+		c.read.ClusterID, c.read.ClusterSet = "c1", "set"
+		got := Summarize(c.read, now)
+		if stuck := strings.Join(got.Stuck, ";"); (c.stuck == "") != (stuck == "") || !strings.Contains(stuck, c.stuck) {
+			t.Errorf("%s: stuck %q, want %q", c.what, stuck, c.stuck)
+		}
+		if note := strings.Join(got.Notes, ";"); (c.note == "") != (note == "") || !strings.Contains(note, c.note) {
+			t.Errorf("%s: notes %q, want %q", c.what, note, c.note)
+		}
+	}
+}

@@ -160,6 +160,13 @@ const LeaderElectionID = "clustermap-controller"
 
 const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
+// outsideCluster says the controller runs as a process, not in a pod: no
+// install made its namespace.
+func outsideCluster() bool {
+	_, err := os.Stat(inClusterNamespaceFile)
+	return err != nil
+}
+
 var setRootLogger sync.Once
 
 // cloudMapCalls counts Cloud Map calls (HTTP attempts) for /metrics.
@@ -244,7 +251,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	reporter := &statuslease.Reporter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.StatusNamespace,
-		Holder: holderName(), Version: version.Version, Modes: modes(o), Log: log.WithName("status")}
+		Holder: holderName(), Version: version.Version, Modes: modes(o), Log: log.WithName("status"), CreateNamespace: outsideCluster()}
 	if reporter.Namespace == "" {
 		reporter.Namespace = kube.DefaultStatusNamespace
 	}

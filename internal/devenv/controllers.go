@@ -7,10 +7,6 @@ import (
 	"errors"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/controller"
@@ -34,12 +30,6 @@ func (e *Env) StartControllers(ctx context.Context, cloudMapURL string, log func
 		if tune != nil {
 			tune(&o)
 		}
-		// The controller's namespace, as an install makes it: the status
-		// Lease goes there.
-		if err := ensureNamespace(ctx, c, kube.DefaultStatusNamespace); err != nil {
-			done <- err
-			continue
-		}
 		go func() { done <- controller.Run(ctx, o) }()
 	}
 	return func() error {
@@ -51,16 +41,4 @@ func (e *Env) StartControllers(ctx context.Context, cloudMapURL string, log func
 		}
 		return errors.Join(errs...)
 	}
-}
-
-func ensureNamespace(ctx context.Context, c *Cluster, name string) error {
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	return err
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +40,13 @@ const (
 	AnnotationHeartbeatSec = "clustermap.io/heartbeat-seconds"
 )
 
+// ManagedByLabel and ManagedBy mark a status namespace the controller
+// created itself.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedBy      = "clustermap"
+)
+
 // Heartbeat is how often an unchanged report is written again.
 const Heartbeat = time.Minute
 
@@ -54,6 +62,10 @@ type Reporter struct {
 	Log       logr.Logger
 	// PeersDown, when set, lists the syndicate peers that are down.
 	PeersDown func() []string
+	// CreateNamespace creates Namespace when it is missing: a controller
+	// run outside the cluster (--kubeconfig) has no install that made it,
+	// and its status belongs where clustermap status looks.
+	CreateNamespace bool
 
 	mu      sync.Mutex
 	cluster string
@@ -229,7 +241,17 @@ func (r *Reporter) write(ctx context.Context, a map[string]string) error {
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: LeaseName, Annotations: a},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &now}}
-		return r.Client.Create(ctx, lease)
+		err = r.Client.Create(ctx, lease)
+		if apierrors.IsNotFound(err) && r.CreateNamespace {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace, Labels: map[string]string{ManagedByLabel: ManagedBy}}}
+			if err := r.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating the status namespace %s (or pass --status-namespace): %w", r.Namespace, err)
+			}
+			r.Log.Info("created the status namespace: this controller runs outside the cluster", "namespace", r.Namespace)
+			lease.ResourceVersion = ""
+			err = r.Client.Create(ctx, lease)
+		}
+		return err
 	}
 	if err != nil {
 		return err

@@ -13,9 +13,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/clusterstatus"
+	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -43,7 +49,32 @@ func statusJSON(t *testing.T, w *world) ([]clusterstatus.Cluster, error) {
 }
 
 func TestStatus(t *testing.T) {
-	w := newWorld(t, 2, cloudmaplocal.Options{})
+	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	// No controller yet, nor its namespace: status says exactly that.
+	clusters, err := statusJSON(t, w)
+	if err == nil || len(clusters) != 2 || !strings.Contains(strings.Join(clusters[0].Stuck, ";"), "namespace clustermap-system does not exist and no namespace holds a clustermap-status Lease") {
+		t.Errorf("without a controller, status should name the missing namespace: %+v (%v)", clusters, err)
+	}
+	// Controllers run as processes outside the clusters do (--kubeconfig),
+	// with no namespace made for them; cluster-2's reports in a namespace
+	// of its own.
+	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
+		if o.Config.Host == w.env.Clusters[1].Config.Host {
+			o.StatusNamespace = "platform"
+		}
+	}))
+	harness.Eventually(t, 30*time.Second, "the controllers create their status namespaces", func() error {
+		for i, ns := range []string{kube.DefaultStatusNamespace, "platform"} {
+			n := &corev1.Namespace{}
+			if err := w.clients[i].Get(context.Background(), client.ObjectKey{Name: ns}, n); err != nil {
+				return err
+			}
+			if n.Labels[statuslease.ManagedByLabel] != statuslease.ManagedBy {
+				return fmt.Errorf("namespace %s labels %v", ns, n.Labels)
+			}
+		}
+		return nil
+	})
 	const ns, name = "status", "web"
 	w.allNamespaces(t, ns)
 	ips := w.exportApp(t, ns, name, 3)
@@ -63,6 +94,9 @@ func TestStatus(t *testing.T) {
 			}
 			if len(c.Stuck) > 0 {
 				return fmt.Errorf("%s: stuck %v", id, c.Stuck)
+			}
+			if i == 1 && (c.Controller.Namespace != "platform" || !strings.Contains(strings.Join(c.Notes, ";"), "pass --status-namespace platform")) {
+				return fmt.Errorf("%s: controller in namespace %q, notes %v: want platform, and a note saying so", id, c.Controller.Namespace, c.Notes)
 			}
 			if len(c.Imports) != 1 || c.Imports[0].Name != name || strings.Join(c.Imports[0].Clusters, ",") != "cluster-1" ||
 				c.Imports[0].Ready["IPv4"]+c.Imports[0].Ready["IPv6"] != len(ips) {
@@ -105,7 +139,7 @@ func TestStatus(t *testing.T) {
 
 	// A cluster that cannot be read is reported, not skipped.
 	harness.Must(t, w.env.StopCluster(context.Background(), w.env.Clusters[1]))
-	clusters, err := statusJSON(t, w)
+	clusters, err = statusJSON(t, w)
 	if err == nil || len(clusters) != 2 || clusters[1].Error == "" {
 		t.Errorf("a stopped cluster should be reported unreachable: %+v (%v)", clusters, err)
 	}
