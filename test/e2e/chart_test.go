@@ -7,12 +7,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -22,6 +24,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
@@ -118,6 +124,7 @@ func TestChart(t *testing.T) {
 	t.Run("every mode combination renders and applies (server dry run)", func(t *testing.T) { everyMode(t, w, ch) })
 	t.Run("bad values fail with a clear message", func(t *testing.T) { badValues(t, ch) })
 	t.Run("accounts and Regions reach the controller", func(t *testing.T) { accountsValues(t, ch) })
+	t.Run("drains, GitOps, RBAC and DNS values install", func(t *testing.T) { w.operatorValues(t, ch) })
 	t.Run("MCS works with the chart's ServiceAccount only", func(t *testing.T) { w.asServiceAccount(t, ch) })
 }
 
@@ -159,6 +166,7 @@ func everyMode(t *testing.T, w *world, ch *chart.Chart) {
 		if dns {
 			want = append(want, "clustermap-dns")
 		}
+		want = append(want, "clustermap-edit", "clustermap-view") // aggregated into edit, admin, view
 		sort.Strings(want)
 		sort.Strings(roles)
 		if !slices.Equal(roles, want) {
@@ -195,6 +203,14 @@ func badValues(t *testing.T, ch *chart.Chart) {
 		{"an owner account that is no account", func(v map[string]any) { v["cloudMap"] = map[string]any{"ownerAccount": "1234"} }, "ownerAccount"},
 		{"a Region list with no Region", func(v map[string]any) { v["cloudMap"] = map[string]any{"regions": []any{"Ireland"}} }, "regions"},
 		{"a bad expiry", func(v map[string]any) { v["cloudMap"] = map[string]any{"staleClusterExpiry": "a day"} }, "staleClusterExpiry"},
+		{"the budget of old (minAvailable blocked every eviction at one replica)", func(v map[string]any) {
+			v["podDisruptionBudget"] = map[string]any{"minAvailable": 1}
+		}, "minAvailable"},
+		{"an extra argument that is no flag", func(v map[string]any) { v["extraArgs"] = []any{"debug"} }, "extraArgs"},
+		{"a cluster id that is no DNS label", func(v map[string]any) { v["clusterProperties"] = map[string]any{"clusterId": "Cluster_1"} }, "clusterId"},
+		{"a DNS ClusterIP that is no address", func(v map[string]any) {
+			v["dns"] = map[string]any{"enabled": true, "clusterIP": "auto"}
+		}, "clusterIP"},
 	} {
 		v := modeValues(true, false, false, false)
 		delete(v, "serviceMonitor")
@@ -338,4 +354,140 @@ func TestChartCopiesAreCurrent(t *testing.T) {
 			t.Errorf("%s is not a copy of %s (make generate): %v", cp, src, err)
 		}
 	}
+}
+
+// operatorValues installs the chart in cluster-2 with every value operators
+// asked for set (server-side apply, for real) and checks each does what it
+// says: the identity from values, extra arguments and environment, a
+// budget that lets a drain evict the only replica, a fixed DNS ClusterIP,
+// the DNS server's scheduling and metrics, Helm's global key, and a user
+// with the built-in edit role managing ServiceExports.
+func (w *world) operatorValues(t *testing.T, ch *chart.Chart) {
+	ctx := context.Background()
+	cl, c := w.clients[1], w.env.Clusters[1]
+	cs := kubernetes.NewForConfigOrDie(c.Config)
+	prefix := netip.MustParsePrefix(c.ServiceCIDRs[0])
+	ip := prefix.Addr().As4()
+	ip[3] = 53
+	dnsIP := netip.AddrFrom4(ip).String()
+	harness.Must(t, cl.Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "clustermap-dns-test"}, Value: 1000}))
+	spread := map[string]any{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+		"labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "clustermap-dns"}}}
+	affinity := map[string]any{"podAntiAffinity": map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{"weight": 100,
+		"podAffinityTerm": map[string]any{"topologyKey": "kubernetes.io/hostname", "labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "clustermap-dns"}}}}}}}
+	v := map[string]any{"region": "us-east-1", "replicas": 1,
+		"global":            map[string]any{"imageRegistry": "registry.example"},
+		"clusterProperties": map[string]any{"clusterId": c.ID, "clusterSetId": "clusterset-dev"},
+		"extraArgs":         []any{"--zap-log-level=debug", "--allow-exec-plugins"},
+		"extraEnv":          []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}},
+		"serviceMonitor":    map[string]any{"enabled": true},
+		"dns": map[string]any{"enabled": true, "replicas": 1, "clusterIP": dnsIP, "priorityClassName": "clustermap-dns-test",
+			"affinity": affinity, "topologySpreadConstraints": []any{spread},
+			"extraArgs": []any{"--ttl=10"}, "extraEnv": []any{map[string]any{"name": "GOMAXPROCS", "value": "1"}}}}
+	objs, err := render(ch, v)
+	harness.Must(t, err)
+	byKind := map[string]map[string]*unstructured.Unstructured{}
+	var applicable []*unstructured.Unstructured
+	for _, u := range objs {
+		if byKind[u.GetKind()] == nil {
+			byKind[u.GetKind()] = map[string]*unstructured.Unstructured{}
+		}
+		byKind[u.GetKind()][u.GetName()] = u
+		if u.GetKind() != "ServiceMonitor" { // no Prometheus Operator on dev clusters
+			applicable = append(applicable, u)
+		}
+	}
+	if len(byKind["ServiceMonitor"]) != 2 || byKind["Service"]["clustermap-dns-metrics"] == nil {
+		t.Errorf("want a ServiceMonitor for the controller and the DNS server, and the DNS metrics Service: %v %v", keys(byKind["ServiceMonitor"]), keys(byKind["Service"]))
+	}
+	for name, p := range byKind["ClusterProperty"] {
+		if p.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("ClusterProperty %s would go with helm uninstall", name)
+		}
+	}
+	harness.Must(t, applyAll(ctx, cl, applicable))
+
+	// The identity came from values (and equals what the cluster had).
+	for name, want := range map[string]string{"cluster.clusterset.k8s.io": c.ID, "clusterset.k8s.io": "clusterset-dev"} {
+		p := &unstructured.Unstructured{}
+		p.SetAPIVersion("about.k8s.io/v1alpha1")
+		p.SetKind("ClusterProperty")
+		harness.Must(t, cl.Get(ctx, client.ObjectKey{Name: name}, p))
+		if got, _, _ := unstructured.NestedString(p.Object, "spec", "value"); got != want || !managedBy(p, "helm-test") {
+			t.Errorf("ClusterProperty %s = %q, want %q applied by the chart", name, got, want)
+		}
+	}
+	// Extra arguments come after the chart's (a repeated flag overrides);
+	// the environment reaches the container.
+	ctl := &appsv1.Deployment{}
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: release + "-controller"}, ctl))
+	args := ctl.Spec.Template.Spec.Containers[0].Args
+	if i := slices.Index(args, "--zap-log-level=debug"); i < slices.Index(args, "--zap-log-level=info") || !slices.Contains(args, "--allow-exec-plugins") {
+		t.Errorf("controller args %v: want the extra ones after the chart's", args)
+	}
+	if env := ctl.Spec.Template.Spec.Containers[0].Env; !slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" }) {
+		t.Errorf("controller env %v lacks HTTPS_PROXY", env)
+	}
+	dns := &appsv1.Deployment{}
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: release + "-dns"}, dns))
+	ps := dns.Spec.Template.Spec
+	if ps.PriorityClassName != "clustermap-dns-test" || ps.Affinity == nil || ps.Affinity.PodAntiAffinity == nil || len(ps.TopologySpreadConstraints) != 1 ||
+		!slices.Contains(ps.Containers[0].Args, "--ttl=10") || len(ps.Containers[0].Env) != 1 {
+		t.Errorf("DNS pod spec: priority %q, affinity %v, spread %v, args %v, env %v", ps.PriorityClassName, ps.Affinity, ps.TopologySpreadConstraints, ps.Containers[0].Args, ps.Containers[0].Env)
+	}
+	svc := &corev1.Service{}
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: release + "-dns"}, svc))
+	if svc.Spec.ClusterIP != dnsIP {
+		t.Errorf("DNS Service ClusterIP %s, want %s", svc.Spec.ClusterIP, dnsIP)
+	}
+
+	// A drain evicts the only controller replica: the budget allows one out.
+	harness.Eventually(t, 60*time.Second, "the single controller replica can be evicted", func() error {
+		pods, err := cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=clustermap-controller"})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				return cs.PolicyV1().Evictions(releaseNS).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, Name: p.Name}})
+			}
+		}
+		return fmt.Errorf("no controller pod yet")
+	})
+
+	// The edit role, aggregated, lets a namespace's user export; view
+	// reads only.
+	namespace(t, cl, "team")
+	for user, role := range map[string]string{"alice": "edit", "bob": "view"} {
+		harness.Must(t, cl.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: user},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}))
+	}
+	for _, c := range []struct {
+		user, verb, resource string
+		want                 bool
+	}{
+		{"alice", "create", "serviceexports", true}, {"alice", "delete", "serviceexports", true}, {"alice", "list", "serviceimports", true},
+		{"alice", "create", "serviceimports", false},
+		{"bob", "get", "serviceexports", true}, {"bob", "list", "serviceimports", true}, {"bob", "create", "serviceexports", false},
+	} {
+		harness.Eventually(t, 30*time.Second, fmt.Sprintf("%s may%s %s %s", c.user, map[bool]string{false: " not"}[c.want], c.verb, c.resource), func() error {
+			r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: c.user,
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: "team", Verb: c.verb, Group: "multicluster.x-k8s.io", Resource: c.resource}}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			if r.Status.Allowed != c.want {
+				return fmt.Errorf("allowed=%v", r.Status.Allowed)
+			}
+			return nil
+		})
+	}
+}
+
+func keys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// managedBy says whether manager owns fields of o.
+func managedBy(o *unstructured.Unstructured, manager string) bool {
+	return slices.ContainsFunc(o.GetManagedFields(), func(f metav1.ManagedFieldsEntry) bool { return f.Manager == manager })
 }

@@ -48,3 +48,34 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* PDB: one replica out at a time, an unready one always (a drain never
+waits forever). */}}
+{{- define "clustermap.pdbSpec" -}}
+maxUnavailable: {{ .Values.podDisruptionBudget.maxUnavailable }}
+unhealthyPodEvictionPolicy: AlwaysAllow
+{{- end -}}
+
+{{/* A ServiceMonitor for the metrics Service of app (name-metrics). */}}
+{{- define "clustermap.serviceMonitor" -}}
+{{- if .root.Values.serviceMonitor.enabled }}
+---
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "clustermap.labels" .root | nindent 4 }}
+    {{- with .root.Values.serviceMonitor.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  selector:
+    matchLabels:
+      {{- include "clustermap.selector" (dict "name" .app "root" .root) | nindent 6 }}
+  endpoints:
+  - port: metrics
+    interval: {{ .root.Values.serviceMonitor.interval }}
+{{- end }}
+{{- end -}}
