@@ -3,87 +3,58 @@
 package e2e
 
 import (
-	"encoding/json"
 	"maps"
-	"os"
-	"path"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/clustermap/clustermap/iam"
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
-// policy is the part of an IAM policy document these checks read.
-type policy struct {
-	Statement []struct {
-		Sid       string
-		Effect    string
-		Action    any // a string or a list
-		Condition map[string]map[string]any
-	}
-}
-
-func loadPolicy(t *testing.T, mode string) policy {
+func loadPolicy(t *testing.T, mode string) iam.Policy {
 	t.Helper()
-	raw, err := os.ReadFile("../../iam/" + mode + ".json")
+	p, err := iam.Load(mode)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var p policy
-	if err := json.Unmarshal(raw, &p); err != nil {
-		t.Fatalf("iam/%s.json: %v", mode, err)
 	}
 	return p
 }
 
-func actionsOf(a any) []string {
-	switch v := a.(type) {
-	case string:
-		return []string{v}
-	case []any:
-		var out []string
-		for _, s := range v {
-			out = append(out, s.(string))
-		}
-		return out
-	}
-	return nil
-}
-
-// allows tells whether an Allow statement grants the Cloud Map operation,
-// and the statement's conditions.
-func (p policy) allows(op string) (bool, []map[string]map[string]any) {
-	var conds []map[string]map[string]any
-	ok := false
-	for _, s := range p.Statement {
-		if s.Effect != "Allow" {
-			continue
-		}
-		for _, a := range actionsOf(s.Action) {
-			if m, _ := path.Match(strings.ToLower(a), strings.ToLower("servicediscovery:"+op)); m {
-				ok = true
-				conds = append(conds, s.Condition)
-			}
-		}
-	}
-	return ok, conds
-}
-
-// checkPolicy holds a mode's policy to the Cloud Map operations its e2e
-// called: each is allowed, no other Cloud Map action is, and creation and
-// deletion are conditioned on the tags the code puts on what it creates.
+// checkPolicy holds a mode's policy, and iam/README.md's table of what
+// each mode calls, to the Cloud Map operations its e2e called: each is
+// allowed and in the table, no other Cloud Map action is, and creation
+// and deletion are conditioned on the tags the code puts on what it
+// creates. (iam's own tests hold the policies to the table's extra
+// actions.)
 func checkPolicy(t *testing.T, mode string, calls map[string]float64) {
 	t.Helper()
 	p := loadPolicy(t, mode)
+	rows, err := iam.Table()
+	harness.Must(t, err)
+	inTable := map[string]bool{}
+	for _, r := range rows {
+		if slices.Contains(r.Modes, mode) {
+			inTable[r.Action] = true
+		}
+	}
+	for _, op := range slices.Sorted(maps.Keys(inTable)) {
+		if calls[op] == 0 {
+			t.Errorf("iam/README.md says the %s mode calls %s; its e2e never did", mode, op)
+		}
+	}
 	for _, op := range slices.Sorted(maps.Keys(calls)) {
-		if ok, _ := p.allows(op); !ok {
+		if !inTable[op] {
+			t.Errorf("iam/README.md's table lacks %s for the %s mode, which its e2e called %v times", op, mode, calls[op])
+		}
+		if ok, _ := p.Allows("servicediscovery:" + op); !ok {
 			t.Errorf("iam/%s.json does not allow %s, which the %s e2e called %v times", mode, op, mode, calls[op])
 		}
 	}
 	for _, s := range p.Statement {
-		for _, a := range actionsOf(s.Action) {
+		for _, a := range s.Actions() {
 			op, isCloudMap := strings.CutPrefix(a, "servicediscovery:")
 			if isCloudMap && (strings.ContainsAny(op, "*?") || calls[op] == 0) {
 				t.Errorf("iam/%s.json allows %s, which the %s e2e never called", mode, a, mode)
@@ -100,7 +71,7 @@ func checkPolicy(t *testing.T, mode string, calls map[string]float64) {
 		if want == "" {
 			continue
 		}
-		_, conds := p.allows(op)
+		_, conds := p.Allows("servicediscovery:" + op)
 		for _, c := range conds {
 			found := false
 			for _, kv := range c {
