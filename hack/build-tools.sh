@@ -44,6 +44,9 @@ build "$tools/kwok" sigs.k8s.io/kwok kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs
 build "$tools/coredns" github.com/coredns/coredns coredns=github.com/clustermap/clustermap/hack/tools/coredns
 build "$tools/lint" honnef.co/go/tools staticcheck=honnef.co/go/tools/cmd/staticcheck
 build "$tools/vuln" golang.org/x/vuln govulncheck=golang.org/x/vuln/cmd/govulncheck
+build "$tools/prometheus" github.com/prometheus/prometheus \
+	promtool=github.com/prometheus/prometheus/cmd/promtool \
+	promqlcheck=github.com/clustermap/clustermap/hack/tools/prometheus/promqlcheck
 build "$tools/vuln" golang.org/x/vulndb indexdb=golang.org/x/vulndb/cmd/indexdb
 
 # The Go vulnerability database govulncheck reads (-db file://bin/vulndb):
@@ -57,6 +60,22 @@ else
 	rm -rf "$bin/vulndb"
 	"$bin/indexdb" -vulns "${vulndb#* }/data/osv" -out "$bin/vulndb"
 	echo "${vulndb%% *}" >"$bin/.versions/vulndb"
+fi
+
+# The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, from the
+# pinned module (its example/ tree holds them): the chart tests install the
+# chart's monitoring objects against the real schemas.
+operator=github.com/prometheus-operator/prometheus-operator@v0.85.0
+if [[ -f "$bin/crds/monitoring/monitoring.coreos.com_prometheusrules.yaml" && "$(cat "$bin/.versions/monitoring-crds" 2>/dev/null)" == "${operator#*@}" ]]; then
+	echo "tools: monitoring CRDs ${operator#*@} up to date"
+else
+	echo "tools: monitoring CRDs ${operator#*@}"
+	dir=$(cd "$tools/prometheus" && go mod download -json "$operator" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	mkdir -p "$bin/crds/monitoring"
+	for crd in servicemonitors prometheusrules; do
+		install -m 0644 "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml" "$bin/crds/monitoring/"
+	done
+	echo "${operator#*@}" >"$bin/.versions/monitoring-crds"
 fi
 
 # The data plane (dev up --dataplane) runs kube-proxy in nftables mode, which

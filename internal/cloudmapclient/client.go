@@ -49,6 +49,9 @@ type Options struct {
 	// OnCall, when set, hears of every HTTP attempt: the operation and its
 	// error (nil on success).
 	OnCall func(operation string, err error)
+	// OnLimitWait, when set, hears how long each call waited on this
+	// client's rate limiter, by plane ("control" or "data").
+	OnLimitWait func(plane string, waited time.Duration)
 	// Credentials, when set, replace the default credential chain: tests
 	// and the local emulator use LocalCredentials.
 	Credentials aws.CredentialsProvider
@@ -162,17 +165,21 @@ func NewFromConfig(cfg aws.Config, o Options) *sd.Client {
 		control, data := limiter(o.QPS, o.Burst), limiter(o.DataQPS, o.DataBurst)
 		so.APIOptions = append(so.APIOptions, func(st *middleware.Stack) error {
 			// The stack's id is the operation's name.
-			lim := control
+			lim, plane := control, "control"
 			if st.ID() == "DiscoverInstances" || st.ID() == "DiscoverInstancesRevision" {
-				lim = data
+				lim, plane = data, "data"
 			}
 			if lim == nil {
 				return nil
 			}
 			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("ClientRateLimit",
 				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					start := time.Now()
 					if err := lim.Wait(ctx); err != nil {
 						return middleware.InitializeOutput{}, middleware.Metadata{}, err
+					}
+					if o.OnLimitWait != nil {
+						o.OnLimitWait(plane, time.Since(start))
 					}
 					return next.HandleInitialize(ctx, in)
 				}), middleware.Before)

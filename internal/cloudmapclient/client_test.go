@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -188,5 +189,25 @@ func TestCallerAccount(t *testing.T) {
 	})
 	if err == nil {
 		t.Fatal("a bad signature got an account")
+	}
+}
+
+func TestErrorKind(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, cloudmapclient.KindOK},
+		{&smithy.GenericAPIError{Code: "RequestLimitExceeded"}, cloudmapclient.KindThrottled},
+		{&smithy.GenericAPIError{Code: "ThrottlingException"}, cloudmapclient.KindThrottled},
+		{fmt.Errorf("registering: %w", &smithy.GenericAPIError{Code: "AccessDeniedException"}), cloudmapclient.KindAccessDenied},
+		{&types.NamespaceNotFound{}, cloudmapclient.KindNotFound},
+		{&types.ServiceNotFound{}, cloudmapclient.KindNotFound},
+		{&smithy.GenericAPIError{Code: "InvalidInput"}, cloudmapclient.KindOther},
+		{errors.New("connection refused"), cloudmapclient.KindOther},
+	} {
+		if got := cloudmapclient.ErrorKind(c.err); got != c.want {
+			t.Errorf("ErrorKind(%v) = %s, want %s", c.err, got, c.want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/aws/smithy-go"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -57,6 +58,37 @@ func IsNotFound(err error) bool {
 	var svc *types.ServiceNotFound
 	var res *types.ResourceNotFoundException
 	return errors.As(err, &ns) || errors.As(err, &svc) || errors.As(err, &res)
+}
+
+// Kinds of call outcome operators tell apart: throttling calls for fewer
+// calls or a higher quota, a denial for a policy fix, a missing resource is
+// often normal.
+const (
+	KindOK           = "ok"
+	KindThrottled    = "throttled"
+	KindAccessDenied = "access_denied"
+	KindNotFound     = "not_found"
+	KindOther        = "other"
+)
+
+// ErrorKind sorts a call's error into one of the kinds.
+func ErrorKind(err error) string {
+	if err == nil {
+		return KindOK
+	}
+	if IsNotFound(err) {
+		return KindNotFound
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "ThrottlingException", "Throttling", "RequestLimitExceeded", "TooManyRequestsException", "RequestThrottled", "SlowDown":
+			return KindThrottled
+		case "AccessDeniedException", "AccessDenied", "UnauthorizedOperation", "UnauthorizedAccess":
+			return KindAccessDenied
+		}
+	}
+	return KindOther
 }
 
 // FindNamespace looks a namespace up by name, of type typ ("" any); nil

@@ -79,6 +79,8 @@ type Reconciler struct {
 	DriftPeriod time.Duration
 	Recorder    record.EventRecorder
 	Namespaces  func(string) bool
+	// OnRead, when set, hears how each read of a service's instances went.
+	OnRead func(error)
 
 	mu      sync.Mutex
 	entries map[ktypes.NamespacedName]*entry
@@ -235,6 +237,9 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 	r.mu.Unlock()
 	if refresh {
 		cur, err := cm.Instances(ctx, e.service)
+		if r.OnRead != nil {
+			r.OnRead(err)
+		}
 		if IsServiceGone(err) {
 			r.forget(client.ObjectKeyFromObject(svc)) // deleted behind our back: made anew
 			return reconcile.Result{RequeueAfter: time.Millisecond}, nil

@@ -25,7 +25,10 @@ type Options struct {
 	Namespaces  func(string) bool
 	Recorder    record.EventRecorder
 	Metrics     prometheus.Registerer
-	Log         logr.Logger
+	// OnRead, when set, hears how each read of a registered service's
+	// instances went.
+	OnRead func(error)
+	Log    logr.Logger
 }
 
 // Setup adds the mode to mgr and returns the name it registers this
@@ -38,5 +41,5 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (string, error) 
 	kube.Register(o.Metrics, Metrics()...)
 	o.Log.Info("registering annotated Services in Cloud Map", "cluster", cluster)
 	return cluster, (&Reconciler{Client: mgr.GetClient(), CloudMap: o.CloudMap, Cluster: cluster, TTL: o.TTL, DriftPeriod: o.DriftPeriod,
-		Recorder: o.Recorder, Namespaces: o.Namespaces}).SetupWithManager(mgr)
+		Recorder: o.Recorder, Namespaces: o.Namespaces, OnRead: o.OnRead}).SetupWithManager(mgr)
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	servicediscovery "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,6 +36,7 @@ import (
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/internal/statuslease"
+	"github.com/clustermap/clustermap/internal/telemetry"
 	"github.com/clustermap/clustermap/internal/version"
 )
 
@@ -169,20 +169,6 @@ func outsideCluster() bool {
 
 var setRootLogger sync.Once
 
-// cloudMapCalls counts Cloud Map calls (HTTP attempts) for /metrics.
-var cloudMapCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "clustermap_cloudmap_calls_total",
-	Help: "Cloud Map API calls, retries included, by operation, result (ok or error) and Region.",
-}, []string{"operation", "result", "region"})
-
-func countCall(region, op string, err error) {
-	result := "ok"
-	if err != nil {
-		result = "error"
-	}
-	cloudMapCalls.WithLabelValues(op, result, region).Inc()
-}
-
 // Shipped Cloud Map call budgets, per controller. Control-plane limits are
 // unpublished: 20 calls/s is the conservative default. Data-plane
 // (Discover*) limits are 1,000 and 3,000 calls/s per account: 200/s leaves
@@ -262,7 +248,7 @@ func Run(ctx context.Context, o Options) error {
 	var regions []mcs.Region
 	var account string
 	if o.MCS || o.CloudMapDNS {
-		kube.Register(metrics.Registry, cloudMapCalls)
+		kube.Register(metrics.Registry, telemetry.Collectors()...)
 		co := cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, Credentials: o.CloudMapCredentials, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
 			DataQPS: o.CloudMapDataQPS, DataBurst: o.CloudMapDataBurst}
 		if sd, regions, err = cloudMapClients(ctx, co, o); err != nil {
@@ -284,13 +270,24 @@ func Run(ctx context.Context, o Options) error {
 	if o.MCS {
 		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
 			Namespaces: inScope, Recorder: recorder, Log: log,
-			OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) }, OnRead: reporter.CloudMapRead}); err != nil {
+			Metrics: metrics.Registry, OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) },
+			OnRead: func(region string, err error) {
+				reporter.CloudMapRead(region+"/"+account, err)
+				if err == nil {
+					telemetry.Synced(telemetry.ModeMCS, region, time.Now())
+				}
+			}}); err != nil {
 			return err
 		}
 	}
 	if o.CloudMapDNS {
 		cluster, err := cloudmapdns.Setup(ctx, mgr, cloudmapdns.Options{CloudMap: sd, ClusterName: o.ClusterName, TTL: o.DNSTTL, DriftPeriod: o.DriftPeriod,
-			Namespaces: inScope, Recorder: recorder, Metrics: metrics.Registry, Log: log})
+			Namespaces: inScope, Recorder: recorder, Metrics: metrics.Registry, Log: log,
+			OnRead: func(err error) {
+				if err == nil {
+					telemetry.Synced(telemetry.ModeCloudMapDNS, sd.Options().Region, time.Now())
+				}
+			}})
 		if err != nil {
 			return err
 		}
@@ -321,8 +318,9 @@ func cloudMapClients(ctx context.Context, co cloudmapclient.Options, o Options) 
 			co.Region = region
 		}
 		var name string
+		co.OnLimitWait = func(plane string, waited time.Duration) { telemetry.LimitWait(name, plane, waited) }
 		co.OnCall = func(op string, err error) {
-			countCall(name, op, err)
+			telemetry.Call(name, op, err)
 			if o.OnCloudMapCall != nil {
 				o.OnCloudMapCall(op, err)
 			}

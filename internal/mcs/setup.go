@@ -11,6 +11,7 @@ import (
 
 	servicediscovery "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
@@ -21,9 +22,11 @@ import (
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/internal/registry/multi"
+	"github.com/clustermap/clustermap/internal/telemetry"
 )
 
 // Options of the MCS mode.
@@ -50,8 +53,10 @@ type Options struct {
 	// OnIdentity hears the identity once it is valid; OnRead how each read
 	// of the registry went (the status Lease reports both).
 	OnIdentity func(clusterid.Identity)
-	OnRead     func(source string, err error)
-	Log        logr.Logger
+	OnRead     func(region string, err error)
+	// Metrics, when set, gets the exports, imports and conflicts gauges.
+	Metrics prometheus.Registerer
+	Log     logr.Logger
 }
 
 // Region is one Region's Cloud Map client.
@@ -63,6 +68,9 @@ type Region struct {
 // Setup adds the export and import reconcilers, and the registry watcher
 // that starts once the cluster identity is valid.
 func Setup(mgr manager.Manager, o Options) error {
+	if o.Metrics != nil {
+		kube.Register(o.Metrics, objects{mgr.GetCache()})
+	}
 	gate := &clusterid.Gate{}
 	view := imports.NewView()
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
@@ -107,9 +115,9 @@ func cloudMapRegistry(o Options, id clusterid.Identity, onStale func(string, tim
 		b := cloudmap.New(c, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap").WithValues("region", region))
 		b.RecordVersion, b.WatchOptions, b.Owner, b.Account = o.RecordVersion, o.Watch, o.Owner, o.Account
 		b.OnStale = onStale
-		source := region + "/" + o.Account
+		b.OnPropagation = func(took time.Duration) { telemetry.Propagated(region, took) }
 		if o.OnRead != nil {
-			b.OnRead = func(err error) { o.OnRead(source, err) }
+			b.OnRead = func(err error) { o.OnRead(region, err) }
 		}
 		return b
 	}

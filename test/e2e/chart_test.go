@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -39,6 +40,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -117,9 +119,22 @@ func modeValues(mcs, cmdns, synd, dns bool) map[string]any {
 func TestChart(t *testing.T) {
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	ch := loadChart(t)
+	monitoring := monitoringCRDs(t)
 	for _, cl := range w.clients {
 		namespace(t, cl, releaseNS)
 		harness.Must(t, applyAll(context.Background(), cl, crds(t, ch)))
+		harness.Must(t, applyAll(context.Background(), cl, monitoring))
+		harness.Eventually(t, 30*time.Second, "the monitoring CRDs are served", func() error {
+			for _, kind := range []string{"ServiceMonitorList", "PrometheusRuleList"} {
+				l := &unstructured.UnstructuredList{}
+				l.SetAPIVersion("monitoring.coreos.com/v1")
+				l.SetKind(kind)
+				if err := cl.List(context.Background(), l); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	}
 	t.Run("every mode combination renders and applies (server dry run)", func(t *testing.T) { everyMode(t, w, ch) })
 	t.Run("bad values fail with a clear message", func(t *testing.T) { badValues(t, ch) })
@@ -143,14 +158,6 @@ func everyMode(t *testing.T, w *world, ch *chart.Chart) {
 			kinds[u.GetKind()]++
 			if u.GetKind() == "ClusterRole" {
 				roles = append(roles, u.GetName())
-			}
-			// The Prometheus Operator's CRD is not on dev clusters: the
-			// ServiceMonitor is checked for its shape only.
-			if u.GetKind() == "ServiceMonitor" {
-				if u.GetAPIVersion() != "monitoring.coreos.com/v1" {
-					t.Errorf("ServiceMonitor %s", u.GetAPIVersion())
-				}
-				continue
 			}
 			applicable = append(applicable, u)
 		}
@@ -381,21 +388,19 @@ func (w *world) operatorValues(t *testing.T, ch *chart.Chart) {
 		"extraArgs":         []any{"--zap-log-level=debug", "--allow-exec-plugins"},
 		"extraEnv":          []any{map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"}},
 		"serviceMonitor":    map[string]any{"enabled": true},
+		"prometheusRule":    map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
+		"grafanaDashboard":  map[string]any{"enabled": true},
 		"dns": map[string]any{"enabled": true, "replicas": 1, "clusterIP": dnsIP, "priorityClassName": "clustermap-dns-test",
 			"affinity": affinity, "topologySpreadConstraints": []any{spread},
 			"extraArgs": []any{"--ttl=10"}, "extraEnv": []any{map[string]any{"name": "GOMAXPROCS", "value": "1"}}}}
 	objs, err := render(ch, v)
 	harness.Must(t, err)
 	byKind := map[string]map[string]*unstructured.Unstructured{}
-	var applicable []*unstructured.Unstructured
 	for _, u := range objs {
 		if byKind[u.GetKind()] == nil {
 			byKind[u.GetKind()] = map[string]*unstructured.Unstructured{}
 		}
 		byKind[u.GetKind()][u.GetName()] = u
-		if u.GetKind() != "ServiceMonitor" { // no Prometheus Operator on dev clusters
-			applicable = append(applicable, u)
-		}
 	}
 	if len(byKind["ServiceMonitor"]) != 2 || byKind["Service"]["clustermap-dns-metrics"] == nil {
 		t.Errorf("want a ServiceMonitor for the controller and the DNS server, and the DNS metrics Service: %v %v", keys(byKind["ServiceMonitor"]), keys(byKind["Service"]))
@@ -405,7 +410,25 @@ func (w *world) operatorValues(t *testing.T, ch *chart.Chart) {
 			t.Errorf("ClusterProperty %s would go with helm uninstall", name)
 		}
 	}
-	harness.Must(t, applyAll(ctx, cl, applicable))
+	harness.Must(t, applyAll(ctx, cl, objs))
+
+	// The alerts and the dashboard, as the Prometheus Operator and
+	// Grafana's sidecar read them.
+	rule := &unstructured.Unstructured{}
+	rule.SetAPIVersion("monitoring.coreos.com/v1")
+	rule.SetKind("PrometheusRule")
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: release}, rule))
+	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	if rules, _, _ := unstructured.NestedSlice(groups[0].(map[string]any), "rules"); len(groups) != 1 || len(rules) != len(loadRules(t).Groups[0].Rules) ||
+		rule.GetLabels()["release"] != "kube-prometheus-stack" {
+		t.Errorf("PrometheusRule: %d groups, labels %v; want the chart's alerts and the selector label", len(groups), rule.GetLabels())
+	}
+	board := &corev1.ConfigMap{}
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: release + "-dashboard"}, board))
+	var d map[string]any
+	if err := json.Unmarshal([]byte(board.Data["clustermap.json"]), &d); err != nil || board.Labels["grafana_dashboard"] != "1" || d["uid"] != "clustermap" {
+		t.Errorf("dashboard ConfigMap: labels %v, JSON %v (uid %v)", board.Labels, err, d["uid"])
+	}
 
 	// The identity came from values (and equals what the cluster had).
 	for name, want := range map[string]string{"cluster.clusterset.k8s.io": c.ID, "clusterset.k8s.io": "clusterset-dev"} {
@@ -490,4 +513,24 @@ func keys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 // managedBy says whether manager owns fields of o.
 func managedBy(o *unstructured.Unstructured, manager string) bool {
 	return slices.ContainsFunc(o.GetManagedFields(), func(f metav1.ManagedFieldsEntry) bool { return f.Manager == manager })
+}
+
+// monitoringCRDs are the Prometheus Operator's ServiceMonitor and
+// PrometheusRule CRDs (make tools copies them from the pinned module), so
+// that the chart's monitoring objects are checked against the real schemas.
+func monitoringCRDs(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(devenv.BinDir(), "crds", "monitoring", "*.yaml"))
+	if len(files) != 2 {
+		t.Fatalf("want the ServiceMonitor and PrometheusRule CRDs in bin/crds/monitoring (make tools), found %v", files)
+	}
+	var objs []*unstructured.Unstructured
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		harness.Must(t, err)
+		m := map[string]any{}
+		harness.Must(t, yaml.Unmarshal(raw, &m))
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs
 }

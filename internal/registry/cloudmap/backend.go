@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strconv"
 	"sync"
 	"time"
 
@@ -66,6 +68,9 @@ type Backend struct {
 	// OnStale, when set, hears that a cluster's exports are dropped (its
 	// change record is older than WatchOptions.StaleAfter) or taken back.
 	OnStale func(cluster string, lastSeen time.Time, stale bool)
+	// OnPropagation, when set, hears how long another cluster's
+	// registration took to be read here (from AttrWritten).
+	OnPropagation func(time.Duration)
 }
 
 type ownOp struct {
@@ -149,8 +154,11 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	for id := range register {
 		ids = append(ids, id)
 	}
+	written := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	if err := cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
-		out, err := b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i]), Attributes: register[ids[i]]})
+		attrs := maps.Clone(register[ids[i]])
+		attrs[AttrWritten] = written
+		out, err := b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i]), Attributes: attrs})
 		if err != nil {
 			var limit *types.ResourceLimitExceeded
 			if errors.As(err, &limit) {

@@ -61,6 +61,11 @@ const (
 	// AttrRecordVersion is the format of a cluster's records, on its
 	// service record; none means 1, the format before versions.
 	AttrRecordVersion = "CLUSTERMAP_RECORD_VERSION"
+	// AttrWritten is when the instance was last registered, in Unix
+	// milliseconds: importers measure propagation from it. It is not
+	// compared (ourKeys), so it changes only with a registration made for
+	// another reason.
+	AttrWritten = "CLUSTERMAP_WRITTEN"
 )
 
 // RecordVersion is the record format this release writes. It reads this
@@ -198,7 +203,7 @@ func Encode(e registry.Export, controller string, version int) (map[string]Attrs
 }
 
 func checkLimits(a Attrs) error {
-	total := 0
+	total := len(AttrWritten) + 13 // added at registration (Unix ms: 13 digits)
 	for k, v := range a {
 		if len(v) > maxValueLength {
 			return &LimitError{Reason: fmt.Sprintf("%s is %d characters; Cloud Map allows %d per attribute value (export fewer or shorter labels or annotations)", k, len(v), maxValueLength)}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -139,6 +140,10 @@ type Watcher struct {
 	feeds    map[string]feedMark
 	lastSeen map[string]time.Time // each other cluster's record's time
 	stale    map[string]bool      // clusters whose exports are dropped
+	// written is each service's other-cluster instances' AttrWritten as
+	// last read: a new value is a registration that propagated.
+	written map[registry.Key]map[string]string
+	started time.Time
 }
 
 type feedMark struct {
@@ -155,6 +160,7 @@ func NewWatcher(b *Backend, sink registry.Sink, opts WatchOptions) *Watcher {
 		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
 		elsewhere: map[string]bool{}, nsByID: map[string]*types.Namespace{},
 		feedRev: -1, feeds: map[string]feedMark{}, lastSeen: map[string]time.Time{}, stale: map[string]bool{},
+		written: map[registry.Key]map[string]string{}, started: time.Now(),
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
 		lookups: rate.NewLimiter(rate.Limit(opts.GetOperationRate), opts.MaxGetOperations),
 	}
@@ -659,9 +665,40 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 	for i, in := range out.Instances {
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
 	}
+	w.propagated(key, instances)
 	exports := slices.DeleteFunc(Decode(key, instances), func(e registry.Export) bool { return w.stale[e.Cluster] })
 	if exports == nil {
 		exports = []registry.Export{}
 	}
 	return exports, aws.ToInt64(out.InstancesRevision), nil
+}
+
+// propagated reports, for each other cluster's instance whose registration
+// is new since the last read (and since this watcher started: the first
+// read of an old export measures nothing), how long it took to arrive.
+func (w *Watcher) propagated(key registry.Key, instances []Instance) {
+	if w.b.OnPropagation == nil {
+		return
+	}
+	now, before := time.Now(), w.written[key]
+	seen := map[string]string{}
+	for _, in := range instances {
+		v := in.Attrs[AttrWritten]
+		if v == "" || in.Attrs[AttrClusterID] == w.b.cluster {
+			continue
+		}
+		seen[in.ID] = v
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || before[in.ID] == v {
+			continue
+		}
+		if at := time.UnixMilli(ms); at.After(w.started) {
+			w.b.OnPropagation(now.Sub(at))
+		}
+	}
+	if len(seen) == 0 {
+		delete(w.written, key)
+	} else {
+		w.written[key] = seen
+	}
 }

@@ -1,0 +1,83 @@
+package cloudmap_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+// An importer measures each registration of another cluster from the time
+// the exporter wrote into the record, once per registration; its own
+// registrations and the exports it finds at start measure nothing.
+func TestPropagationIsMeasuredFromTheExportersWrite(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(srv.Handler())
+	defer func() { api.Close(); srv.Close() }()
+	backend := func(cluster string) *cloudmap.Backend {
+		c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cloudmap.New(c, "set", cluster, "test", logr.Discard())
+	}
+	web, api2 := registry.Key{Namespace: "demo", Name: "web"}, registry.Key{Namespace: "demo", Name: "api"}
+	exporter, importer := backend("c1"), backend("c2")
+	// Before the importer starts: found at start, not measured.
+	if err := exporter.Publish(ctx, export("c1", api2, "10.0.0.9")); err != nil {
+		t.Fatal(err)
+	}
+	if err := importer.Publish(ctx, export("c2", web, "10.0.1.1")); err != nil { // its own: never measured
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var took []time.Duration
+	importer.OnPropagation = func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		took = append(took, d)
+	}
+	heard := make(chan registry.Key, 100)
+	go func() {
+		_ = importer.Watch(ctx, registry.SinkFuncs{OnSet: func(key registry.Key, _ []registry.Export) { heard <- key }})
+	}()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(took)
+	}
+	waitUntil(t, "the importer reads both services", func() bool { return len(heard) >= 2 })
+	if n := count(); n != 0 {
+		t.Fatalf("exports found at start measured %d times", n)
+	}
+	start := time.Now()
+	if err := exporter.Publish(ctx, export("c1", web, "10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	// The service record and the endpoint, each once.
+	waitUntil(t, "the new export measured", func() bool { return count() == 2 })
+	mu.Lock()
+	for _, d := range took {
+		if d < 0 || d > time.Since(start) {
+			t.Errorf("propagation %v, want within the %v since the write", d, time.Since(start))
+		}
+	}
+	mu.Unlock()
+	time.Sleep(3 * time.Second) // more polls: nothing new, nothing measured
+	if n := count(); n != 2 {
+		t.Errorf("%d measurements, want 2: an unchanged record is not measured again", n)
+	}
+}
