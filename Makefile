@@ -12,7 +12,7 @@ GOTEST_FLAGS ?= -timeout 40m
 GOTOOLCHAIN ?= auto
 export GOTOOLCHAIN
 
-.PHONY: all tools build image generate crds test test-fast fuzz soak bench bench-tools demo down clean
+.PHONY: all tools build image release generate crds test test-fast fuzz soak bench bench-tools demo down clean
 
 all: build
 
@@ -39,6 +39,17 @@ image:
 	go run ./hack/image -version $(VERSION) -out $(BIN)/image $$args
 
 CHART := charts/clustermap
+
+RELEASE_DIR ?= $(CURDIR)/dist/$(VERSION)
+
+## release: VERSION=vX.Y.Z: what a release publishes, into dist/VERSION
+## (RELEASE_DIR): the CLI for linux and darwin on amd64 and arm64, the
+## multi-platform image (OCI archive, docker tarballs), the packaged chart,
+## the SBOM, the CHANGELOG section and SHA256SUMS; .github/workflows/release.yml
+## runs it for a pushed tag
+release:
+	@ONLY=cyclonedx-gomod hack/build-tools.sh
+	go run ./hack/release -version '$(VERSION)' -out '$(RELEASE_DIR)' -tools '$(BIN)'
 
 ## generate: emulator wire code, deep-copies, the ClusterProperty CRD, one
 ## least-privilege ClusterRole per mode (controller-gen), and the chart's copies

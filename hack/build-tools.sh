@@ -7,10 +7,22 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/bin"
 mkdir -p "$bin/.versions"
 
+# ONLY="name ..." builds just those tools (make release needs only its
+# SBOM tool), and nothing else this script sets up.
+only=${ONLY:-}
+
 # build <module dir> <module whose version pins the tools> <name=package>...
 build() {
 	local dir=$1 mod=$2
 	shift 2
+	if [[ -n "$only" ]]; then
+		local wanted=()
+		for spec in "$@"; do
+			[[ " $only " == *" ${spec%%=*} "* ]] && wanted+=("$spec")
+		done
+		[[ ${#wanted[@]} -gt 0 ]] || return 0
+		set -- "${wanted[@]}"
+	fi
 	local ver
 	ver=$(cd "$dir" && go list -m -f '{{.Version}}' "$mod")
 	local todo=()
@@ -44,10 +56,13 @@ build "$tools/kwok" sigs.k8s.io/kwok kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs
 build "$tools/coredns" github.com/coredns/coredns coredns=github.com/clustermap/clustermap/hack/tools/coredns
 build "$tools/lint" honnef.co/go/tools staticcheck=honnef.co/go/tools/cmd/staticcheck
 build "$tools/vuln" golang.org/x/vuln govulncheck=golang.org/x/vuln/cmd/govulncheck
+build "$tools/sbom" github.com/CycloneDX/cyclonedx-gomod cyclonedx-gomod=github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 build "$tools/prometheus" github.com/prometheus/prometheus \
 	promtool=github.com/prometheus/prometheus/cmd/promtool \
 	promqlcheck=github.com/clustermap/clustermap/hack/tools/prometheus/promqlcheck
 build "$tools/vuln" golang.org/x/vulndb indexdb=golang.org/x/vulndb/cmd/indexdb
+
+[[ -z "$only" ]] || exit 0
 
 # The Go vulnerability database govulncheck reads (-db file://bin/vulndb):
 # vuln.go.dev is not reachable here, the module proxy is, and the pinned

@@ -9,13 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/clustermap/clustermap/internal/image"
 )
@@ -50,37 +44,9 @@ func run(version, out string, args []string) error {
 		}
 		bins = append(bins, image.Binary{Platform: p, Data: data})
 	}
-	idx, err := image.Index(version, bins)
-	if err != nil {
-		return err
+	files, err := image.Write(out, version, bins)
+	for _, f := range files {
+		fmt.Println(f)
 	}
-	if err := os.RemoveAll(out); err != nil {
-		return err
-	}
-	tag, err := name.NewTag(image.Repository + ":" + strings.ReplaceAll(version, "+", "_"))
-	if err != nil {
-		return err
-	}
-	// One entry, the multi-platform index, named by its tag: skopeo copy
-	// oci:bin/image/oci:TAG and crane push bin/image/oci both read it.
-	p, err := layout.Write(filepath.Join(out, "oci"), empty.Index)
-	if err != nil {
-		return err
-	}
-	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{image.RefName: tag.TagStr()})); err != nil {
-		return err
-	}
-	for _, b := range bins {
-		img, err := image.Image(version, b)
-		if err != nil {
-			return err
-		}
-		file := filepath.Join(out, "clustermap-"+strings.ReplaceAll(image.PlatformString(b.Platform), "/", "-")+".tar")
-		if err := tarball.WriteToFile(file, tag, img); err != nil {
-			return err
-		}
-		fmt.Println(file)
-	}
-	fmt.Println(filepath.Join(out, "oci"), "(OCI layout:", tag.String()+")")
-	return nil
+	return err
 }

@@ -10,12 +10,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing/fstest"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -136,4 +140,48 @@ func PlatformString(p v1.Platform) string {
 		s += "/" + p.Variant
 	}
 	return s
+}
+
+// Write writes, into dir (emptied first), the OCI layout of the index
+// (dir/oci: one entry, named by its tag) and one docker-load tarball per
+// platform (dir/clustermap-linux-<arch>.tar); it returns what it wrote.
+func Write(dir, version string, bins []Binary) ([]string, error) {
+	idx, err := Index(version, bins)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	tag, err := Tag(version)
+	if err != nil {
+		return nil, err
+	}
+	// skopeo copy oci:DIR/oci:TAG and crane push DIR/oci both read it.
+	p, err := layout.Write(filepath.Join(dir, "oci"), empty.Index)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{RefName: tag.TagStr()})); err != nil {
+		return nil, err
+	}
+	files := []string{filepath.Join(dir, "oci")}
+	for _, b := range bins {
+		img, err := Image(version, b)
+		if err != nil {
+			return nil, err
+		}
+		file := filepath.Join(dir, "clustermap-"+strings.ReplaceAll(PlatformString(b.Platform), "/", "-")+".tar")
+		if err := tarball.WriteToFile(file, tag, img); err != nil {
+			return nil, err
+		}
+		files = append(files, file)
+	}
+	return files, nil
+}
+
+// Tag is the image's reference for a version (a semver build suffix's +,
+// which tags cannot hold, becomes _).
+func Tag(version string) (name.Tag, error) {
+	return name.NewTag(Repository + ":" + strings.ReplaceAll(version, "+", "_"))
 }

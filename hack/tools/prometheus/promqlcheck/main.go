@@ -37,7 +37,7 @@ func main() {
 	out := make([]result, 0, len(exprs))
 	for _, e := range exprs {
 		r := result{Expr: e, Metrics: []string{}, Selectors: [][]string{}}
-		expr, err := parser.ParseExpr(grafanaVars.ReplaceAllString(e, "5m"))
+		expr, err := parser.NewParser(parser.Options{}).ParseExpr(grafanaVars.ReplaceAllString(e, "5m"))
 		if err != nil {
 			r.Error = err.Error()
 		} else {

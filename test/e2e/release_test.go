@@ -1,0 +1,208 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/clustermap/clustermap/internal/image"
+	"github.com/clustermap/clustermap/test/harness"
+)
+
+// TestRelease runs `make release` into a temporary directory and checks
+// what a user downloads: the checksums verify, the native CLI prints the
+// version and the others are built for their platform with it, the image
+// is multi-platform and tagged, the packaged chart carries the version and
+// installs (Helm's own install, into a cluster), the SBOM lists the
+// binary's Go modules, and the notes are the CHANGELOG's section.
+func TestRelease(t *testing.T) {
+	ch := loadChart(t)
+	version := ch.Metadata.AppVersion // the version the tree is cut for; CHANGELOG.md has its section
+	out := t.TempDir()
+	make := exec.Command("make", "-C", "../..", "release", "VERSION="+version, "RELEASE_DIR="+out)
+	if b, err := make.CombinedOutput(); err != nil {
+		t.Fatalf("make release: %v\n%s", err, b)
+	}
+	chartFile := "clustermap-" + strings.TrimPrefix(version, "v") + ".tgz"
+	want := []string{chartFile, "clustermap-" + version + "-oci.tar", "clustermap-" + version + ".cdx.json", "RELEASE_NOTES.md",
+		"clustermap-" + version + "-image-linux-amd64.tar", "clustermap-" + version + "-image-linux-arm64.tar"}
+	for _, p := range []string{"linux-amd64", "linux-arm64", "darwin-amd64", "darwin-arm64"} {
+		want = append(want, "clustermap-"+version+"-"+p)
+	}
+
+	t.Run("checksums verify", func(t *testing.T) {
+		sums, err := os.ReadFile(filepath.Join(out, "SHA256SUMS"))
+		harness.Must(t, err)
+		var listed []string
+		for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
+			listed = append(listed, strings.Fields(line)[1])
+		}
+		slices.Sort(listed)
+		slices.Sort(want)
+		if !slices.Equal(listed, want) {
+			t.Errorf("SHA256SUMS lists %v, want %v", listed, want)
+		}
+		check := exec.Command("sha256sum", "-c", "SHA256SUMS")
+		check.Dir = out
+		if b, err := check.CombinedOutput(); err != nil {
+			t.Errorf("sha256sum -c: %v\n%s", err, b)
+		}
+	})
+
+	t.Run("the CLI is built for each platform with the version", func(t *testing.T) {
+		native := filepath.Join(out, "clustermap-"+version+"-"+runtime.GOOS+"-"+runtime.GOARCH)
+		b, err := exec.Command(native, "version").CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(b), "clustermap "+version+" (") {
+			t.Errorf("%s version: %q (%v)", native, b, err)
+		}
+		for _, p := range []string{"linux-amd64", "linux-arm64", "darwin-amd64", "darwin-arm64"} {
+			goos, goarch, _ := strings.Cut(p, "-")
+			b, err := exec.Command("go", "version", "-m", filepath.Join(out, "clustermap-"+version+"-"+p)).CombinedOutput()
+			info := string(b)
+			if err != nil || !strings.Contains(info, "GOOS="+goos) || !strings.Contains(info, "GOARCH="+goarch) ||
+				!strings.Contains(info, "internal/version.Version="+version) || !strings.Contains(info, "CGO_ENABLED=0") {
+				t.Errorf("%s: %v\n%s", p, err, info)
+			}
+		}
+	})
+
+	t.Run("the image is multi-platform and tagged", func(t *testing.T) {
+		dir := t.TempDir()
+		untar(t, filepath.Join(out, "clustermap-"+version+"-oci.tar"), dir)
+		idx, err := layout.ImageIndexFromPath(dir)
+		harness.Must(t, err)
+		top, err := idx.IndexManifest()
+		harness.Must(t, err)
+		if len(top.Manifests) != 1 || top.Manifests[0].Annotations[image.RefName] != version {
+			t.Fatalf("OCI archive index %+v: want one entry tagged %s", top.Manifests, version)
+		}
+		inner, err := idx.ImageIndex(top.Manifests[0].Digest)
+		harness.Must(t, err)
+		m, err := inner.IndexManifest()
+		harness.Must(t, err)
+		var plats []string
+		for _, d := range m.Manifests {
+			plats = append(plats, d.Platform.OS+"/"+d.Platform.Architecture)
+		}
+		if slices.Sort(plats); !slices.Equal(plats, []string{"linux/amd64", "linux/arm64"}) {
+			t.Errorf("image platforms %v", plats)
+		}
+		for _, arch := range []string{"amd64", "arm64"} {
+			img, err := tarball.ImageFromPath(filepath.Join(out, "clustermap-"+version+"-image-linux-"+arch+".tar"), nil)
+			harness.Must(t, err)
+			cfg, err := img.ConfigFile()
+			harness.Must(t, err)
+			if cfg.Architecture != arch || cfg.Config.Labels[image.LabelVersion] != version {
+				t.Errorf("linux/%s tarball: architecture %s, version label %q", arch, cfg.Architecture, cfg.Config.Labels[image.LabelVersion])
+			}
+		}
+	})
+
+	t.Run("the packaged chart carries the version and installs", func(t *testing.T) {
+		pkg, err := loader.Load(filepath.Join(out, chartFile))
+		harness.Must(t, err)
+		if pkg.Metadata.Version != strings.TrimPrefix(version, "v") || pkg.Metadata.AppVersion != version {
+			t.Errorf("chart version %s, appVersion %s", pkg.Metadata.Version, pkg.Metadata.AppVersion)
+		}
+		env := harness.Clusters(t, 1)
+		flags := genericclioptions.NewConfigFlags(false)
+		flags.KubeConfig, flags.Context, flags.Namespace = &env.Kubeconfig, &env.Clusters[0].ID, ptr.To(releaseNS)
+		cfg := &action.Configuration{}
+		harness.Must(t, cfg.Init(flags, releaseNS, "secret", t.Logf))
+		install := action.NewInstall(cfg)
+		install.ReleaseName, install.Namespace, install.CreateNamespace = release, releaseNS, true
+		rel, err := install.RunWithContext(context.Background(), pkg, map[string]any{"region": "us-east-1"})
+		harness.Must(t, err)
+		if rel.Info.Status != "deployed" {
+			t.Errorf("helm install: %s", rel.Info.Status)
+		}
+		cl, err := client.New(env.Clusters[0].Config, client.Options{})
+		harness.Must(t, err)
+		dep := &appsv1.Deployment{}
+		harness.Must(t, cl.Get(context.Background(), client.ObjectKey{Namespace: releaseNS, Name: release + "-controller"}, dep))
+		if img := dep.Spec.Template.Spec.Containers[0].Image; img != image.Repository+":"+version {
+			t.Errorf("the chart's controller image is %s, want %s:%s", img, image.Repository, version)
+		}
+	})
+
+	t.Run("the SBOM lists the binary's Go modules", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(out, "clustermap-"+version+".cdx.json"))
+		harness.Must(t, err)
+		var bom struct {
+			BOMFormat  string
+			Components []struct{ Name, Version, Purl string }
+		}
+		harness.Must(t, json.Unmarshal(raw, &bom))
+		listed := map[string]string{}
+		for _, c := range bom.Components {
+			listed[c.Name] = c.Version
+		}
+		b, err := exec.Command("go", "version", "-m", filepath.Join(out, "clustermap-"+version+"-linux-amd64")).Output()
+		harness.Must(t, err)
+		deps := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 || f[0] != "dep" {
+				continue
+			}
+			deps++
+			if listed[f[1]] != f[2] {
+				t.Errorf("the SBOM lists %s at %q; the binary has %s", f[1], listed[f[1]], f[2])
+			}
+		}
+		if bom.BOMFormat != "CycloneDX" || deps < 50 {
+			t.Errorf("SBOM format %q, %d modules in the binary", bom.BOMFormat, deps)
+		}
+	})
+
+	t.Run("the notes are the CHANGELOG's section", func(t *testing.T) {
+		notes, err := os.ReadFile(filepath.Join(out, "RELEASE_NOTES.md"))
+		harness.Must(t, err)
+		if !strings.HasPrefix(string(notes), "## "+version+" ") || strings.Contains(string(notes), "## Unreleased") {
+			t.Errorf("RELEASE_NOTES.md:\n%s", notes)
+		}
+	})
+}
+
+func untar(t *testing.T, file, dir string) {
+	t.Helper()
+	f, err := os.Open(file)
+	harness.Must(t, err)
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		harness.Must(t, err)
+		path := filepath.Join(dir, filepath.FromSlash(h.Name))
+		if h.Typeflag == tar.TypeDir {
+			harness.Must(t, os.MkdirAll(path, 0o755))
+			continue
+		}
+		harness.Must(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		data, err := io.ReadAll(tr)
+		harness.Must(t, err)
+		harness.Must(t, os.WriteFile(path, data, 0o644))
+	}
+}
