@@ -80,18 +80,29 @@ fi
 # The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, from the
 # pinned module (its example/ tree holds them): the chart tests install the
 # chart's monitoring objects against the real schemas.
-operator=github.com/prometheus-operator/prometheus-operator@v0.85.0
-if [[ -f "$bin/crds/monitoring/monitoring.coreos.com_prometheusrules.yaml" && "$(cat "$bin/.versions/monitoring-crds" 2>/dev/null)" == "${operator#*@}" ]]; then
-	echo "tools: monitoring CRDs ${operator#*@} up to date"
-else
-	echo "tools: monitoring CRDs ${operator#*@}"
-	dir=$(cd "$tools/prometheus" && go mod download -json "$operator" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-	mkdir -p "$bin/crds/monitoring"
-	for crd in servicemonitors prometheusrules; do
-		install -m 0644 "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml" "$bin/crds/monitoring/"
+# The AWS Cloud Map MCS controller's CRDs serve v1alpha1 only, as the
+# sigs.k8s.io/mcs-api v0.1.0 CRDs do: the migration test starts from them.
+# crds <name> <module@version> <dir in the module> <file>...
+crds() {
+	local name=$1 mod=$2 sub=$3
+	shift 3
+	if [[ -f "$bin/crds/$name/$1" && "$(cat "$bin/.versions/crds-$name" 2>/dev/null)" == "$mod" ]]; then
+		echo "tools: $name CRDs ${mod#*@} up to date"
+		return
+	fi
+	echo "tools: $name CRDs ${mod#*@}"
+	local dir
+	dir=$(cd "$tools/prometheus" && go mod download -json "$mod" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	mkdir -p "$bin/crds/$name"
+	for f in "$@"; do
+		install -m 0644 "$dir/$sub/$f" "$bin/crds/$name/"
 	done
-	echo "${operator#*@}" >"$bin/.versions/monitoring-crds"
-fi
+	echo "$mod" >"$bin/.versions/crds-$name"
+}
+crds monitoring github.com/prometheus-operator/prometheus-operator@v0.85.0 example/prometheus-operator-crd \
+	monitoring.coreos.com_prometheusrules.yaml monitoring.coreos.com_servicemonitors.yaml
+crds mcs-v1alpha1 sigs.k8s.io/mcs-api@v0.1.0 config/crd \
+	multicluster.x-k8s.io_serviceexports.yaml multicluster.x-k8s.io_serviceimports.yaml
 
 # The data plane (dev up --dataplane) runs kube-proxy in nftables mode, which
 # needs nft. Its pods run the host's programs: what pods and exec sessions

@@ -33,6 +33,12 @@ import (
 // Finalizer keeps a ServiceExport until its records left the registry.
 const Finalizer = "clustermap.io/export"
 
+// AWSFinalizer is the AWS Cloud Map MCS controller's. clustermap removes it
+// once it has published the export itself (its records replace that
+// controller's records of this cluster), so that a ServiceExport deleted
+// after the switch does not wait forever on a controller that is gone.
+const AWSFinalizer = "multicluster.k8s.aws/service-export-finalizer"
+
 // Reconciler publishes ServiceExports.
 type Reconciler struct {
 	Client   client.Client
@@ -131,6 +137,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if ep.Ready {
 			ready++
 		}
+	}
+	if controllerutil.RemoveFinalizer(se, AWSFinalizer) {
+		status := se.Status.DeepCopy() // the update answers with the stored status
+		if err := r.Client.Update(ctx, se); err != nil {
+			return reconcile.Result{}, err
+		}
+		se.Status = *status
+		r.Recorder.Event(se, corev1.EventTypeNormal, "AdoptedFromAWSController",
+			"clustermap publishes this export now; the AWS Cloud Map MCS controller's records of this cluster were replaced and its finalizer removed")
+		logger.Info("export taken over from the AWS Cloud Map MCS controller", "service", key.String())
 	}
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonExported,
 		fmt.Sprintf("exported to clusterset %s with %d endpoint records (%d ready)", id.ClusterSet, len(e.Endpoints), ready))

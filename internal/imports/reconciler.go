@@ -239,6 +239,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.applySlices(ctx, si, key, d.Slices); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.dropAWSLeftovers(ctx, si); err != nil {
+		return reconcile.Result{}, err
+	}
 	if !reflect.DeepEqual(si.Spec.IPs, ips) {
 		si.Spec.IPs = ips
 		if err := r.Client.Update(ctx, si); err != nil {
@@ -267,16 +270,17 @@ func (r *Reconciler) applyImport(ctx context.Context, want *mcsv1beta1.ServiceIm
 	if err != nil {
 		return nil, err
 	}
-	if si.Labels[LabelManagedBy] != managedByValue {
+	if si.Labels[LabelManagedBy] != managedByValue && !adoptable(si) {
 		return nil, fmt.Errorf("ServiceImport %s exists and was not created by clustermap: delete it to let clustermap import the service", client.ObjectKeyFromObject(si))
 	}
 	ips := si.Spec.IPs
 	spec := want.Spec
 	spec.IPs = ips
-	if reflect.DeepEqual(si.Spec, spec) && reflect.DeepEqual(si.Labels, want.Labels) && reflect.DeepEqual(si.Annotations, want.Annotations) {
+	annotations := withAWSMark(si, want.Annotations)
+	if reflect.DeepEqual(si.Spec, spec) && reflect.DeepEqual(si.Labels, want.Labels) && reflect.DeepEqual(si.Annotations, annotations) {
 		return si, nil
 	}
-	si.Spec, si.Labels, si.Annotations = spec, want.Labels, want.Annotations
+	si.Spec, si.Labels, si.Annotations = spec, want.Labels, annotations
 	return si, r.Client.Update(ctx, si)
 }
 
