@@ -196,7 +196,7 @@ func TestMigrateFromAWSController(t *testing.T) {
 	// withdrawn by clustermap, not held by the old finalizer.
 	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}
 	harness.Must(t, one.Delete(ctx, se))
-	harness.Eventually(t, importDeadline, "the export deleted and withdrawn", func() error {
+	harness.Eventually(t, 60*time.Second, "the export deleted and withdrawn", func() error {
 		if err := one.Get(ctx, client.ObjectKeyFromObject(se), se); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there: finalizers %v (%v)", se.Finalizers, err)
 		}
