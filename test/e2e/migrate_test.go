@@ -33,6 +33,7 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -106,6 +107,9 @@ func TestMigrateFromAWSController(t *testing.T) {
 	// Step 1: the CRDs serve v1beta1 too; the ServiceExport is kept.
 	ch := loadChart(t)
 	harness.Must(t, applyAll(ctx, one, crds(t, ch)))
+	// A new client: the old one's discovery knew v1alpha1 only.
+	one, err := client.New(w.env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
+	harness.Must(t, err)
 	harness.Eventually(t, 30*time.Second, "the v1alpha1 ServiceExport read as v1beta1", func() error {
 		se := &mcsv1beta1.ServiceExport{}
 		if err := one.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, se); err != nil {
