@@ -519,10 +519,16 @@ func managedBy(o *unstructured.Unstructured, manager string) bool {
 // PrometheusRule CRDs (make tools copies them from the pinned module), so
 // that the chart's monitoring objects are checked against the real schemas.
 func monitoringCRDs(t *testing.T) []*unstructured.Unstructured {
+	return loadObjects(t, filepath.Join(devenv.BinDir(), "crds", "monitoring"), 2)
+}
+
+// loadObjects reads the n YAML files of dir (each one object) that make
+// tools put there.
+func loadObjects(t *testing.T, dir string, n int) []*unstructured.Unstructured {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(devenv.BinDir(), "crds", "monitoring", "*.yaml"))
-	if len(files) != 2 {
-		t.Fatalf("want the ServiceMonitor and PrometheusRule CRDs in bin/crds/monitoring (make tools), found %v", files)
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if len(files) != n {
+		t.Fatalf("want %d objects in %s (make tools), found %v", n, dir, files)
 	}
 	var objs []*unstructured.Unstructured
 	for _, f := range files {

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,7 +25,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
@@ -53,7 +51,7 @@ func TestMigrateFromAWSController(t *testing.T) {
 	const ns = "legacy"
 
 	// cluster-1 as the AWS controller left it: its CRDs.
-	replaceCRDs(t, one, loadCRDFiles(t, filepath.Join(devenv.BinDir(), "crds", "mcs-v1alpha1")))
+	replaceCRDs(t, one, loadObjects(t, filepath.Join(devenv.BinDir(), "crds", "mcs-v1alpha1"), 2))
 	w.allNamespaces(t, ns)
 	app(t, one, ns, "web", 3, false, httpPort(80, 8080))
 	ips := waitPods(t, one, ns, "web", 3)
@@ -248,23 +246,6 @@ func replaceCRDs(t *testing.T, cl client.Client, with []*unstructured.Unstructur
 		}
 		return nil
 	})
-}
-
-func loadCRDFiles(t *testing.T, dir string) []*unstructured.Unstructured {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if len(files) != 2 {
-		t.Fatalf("want the v1alpha1 ServiceExport and ServiceImport CRDs in %s (make tools), found %v", dir, files)
-	}
-	var objs []*unstructured.Unstructured
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		harness.Must(t, err)
-		m := map[string]any{}
-		harness.Must(t, yaml.Unmarshal(raw, &m))
-		objs = append(objs, &unstructured.Unstructured{Object: m})
-	}
-	return objs
 }
 
 // awsRecords writes an export's Cloud Map records as the AWS controller

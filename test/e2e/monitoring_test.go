@@ -48,12 +48,17 @@ type ruleFile struct {
 }
 
 func loadRules(t *testing.T) ruleFile {
-	t.Helper()
-	raw, err := os.ReadFile(alertsFile)
-	harness.Must(t, err)
 	var rf ruleFile
-	harness.Must(t, yaml.Unmarshal(raw, &rf))
+	readInto(t, alertsFile, &rf)
 	return rf
+}
+
+// readInto decodes a YAML (or JSON) file into v.
+func readInto(t *testing.T, path string, v any) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	harness.Must(t, err)
+	harness.Must(t, yaml.Unmarshal(raw, v))
 }
 
 // TestAlertRules runs Prometheus's own rule checks and unit tests (the
@@ -112,11 +117,8 @@ type dashboard struct {
 }
 
 func loadDashboard(t *testing.T) dashboard {
-	t.Helper()
-	raw, err := os.ReadFile(dashboardFile)
-	harness.Must(t, err)
 	var d dashboard
-	harness.Must(t, json.Unmarshal(raw, &d))
+	readInto(t, dashboardFile, &d)
 	return d
 }
 

@@ -437,24 +437,7 @@ func (w *world) serviceID(t *testing.T, c *sd.Client, ns, name string) string {
 func (w *world) awsSchema(t *testing.T) {
 	const ns, name = "aws-schema", "legacy"
 	w.allNamespaces(t, ns)
-	c := w.cloudMap(t)
-	ctx := context.Background()
-	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(ns)})
-	harness.Must(t, err)
-	got, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: op.OperationId})
-	harness.Must(t, err)
-	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(got.Operation.Targets["NAMESPACE"])})
-	harness.Must(t, err)
-	for _, ip := range []string{"10.77.0.1", "10.77.0.2"} {
-		_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String("tcp-" + strings.ReplaceAll(ip, ".", "_") + "-8080"),
-			Attributes: map[string]string{
-				"AWS_INSTANCE_IPV4": ip, "AWS_INSTANCE_PORT": "8080", "ENDPOINT_PORT_NAME": "http", "ENDPOINT_PROTOCOL": "TCP", "READY": "true",
-				"CLUSTER_ID": "eks-legacy", "CLUSTERSET_ID": "clusterset-dev", "SERVICE_PORT_NAME": "http", "SERVICE_PORT": "80", "SERVICE_PROTOCOL": "TCP",
-				"SERVICE_TARGET_PORT": "8080", "SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1700000000000",
-				"K8S_CONTROLLER": "aws-cloud-map-mcs-controller-for-k8s 0.3.1 (abc)",
-			}})
-		harness.Must(t, err)
-	}
+	awsRecords(t, w.cloudMap(t), ns, name, "eks-legacy", []string{"10.77.0.1", "10.77.0.2"})
 	w.importedEverywhere(t, importDeadline, ns, name, "eks-legacy", []string{"10.77.0.1", "10.77.0.2"})
 	si, _ := getImport(w.clients[1], ns, name)
 	if si.Spec.Type != mcsv1beta1.ClusterSetIP || len(si.Spec.Ports) != 1 || si.Spec.Ports[0].Port != 80 || len(si.Spec.IPs) != 1 {
