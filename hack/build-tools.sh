@@ -77,11 +77,8 @@ else
 	echo "${vulndb%% *}" >"$bin/.versions/vulndb"
 fi
 
-# The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, from the
-# pinned module (its example/ tree holds them): the chart tests install the
-# chart's monitoring objects against the real schemas.
-# The AWS Cloud Map MCS controller's CRDs serve v1alpha1 only, as the
-# sigs.k8s.io/mcs-api v0.1.0 CRDs do: the migration test starts from them.
+# CRDs other projects publish, copied from their pinned modules into
+# bin/crds/<name> for the tests.
 # crds <name> <module@version> <dir in the module> <file>...
 crds() {
 	local name=$1 mod=$2 sub=$3
@@ -99,8 +96,12 @@ crds() {
 	done
 	echo "$mod" >"$bin/.versions/crds-$name"
 }
+# The Prometheus Operator's ServiceMonitor and PrometheusRule: the chart
+# tests install the chart's monitoring objects against the real schemas.
 crds monitoring github.com/prometheus-operator/prometheus-operator@v0.85.0 example/prometheus-operator-crd \
 	monitoring.coreos.com_prometheusrules.yaml monitoring.coreos.com_servicemonitors.yaml
+# The AWS Cloud Map MCS controller's CRDs serve v1alpha1 only, as
+# sigs.k8s.io/mcs-api v0.1.0's do: the migration test starts from them.
 crds mcs-v1alpha1 sigs.k8s.io/mcs-api@v0.1.0 config/crd \
 	multicluster.x-k8s.io_serviceexports.yaml multicluster.x-k8s.io_serviceimports.yaml
 
