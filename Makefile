@@ -17,7 +17,10 @@ export GOTOOLCHAIN
 all: build
 
 ## tools: build the pinned kube-apiserver, kube-proxy, etcd, kwok, controller-gen, staticcheck,
-## kubectl, govulncheck and its database (from the pinned golang.org/x/vulndb) into ./bin; install the Debian packages the data plane and its pods use (nftables, dnsutils, curl, socat, netcat-openbsd)
+## kubectl, govulncheck and its database (from the pinned golang.org/x/vulndb),
+## promtool and a PromQL checker (Prometheus), cyclonedx-gomod (the SBOM) into
+## ./bin, and the Prometheus Operator's and mcs-api v0.1.0's CRDs into
+## bin/crds for the tests; install the Debian packages the data plane and its pods use (nftables, dnsutils, curl, socat, netcat-openbsd)
 tools:
 	@hack/build-tools.sh
 
