@@ -53,14 +53,15 @@ func TestKustomizeApplies(t *testing.T) {
 	if k := apply("../../config/dns"); k["Namespace"] != 1 || k["Deployment"] != 1 || k["Service"] != 1 || k["ClusterRole"] != 1 {
 		t.Errorf("config/dns is missing pieces: %v", k)
 	}
-	if k := apply("../../config/default", client.DryRunAll); k["CustomResourceDefinition"] != 3 || k["ClusterRole"] != 1 || k["ClusterRole/clustermap-mcs"] != 1 || k["Deployment"] != 1 || k["ConfigMap"] != 1 {
+	if k := apply("../../config/default", client.DryRunAll); k["CustomResourceDefinition"] != 3 || k["ClusterRole"] != 3 || k["ClusterRole/clustermap-mcs"] != 1 ||
+		k["ClusterRole/clustermap-edit"] != 1 || k["ClusterRole/clustermap-view"] != 1 || k["Deployment"] != 1 || k["ConfigMap"] != 1 {
 		t.Errorf("config/default (MCS) is missing pieces: %v", k)
 	}
-	if k := apply("../../config/examples/all-modes", client.DryRunAll); k["ClusterRole"] != 3 || k["ClusterRoleBinding"] != 3 {
+	if k := apply("../../config/examples/all-modes", client.DryRunAll); k["ClusterRole"] != 5 || k["ClusterRoleBinding"] != 3 { // each mode's, and the two aggregated into edit/admin and view
 		t.Errorf("every mode should bring its ClusterRole and binding: %v", k)
 	}
-	if k := apply("../../config/examples/cloudmap-dns-only", client.DryRunAll); k["ClusterRole"] != 1 || k["ClusterRole/clustermap-cloudmap-dns"] != 1 {
-		t.Errorf("Cloud Map DNS only should bring its ClusterRole only: %v", k)
+	if k := apply("../../config/examples/cloudmap-dns-only", client.DryRunAll); k["ClusterRole"] != 3 || k["ClusterRole/clustermap-cloudmap-dns"] != 1 || k["ClusterRole/clustermap-mcs"] != 0 {
+		t.Errorf("Cloud Map DNS only should bring its ClusterRole only (and the aggregated two): %v", k)
 	}
 	apply("../../config/samples", client.DryRunAll)
 }

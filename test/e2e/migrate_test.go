@@ -18,7 +18,6 @@ import (
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -225,7 +224,10 @@ func replaceCRDs(t *testing.T, cl client.Client, with []*unstructured.Unstructur
 	t.Helper()
 	ctx := context.Background()
 	for _, u := range with {
-		crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: u.GetName()}}
+		crd := &unstructured.Unstructured{}
+		crd.SetAPIVersion("apiextensions.k8s.io/v1")
+		crd.SetKind("CustomResourceDefinition")
+		crd.SetName(u.GetName())
 		harness.Must(t, client.IgnoreNotFound(cl.Delete(ctx, crd)))
 		harness.Eventually(t, 30*time.Second, "CRD "+u.GetName()+" deleted", func() error {
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(crd), crd); !apierrors.IsNotFound(err) {
