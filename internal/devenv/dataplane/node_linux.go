@@ -57,9 +57,10 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 	if err := WriteResolvConf(ns, "nameserver 127.0.0.1\n"); err != nil {
 		return err
 	}
-	// The node's first simulated node names it to kube-proxy; the others
-	// get their addresses as kwok initializes them (below).
-	if err := waitNodeIPs(ctx, cs, o.Cluster+"-node-1", o.Fabric.NodeIPs(idx)); err != nil {
+	// kube-proxy runs as the first simulated node and waits for its
+	// address; the others get theirs as kwok initializes them (below).
+	ips := o.Fabric.NodeIPs(idx)
+	if err := waitNodeIPs(ctx, cs, o.Cluster+"-node-1", ips); err != nil {
 		return fmt.Errorf("giving node %s-node-1 its addresses: %w", o.Cluster, err)
 	}
 	var wg sync.WaitGroup
@@ -125,10 +126,10 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 	}); err != nil {
 		return err
 	}
-	onNode := func(o any) {
-		if n, ok := o.(*corev1.Node); ok {
+	onNode := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok {
 			// A conflict means a newer version, whose event comes next.
-			if _, err := setNodeIPs(ctx, cs, n, a.o.Fabric.NodeIPs(idx)); err != nil && !apierrors.IsConflict(err) {
+			if _, err := setNodeIPs(ctx, cs, n, ips); err != nil && !apierrors.IsConflict(err) {
 				klog.ErrorS(err, "setting a node's addresses", "node", n.Name)
 			}
 		}
