@@ -12,8 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,44 +50,53 @@ func TestPodAddressesUnderChurn(t *testing.T) {
 			t.Fatal(err)
 		}
 		ranges := nodeCIDRs(ctx, t, cl)
-		w, err := cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: "churn=yes"})
-		if err != nil {
-			t.Fatal(err)
+		// An informer records who holds what, event by event: it lists and
+		// watches again when the server or the connection ends a watch. (A
+		// bare watch ends silently then; in one CI run every later pod of
+		// one cluster looked addressless, as that would show.)
+		inf := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace("default"),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "churn=yes" }))
+		record := func(p *corev1.Pod) {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(p.Status.PodIPs) == 0 || assigned[p.UID] != nil {
+				return
+			}
+			if err := checkPodIPs(c, p, ranges[p.Spec.NodeName]); err != nil {
+				fail("%v", err)
+			}
+			for _, ip := range p.Status.PodIPs {
+				if other, taken := holder[ip.IP]; taken && other != p.UID {
+					fail("%s: pod %s got %s, which live pod %s holds", c.ID, p.Name, ip.IP, other)
+				}
+				holder[ip.IP] = p.UID
+				assigned[p.UID] = append(assigned[p.UID], ip.IP)
+			}
 		}
-		defer w.Stop()
-		// The watch records who holds what, event by event.
-		go func() {
-			for ev := range w.ResultChan() {
-				p, ok := ev.Object.(*corev1.Pod)
+		if _, err := inf.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { record(o.(*corev1.Pod)) },
+			UpdateFunc: func(_, o any) { record(o.(*corev1.Pod)) },
+			DeleteFunc: func(o any) {
+				if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+					o = d.Obj
+				}
+				p, ok := o.(*corev1.Pod)
 				if !ok {
-					continue
+					return
 				}
 				mu.Lock()
-				switch ev.Type {
-				case watch.Added, watch.Modified:
-					if len(p.Status.PodIPs) == 0 || assigned[p.UID] != nil {
-						break
-					}
-					if err := checkPodIPs(c, p, ranges[p.Spec.NodeName]); err != nil {
-						fail("%v", err)
-					}
-					for _, ip := range p.Status.PodIPs {
-						if other, taken := holder[ip.IP]; taken && other != p.UID {
-							fail("%s: pod %s got %s, which live pod %s holds", c.ID, p.Name, ip.IP, other)
-						}
-						holder[ip.IP] = p.UID
-						assigned[p.UID] = append(assigned[p.UID], ip.IP)
-					}
-				case watch.Deleted:
-					for _, ip := range assigned[p.UID] {
-						if holder[ip] == p.UID {
-							delete(holder, ip)
-						}
+				defer mu.Unlock()
+				for _, ip := range assigned[p.UID] {
+					if holder[ip] == p.UID {
+						delete(holder, ip)
 					}
 				}
-				mu.Unlock()
-			}
-		}()
+			},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		inf.Start(ctx.Done())
+		inf.WaitForCacheSync(ctx.Done())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -117,7 +127,7 @@ func churn(ctx context.Context, t *testing.T, cs kubernetes.Interface, id string
 		for !hasIPs(uids[i]) {
 			select {
 			case <-ctx.Done():
-				t.Errorf("%s: pod churn-%d never got addresses", id, i)
+				t.Errorf("%s: pod churn-%d never got addresses (%s)", id, i, podState(cs, fmt.Sprintf("churn-%d", i)))
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
@@ -143,4 +153,15 @@ func churn(ctx context.Context, t *testing.T, cs kubernetes.Interface, id string
 	for i := max(0, n-window); i < n; i++ {
 		del(i)
 	}
+}
+
+// podState says where a pod got to, for a failure message.
+func podState(cs kubernetes.Interface, name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("node %q, phase %s, podIPs %v", p.Spec.NodeName, p.Status.Phase, p.Status.PodIPs)
 }
