@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
@@ -43,7 +44,13 @@ type View struct {
 	// unreadable are services whose last read failed: their imports stay
 	// as they are.
 	unreadable map[registry.Key]bool
-	events     chan event.GenericEvent
+	// heard are the services the registry told of since the view was
+	// made; witnessed those it told exports of. A service imported here
+	// that the registry says is exported nowhere, never witnessed exported
+	// since a restart, is gone only by the registry's word at start: a
+	// wrong Region or account says so of everything.
+	heard, witnessed map[registry.Key]bool
+	events           chan event.GenericEvent
 	// synced is set once the whole registry was read: before that an
 	// empty view means "not read yet", not "exported nowhere".
 	synced atomic.Bool
@@ -56,7 +63,8 @@ func (v *View) Synced() { v.synced.Store(true) }
 
 // NewView makes an empty view.
 func NewView() *View {
-	return &View{exports: map[registry.Key][]registry.Export{}, unreadable: map[registry.Key]bool{}, events: make(chan event.GenericEvent, 4096)}
+	return &View{exports: map[registry.Key][]registry.Export{}, unreadable: map[registry.Key]bool{},
+		heard: map[registry.Key]bool{}, witnessed: map[registry.Key]bool{}, events: make(chan event.GenericEvent, 4096)}
 }
 
 // Unreadable says a service could not be read: nothing of its import is
@@ -77,13 +85,23 @@ func (v *View) isUnreadable(key registry.Key) bool {
 func (v *View) Set(key registry.Key, exports []registry.Export) {
 	v.mu.Lock()
 	delete(v.unreadable, key)
+	v.heard[key] = true
 	if len(exports) == 0 {
 		delete(v.exports, key)
 	} else {
 		v.exports[key] = exports
+		v.witnessed[key] = true
 	}
 	v.mu.Unlock()
 	v.events <- event.GenericEvent{Object: &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
+}
+
+// Heard says whether the registry told of a service since the view was
+// made, and whether it told exports of it.
+func (v *View) Heard(key registry.Key) (heard, witnessed bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.heard[key], v.witnessed[key]
 }
 
 // Get returns a service's exports.
@@ -117,6 +135,8 @@ type Reconciler struct {
 	// invalidSaid remembers, per import, the skipped records last reported,
 	// so that each is said once, not at every reconcile.
 	invalidSaid sync.Map
+	// heldSaid remembers the imports whose held removal was reported.
+	heldSaid sync.Map
 }
 
 // SetupWithManager reconciles on view changes, on changes to what we
@@ -216,8 +236,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	exports := r.View.Get(key)
 	if len(exports) == 0 {
 		r.invalidSaid.Delete(key)
-		return reconcile.Result{}, r.remove(ctx, key)
+		return r.removeChecked(ctx, key)
 	}
+	r.heldSaid.Delete(key)
 	m := merge.Merge(exports)
 	d := Plan(key, m)
 
@@ -248,8 +269,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	}
-	if !reflect.DeepEqual(si.Status.Clusters, d.Import.Status.Clusters) {
-		si.Status.Clusters = d.Import.Status.Clusters
+	status := si.Status.DeepCopy()
+	status.Clusters = d.Import.Status.Clusters
+	meta.RemoveStatusCondition(&status.Conditions, ConditionRemovalHeld)
+	if !equality.Semantic.DeepEqual(&si.Status, status) {
+		si.Status = *status
 		if err := r.Client.Status().Update(ctx, si); err != nil {
 			return reconcile.Result{}, err
 		}

@@ -33,26 +33,33 @@ type member struct {
 	c       client.Client
 	export  *export.Reconciler
 	imports *imports.Reconciler
+	rec     *record.FakeRecorder
 }
 
 func newMember(t *testing.T, store *memory.Store, cluster string, objs ...client.Object) *member {
 	t.Helper()
-	id := clusterid.Identity{ClusterID: cluster, ClusterSet: "set"}
 	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}})
 	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(objs...).
 		WithStatusSubresource(&mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{}).Build()
+	m := &member{id: clusterid.Identity{ClusterID: cluster, ClusterSet: "set"}, c: c}
+	m.start(t, store)
+	return m
+}
+
+// start runs the member's controllers (again) over a store: a restart
+// keeps what the cluster holds and forgets what the controllers knew.
+func (m *member) start(t *testing.T, store *memory.Store) {
 	gate := &clusterid.Gate{}
-	reg := store.Registry(id.ClusterSet, id.ClusterID)
-	gate.Open(id, reg)
+	reg := store.Registry(m.id.ClusterSet, m.id.ClusterID)
+	gate.Open(m.id, reg)
 	view := imports.NewView()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() { _ = reg.Watch(ctx, view) }()
-	rec := record.NewFakeRecorder(100)
+	m.rec = record.NewFakeRecorder(100)
 	all := func(string) bool { return true }
-	return &member{id: id, c: c,
-		export:  &export.Reconciler{Client: c, Gate: gate, Recorder: rec, Namespaces: all},
-		imports: &imports.Reconciler{Client: c, Gate: gate, View: view, Recorder: rec, Namespaces: all}}
+	m.export = &export.Reconciler{Client: m.c, Gate: gate, Recorder: m.rec, Namespaces: all}
+	m.imports = &imports.Reconciler{Client: m.c, Gate: gate, View: view, Recorder: m.rec, Namespaces: all}
 }
 
 var cart = client.ObjectKey{Namespace: "shop", Name: "cart"}

@@ -87,6 +87,12 @@ type Registry interface {
 	// ctx ends. What this cluster publishes or withdraws is read back soon
 	// after (its import follows its export).
 	Watch(ctx context.Context, sink Sink) error
+	// Check asks the watch to read a service this cluster imports that it
+	// has not told of since it started, as a known export: only reads
+	// that confirm its absence make the sink hear it is exported nowhere,
+	// never a listing that left it out (a wrong Region or account lists
+	// nothing). Without a running watch it does nothing.
+	Check(key Key)
 }
 
 // Sink hears positive knowledge from a registry's Watch. A registry never

@@ -55,6 +55,9 @@ type Backend struct {
 	// changed are services this cluster published or withdrew: the watcher
 	// reads them again at once.
 	changed chan registry.Key
+	// checks are services this cluster imports that the watcher is asked
+	// to read as known exports (Check).
+	checks chan registry.Key
 	// feed is this cluster's change record, in a shared namespace.
 	feed *changeLog
 	// unshared are the namespaces a member last found not shared with it.
@@ -83,7 +86,7 @@ func New(c *sd.Client, clusterSet, cluster, controller string, log logr.Logger) 
 	return &Backend{
 		c: c, clusterSet: clusterSet, cluster: cluster, controller: controller, log: log,
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
-		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024),
+		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
 		feed: newChangeLog(), unshared: map[string]time.Time{},
 	}
 }
@@ -112,6 +115,15 @@ func (b *Backend) reread(key registry.Key) {
 	select {
 	case b.changed <- key:
 	default: // full: the next poll finds the change anyway
+	}
+}
+
+// Check asks the watcher to read a service this cluster imports as a
+// known export; when the queue is full the caller asks again later.
+func (b *Backend) Check(key registry.Key) {
+	select {
+	case b.checks <- key:
+	default:
 	}
 }
 

@@ -193,7 +193,22 @@ func (w *Watcher) Start(ctx context.Context) error {
 		case <-time.After(nextWait(w.clock, w.opts)):
 		case key := <-w.b.changed:
 			w.dirty[key] = time.Time{}
+		case key := <-w.b.checks:
+			w.check(key)
 		}
+	}
+}
+
+// check reads a service the cluster imports as one the sink heard exports
+// of: a read that finds it absent is confirmed before the sink hears so.
+// One the watcher reads already is left to its reads.
+func (w *Watcher) check(key registry.Key) {
+	if w.exported[key] || w.unreadable[key] {
+		return
+	}
+	w.exported[key] = true
+	if _, pending := w.dirty[key]; !pending {
+		w.dirty[key] = time.Time{}
 	}
 }
 

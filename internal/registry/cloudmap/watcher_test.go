@@ -83,7 +83,7 @@ func (w *watched) register(t *testing.T, key registry.Key, set, ip string) {
 
 // start runs a watcher for cluster c2 of clusterset "set", at the shipped
 // budgets, and waits for its first sync.
-func (w *watched) start(t *testing.T, endpoint string) {
+func (w *watched) start(t *testing.T, endpoint string) *cloudmap.Backend {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -93,8 +93,9 @@ func (w *watched) start(t *testing.T, endpoint string) {
 		t.Fatal(err)
 	}
 	synced := make(chan struct{})
+	b := cloudmap.New(c, "set", "c2", "test", logr.Discard())
 	go func() {
-		_ = cloudmap.New(c, "set", "c2", "test", logr.Discard()).Watch(ctx, registry.SinkFuncs{
+		_ = b.Watch(ctx, registry.SinkFuncs{
 			OnSet: func(key registry.Key, e []registry.Export) {
 				w.mu.Lock()
 				defer w.mu.Unlock()
@@ -107,6 +108,47 @@ func (w *watched) start(t *testing.T, endpoint string) {
 	case <-synced:
 	case <-time.After(time.Minute):
 		t.Fatal("the watcher did not sync")
+	}
+	return b
+}
+
+// A service the cluster imports that no listing shows (it is gone, or the
+// watcher reads the wrong Region or account) is read when checked, as an
+// export the sink heard of: its absence is told only once a second read
+// confirms it, the shipped 5 s later. One the watcher reads already costs
+// nothing more.
+func TestCheckReadsAnUnlistedImportAsKnown(t *testing.T) {
+	w := newWatched(t, 2, 0)
+	api := httptest.NewServer(w.srv.Handler())
+	defer api.Close()
+	b := w.start(t, api.URL)
+	w.settle(t)
+	gone, nowhere, listed := registry.Key{Namespace: "ours", Name: "gone"}, registry.Key{Namespace: "nowhere", Name: "x"}, registry.Key{Namespace: "ours", Name: "svc-0"}
+	before := w.calls.Snapshot()
+	checked := time.Now()
+	for _, k := range []registry.Key{gone, nowhere, listed} {
+		b.Check(k)
+	}
+	heard := func(k registry.Key) bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		_, ok := w.heard[k]
+		return ok
+	}
+	for !heard(gone) || !heard(nowhere) {
+		if time.Since(checked) > 20*time.Second {
+			t.Fatal("checked services unlisted were never told of")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if took := time.Since(checked); took < 5*time.Second {
+		t.Errorf("an absence was told after %v, before a second read could confirm it", took)
+	}
+	if w.endpoints(gone) != 0 || w.endpoints(nowhere) != 0 || w.endpoints(listed) != 1 {
+		t.Errorf("heard %v", w.heard)
+	}
+	if got := diff(before, w.calls.Snapshot())["DiscoverInstances"]; got != 4 {
+		t.Errorf("%v DiscoverInstances, want 4: two reads of each unlisted service, none of the one already read", got)
 	}
 }
 

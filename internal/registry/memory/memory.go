@@ -125,6 +125,12 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 	return nil
 }
 
+// Check tells the clusterset's watches what the store holds of a service
+// (the store is never inconsistent: no confirmation is needed).
+func (r *Registry) Check(key registry.Key) {
+	_ = r.store.change(scope{r.clusterSet, key}, func(map[string]registry.Export) {})
+}
+
 // change applies f to a service's exports and tells the clusterset's
 // watches what it holds now.
 func (s *Store) change(sc scope, f func(map[string]registry.Export)) error {

@@ -39,6 +39,13 @@ func (m *Registry) Withdraw(ctx context.Context, key registry.Key) error {
 	return m.Home.Withdraw(ctx, key)
 }
 
+// Check asks every source to read the service.
+func (m *Registry) Check(key registry.Key) {
+	for _, s := range m.Sources {
+		s.Registry.Check(key)
+	}
+}
+
 // Watch runs every source's Watch until ctx ends; sink hears, for each
 // service, the exports of every source together.
 func (m *Registry) Watch(ctx context.Context, sink registry.Sink) error {

@@ -1,0 +1,137 @@
+package imports
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// ConditionRemovalHeld is set on an import the registry says is exported
+// nowhere while clustermap refuses to believe it (holdRemovals).
+const ConditionRemovalHeld = "RemovalHeld"
+
+// How soon an import waiting on a read (checkRetry) or held (heldRetry) is
+// looked at again; the view's answer queues it sooner.
+const (
+	checkRetry = 2 * time.Second
+	heldRetry  = 30 * time.Second
+)
+
+// holdRemovals says whether removals the registry alone vouches for (of
+// imports it said nothing else of since this controller started) must
+// wait: when they are more than half of the imports other clusters
+// export, the registry more likely reads the wrong place (a wrong Region,
+// AWS account or owner account lists and reads nothing) than every other
+// cluster unexported its services at once while this one restarted.
+// Removals of imports seen exported since the start are never held.
+func holdRemovals(unwitnessed, fromOthers int) bool {
+	return unwitnessed > 0 && 2*unwitnessed > fromOthers
+}
+
+// fromOthers says whether an import holds another cluster's export.
+func fromOthers(si *mcsv1beta1.ServiceImport, self string) bool {
+	for _, c := range si.Status.Clusters {
+		if c.Cluster != self {
+			return true
+		}
+	}
+	return false
+}
+
+// removeChecked removes an import the view says is exported nowhere, once
+// that is positive knowledge: a service the registry has not told of since
+// the start is read first (Registry.Check), and a removal only the
+// registry's word after a restart vouches for waits when too many imports
+// would go at once (holdRemovals).
+func (r *Reconciler) removeChecked(ctx context.Context, key registry.Key) (reconcile.Result, error) {
+	si := &mcsv1beta1.ServiceImport{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, si)
+	if client.IgnoreNotFound(err) != nil {
+		return reconcile.Result{}, err
+	}
+	if err != nil || si.Labels[LabelManagedBy] != managedByValue {
+		return reconcile.Result{}, r.remove(ctx, key) // leftovers only
+	}
+	id, reg, _ := r.Gate.Get()
+	heard, witnessed := r.View.Heard(key)
+	if !heard {
+		reg.Check(key)
+		return reconcile.Result{RequeueAfter: checkRetry}, nil
+	}
+	if !witnessed && fromOthers(si, id.ClusterID) {
+		unwitnessed, others, pending, err := r.countRemovals(ctx, id.ClusterID)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if pending > 0 {
+			// Judged once every import was read: one at a time, the first
+			// removals would each look like a minority.
+			return reconcile.Result{RequeueAfter: checkRetry}, nil
+		}
+		if holdRemovals(unwitnessed, others) {
+			return reconcile.Result{RequeueAfter: heldRetry}, r.hold(ctx, si, unwitnessed, others)
+		}
+	}
+	r.heldSaid.Delete(key)
+	return reconcile.Result{}, r.remove(ctx, key)
+}
+
+// countRemovals counts this cluster's imports of other clusters' exports;
+// of those, the ones the registry says are exported nowhere without having
+// said they were exported since the start, and the ones it has not told of
+// yet (each asked for: Registry.Check). An unreadable one is kept anyway.
+func (r *Reconciler) countRemovals(ctx context.Context, self string) (unwitnessed, others, pending int, err error) {
+	list := &mcsv1beta1.ServiceImportList{}
+	if err := r.Client.List(ctx, list, client.MatchingLabels{LabelManagedBy: managedByValue}); err != nil {
+		return 0, 0, 0, err
+	}
+	_, reg, _ := r.Gate.Get()
+	for i := range list.Items {
+		si := &list.Items[i]
+		if !r.Namespaces(si.Namespace) || !fromOthers(si, self) {
+			continue
+		}
+		others++
+		key := registry.Key{Namespace: si.Namespace, Name: si.Name}
+		heard, witnessed := r.View.Heard(key)
+		switch {
+		case !heard && !r.View.isUnreadable(key):
+			reg.Check(key)
+			pending++
+		case heard && !witnessed && len(r.View.Get(key)) == 0:
+			unwitnessed++
+		}
+	}
+	return unwitnessed, others, pending, nil
+}
+
+// hold keeps an import and says why, on it (a condition, a Warning Event
+// once) and in the log.
+func (r *Reconciler) hold(ctx context.Context, si *mcsv1beta1.ServiceImport, unwitnessed, others int) error {
+	msg := fmt.Sprintf("the registry says %d of the %d services this cluster imports from other clusters are exported nowhere, "+
+		"none of them seen exported since this controller started: more likely the controller reads the wrong place "+
+		"(--region, the AWS account of its credentials, --cloudmap-owner-account, a namespace no longer shared) "+
+		"than every cluster unexported at once, so they are kept. Fix the configuration, or, if the services really are "+
+		"unexported, delete this ServiceImport to confirm (docs/troubleshooting.md#removalheld)", unwitnessed, others)
+	key := registry.Key{Namespace: si.Namespace, Name: si.Name}
+	if _, said := r.heldSaid.LoadOrStore(key, true); !said {
+		r.Recorder.Event(si, corev1.EventTypeWarning, ConditionRemovalHeld, msg)
+		log.FromContext(ctx).Info("keeping an import the registry says is exported nowhere", "import", key.String(), "reason", msg)
+	}
+	cond := metav1.Condition{Type: ConditionRemovalHeld, Status: metav1.ConditionTrue, Reason: "ExportedNowhereAfterStart",
+		Message: msg, ObservedGeneration: si.Generation}
+	if !meta.SetStatusCondition(&si.Status.Conditions, cond) {
+		return nil
+	}
+	return r.Client.Status().Update(ctx, si)
+}

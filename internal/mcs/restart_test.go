@@ -1,0 +1,167 @@
+package mcs
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/registry/memory"
+)
+
+// settle reconciles an import until it asks for nothing sooner than
+// later (held imports come back in 30 s), and returns the last result.
+func (m *member) settle(t *testing.T, key client.ObjectKey) reconcile.Result {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := m.imports.Reconcile(context.Background(), reconcile.Request{NamespacedName: key})
+		if err != nil {
+			t.Fatalf("%s: import of %s: %v", m.id.ClusterID, key, err)
+		}
+		if res.RequeueAfter == 0 || res.RequeueAfter >= 30*time.Second {
+			return res
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: import of %s still waiting (requeue %v)", m.id.ClusterID, key, res.RequeueAfter)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func exportOf(name string, ips ...string) []client.Object {
+	svc, sl, se := service(), slice(ips...), serviceExport()
+	svc.Name, se.Name = name, name
+	sl.Name, sl.Labels[discoveryv1.LabelServiceName] = name+"-abc", name
+	return []client.Object{svc, sl, se}
+}
+
+// A controller restarted where the registry holds nothing of what the
+// cluster imports (a wrong Region or account) keeps every import, says
+// why on each, and lets them go once confirmed by hand; back on the right
+// registry the imports are as before. Removals the registry vouched for
+// while the controller watched are never held, nor a minority of
+// removals after a restart.
+func TestRestartOnEmptyRegistryKeepsImports(t *testing.T) {
+	right, wrong := memory.NewStore(), memory.NewStore()
+	names := []string{"cart", "pay", "ship"}
+	var objs []client.Object
+	for i, n := range names {
+		objs = append(objs, exportOf(n, "10.1.0."+string(rune('1'+i)))...)
+	}
+	a := newMember(t, right, "cluster-a", objs...)
+	b := newMember(t, right, "cluster-b")
+	for _, n := range names {
+		key := client.ObjectKey{Namespace: "shop", Name: n}
+		if _, err := a.export.Reconcile(context.Background(), reconcile.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+		b.settle(t, key)
+		if len(b.importedIPsOf(t, n)) != 1 {
+			t.Fatalf("cluster-b does not import %s", n)
+		}
+	}
+
+	b.start(t, wrong)
+	for _, n := range names {
+		key := client.ObjectKey{Namespace: "shop", Name: n}
+		if res := b.settle(t, key); res.RequeueAfter == 0 {
+			t.Errorf("the import of %s was not held", n)
+		}
+		si := &mcsv1beta1.ServiceImport{}
+		if err := b.c.Get(context.Background(), key, si); err != nil {
+			t.Fatalf("a restart on an empty registry removed the import of %s: %v", n, err)
+		}
+		c := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionRemovalHeld)
+		if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "--region") {
+			t.Errorf("%s: RemovalHeld condition %+v", n, c)
+		}
+		if len(b.importedIPsOf(t, n)) != 1 {
+			t.Errorf("a restart on an empty registry changed the endpoints of %s: %v", n, b.importedIPsOf(t, n))
+		}
+	}
+	if ev := drain(b.rec); strings.Count(ev, "Warning RemovalHeld") != len(names) {
+		t.Errorf("want one RemovalHeld Event per import, got %q", ev)
+	}
+
+	// Confirmed by hand: the deleted import is not made again, the others stay.
+	cart := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}}
+	if err := b.c.Delete(context.Background(), cart); err != nil {
+		t.Fatal(err)
+	}
+	b.settle(t, client.ObjectKeyFromObject(cart))
+	if err := b.c.Get(context.Background(), client.ObjectKeyFromObject(cart), cart); err == nil {
+		t.Error("a confirmed removal came back")
+	}
+
+	// Back on the right registry: the held imports are as before, the
+	// condition gone; one service unexported while the controller was away
+	// of three goes without being held.
+	if _, err := a.export.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: "cart"}}); err != nil {
+		t.Fatal(err)
+	}
+	se := &mcsv1beta1.ServiceExport{}
+	if err := a.c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: "ship"}, se); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.c.Delete(context.Background(), se); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.export.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(se)}); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t, right)
+	for _, n := range names {
+		key := client.ObjectKey{Namespace: "shop", Name: n}
+		if res := b.settle(t, key); res.RequeueAfter != 0 {
+			t.Errorf("%s held on the right registry", n)
+		}
+		si := &mcsv1beta1.ServiceImport{}
+		err := b.c.Get(context.Background(), key, si)
+		switch {
+		case n == "ship" && err == nil:
+			t.Error("the import of ship, unexported while cluster-b was away, stayed")
+		case n != "ship" && err != nil:
+			t.Errorf("%s: %v", n, err)
+		case n != "ship" && meta.FindStatusCondition(si.Status.Conditions, imports.ConditionRemovalHeld) != nil:
+			t.Errorf("%s still has RemovalHeld", n)
+		}
+	}
+}
+
+func (m *member) importedIPsOf(t *testing.T, name string) []string {
+	t.Helper()
+	var ips []string
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := m.c.List(context.Background(), slices, client.InNamespace("shop"),
+		client.MatchingLabels{mcsv1beta1.LabelServiceName: name, discoveryv1.LabelManagedBy: imports.ManagedBy}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			ips = append(ips, e.Addresses...)
+		}
+	}
+	return ips
+}
+
+func drain(rec *record.FakeRecorder) string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return strings.Join(out, "\n")
+		}
+	}
+}
