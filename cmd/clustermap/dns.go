@@ -50,7 +50,13 @@ its informers synced) and metrics (/metrics) are on --health-address.`,
 			healthErr := make(chan error, 1)
 			if health != "0" {
 				mux := http.NewServeMux()
-				mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+				mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+					if err := srv.Healthy(); err != nil {
+						http.Error(w, err.Error(), http.StatusServiceUnavailable)
+						return
+					}
+					_, _ = w.Write([]byte("ok\n"))
+				})
 				mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 					select {
 					case <-srv.Synced():
@@ -69,6 +75,7 @@ its informers synced) and metrics (/metrics) are on --health-address.`,
 			case <-ctx.Done():
 				return nil
 			case err := <-srv.Err():
+				log.Error(err, "the DNS server stopped")
 				return err
 			case err := <-healthErr:
 				return fmt.Errorf("--health-address %s: %w", health, err)

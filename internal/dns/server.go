@@ -16,7 +16,15 @@ type Handler struct {
 	TTL     uint32
 	queries *prometheus.CounterVec
 	latency prometheus.Histogram
+	// writeErrors counts answers that could not be sent.
+	writeErrors prometheus.Counter
 }
+
+// MaxUDPSize caps UDP answers whatever size a client's EDNS offers (the
+// DNS Flag Day 2020 value): a large headless answer over UDP would
+// otherwise amplify a spoofed query a hundredfold and fragment; past it
+// the answer is truncated (TC) and the client asks again over TCP.
+const MaxUDPSize = 1232
 
 // NewHandler makes a handler whose metrics are registered with reg.
 func NewHandler(ttl uint32, reg prometheus.Registerer) *Handler {
@@ -29,9 +37,12 @@ func NewHandler(ttl uint32, reg prometheus.Registerer) *Handler {
 			Name: "clustermap_dns_query_duration_seconds", Help: "Time to answer a query.",
 			Buckets: []float64{0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.005},
 		}),
+		writeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clustermap_dns_write_errors_total", Help: "Answers that could not be sent to the client.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(h.queries, h.latency)
+		reg.MustRegister(h.queries, h.latency, h.writeErrors)
 	}
 	return h
 }
@@ -47,11 +58,13 @@ func (h *Handler) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if w.RemoteAddr().Network() == "tcp" {
 		size = dns.MaxMsgSize
 	} else if opt := req.IsEdns0(); opt != nil {
-		size = max(int(opt.UDPSize()), dns.MinMsgSize)
+		size = min(max(int(opt.UDPSize()), dns.MinMsgSize), MaxUDPSize)
 	}
 	// Sets the TC bit when the answer does not fit a UDP response.
 	m.Truncate(size)
-	_ = w.WriteMsg(m)
+	if err := w.WriteMsg(m); err != nil {
+		h.writeErrors.Inc()
+	}
 	qtype := "none"
 	if len(req.Question) == 1 {
 		qtype = dns.TypeToString[req.Question[0].Qtype]
@@ -65,7 +78,7 @@ func (h *Handler) answer(req *dns.Msg) *dns.Msg {
 	m.SetReply(req)
 	m.Authoritative = true
 	if opt := req.IsEdns0(); opt != nil {
-		m.SetEdns0(max(opt.UDPSize(), dns.MinMsgSize), false)
+		m.SetEdns0(MaxUDPSize, false)
 	}
 	ix := h.index.Load()
 	if len(req.Question) != 1 || ix == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -20,6 +21,8 @@ type Server struct {
 	tcp    *dns.Server
 	cancel context.CancelFunc
 	errc   chan error
+	// failed is the first error that stopped serving.
+	failed atomic.Pointer[error]
 }
 
 // Start serves the zone on listen (UDP and TCP), fed from the cluster cfg
@@ -36,10 +39,45 @@ func Start(ctx context.Context, cfg *rest.Config, listen, zone string, ttl uint3
 		udp: &dns.Server{PacketConn: pc, Handler: h}, tcp: &dns.Server{Listener: l, Handler: h},
 	}
 	s.source.synced = make(chan struct{})
-	go func() { s.errc <- s.source.Run(ctx, cfg) }()
-	go func() { _ = s.udp.ActivateAndServe() }()
-	go func() { _ = s.tcp.ActivateAndServe() }()
+	go func() {
+		if err := s.source.Run(ctx, cfg); err != nil {
+			s.fail(err)
+		}
+	}()
+	s.serve(ctx)
 	return s, nil
+}
+
+// serve answers over UDP and TCP until ctx ends; what stops either before
+// is the server's failure.
+func (s *Server) serve(ctx context.Context) {
+	for proto, srv := range map[string]*dns.Server{"udp": s.udp, "tcp": s.tcp} {
+		go func() {
+			if err := srv.ActivateAndServe(); err != nil && ctx.Err() == nil {
+				s.fail(fmt.Errorf("serving DNS over %s on %s stopped: %w", proto, s.Addr, err))
+			}
+		}()
+	}
+}
+
+// fail records what stopped serving (Healthy reports it) and delivers it
+// on Err, once.
+func (s *Server) fail(err error) {
+	if s.failed.CompareAndSwap(nil, &err) {
+		select {
+		case s.errc <- err:
+		default:
+		}
+	}
+}
+
+// Healthy says why the server no longer answers, if it does not (the
+// liveness probe).
+func (s *Server) Healthy() error {
+	if err := s.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // Synced is closed once the first index is served.
@@ -58,7 +96,7 @@ func (s *Server) WaitSynced(timeout time.Duration) error {
 	}
 }
 
-// Err delivers the source's failure, if it stops.
+// Err delivers the failure of the source or of serving, if one stops.
 func (s *Server) Err() <-chan error { return s.errc }
 
 // Close stops serving.
