@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
@@ -55,7 +56,14 @@ type Options struct {
 	// Credentials, when set, replace the default credential chain: tests
 	// and the local emulator use LocalCredentials.
 	Credentials aws.CredentialsProvider
+	// CallTimeout bounds each HTTP attempt (default DefaultCallTimeout).
+	CallTimeout time.Duration
 }
+
+// DefaultCallTimeout bounds one attempt of a Cloud Map call: they answer in
+// well under a second, and a hung connection must not stall the change
+// feed or an export for good (the standard retryer tries again).
+const DefaultCallTimeout = 10 * time.Second
 
 // LocalCredentials sign calls to the local emulator, which needs no account.
 var LocalCredentials = credentials.NewStaticCredentialsProvider("local", "local", "")
@@ -140,6 +148,15 @@ func NewFromConfig(cfg aws.Config, o Options) *sd.Client {
 	return sd.NewFromConfig(cfg, func(so *sd.Options) {
 		if o.Endpoint != "" {
 			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+		timeout := o.CallTimeout
+		if timeout <= 0 {
+			timeout = DefaultCallTimeout
+		}
+		if bc, ok := so.HTTPClient.(*awshttp.BuildableClient); ok {
+			so.HTTPClient = bc.WithTimeout(timeout)
+		} else if so.HTTPClient == nil {
+			so.HTTPClient = awshttp.NewBuildableClient().WithTimeout(timeout)
 		}
 		so.Retryer = retry.NewStandard(func(ro *retry.StandardOptions) {
 			if o.MaxAttempts > 0 {

@@ -79,6 +79,10 @@ func (fs *faultState) inject(ctx context.Context, op string, who caller) *apiErr
 		case <-ctx.Done():
 		}
 	}
+	if f.Hang {
+		<-ctx.Done()
+		return errorf("RequestTimeout", "The caller gave up (injected hang)")
+	}
 	if f.Outage {
 		return errorf("ServiceUnavailable", "Service is unavailable (injected outage)")
 	}

@@ -302,6 +302,9 @@ type Faults struct {
 	ErrorRate float64 `json:"errorRate"`
 	// Latency is added to every call.
 	Latency Duration `json:"latency"`
+	// Hang never answers a call, until its caller gives up (a connection
+	// that hangs); calls in flight when it is lifted still hang.
+	Hang bool `json:"hang,omitempty"`
 	// OperationFailureRate is the share of asynchronous operations that end FAIL.
 	OperationFailureRate float64 `json:"operationFailureRate"`
 	// RateLimits are token buckets per operation; "*" applies to every

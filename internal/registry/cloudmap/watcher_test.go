@@ -220,6 +220,29 @@ func TestOutageIsReadBackNotRereadEverything(t *testing.T) {
 	t.Logf("calls in the 3 s after the change following a 15 s outage: %v", got)
 }
 
+// A call whose connection hangs is given up after the shipped 10 s and
+// tried again: the change feed goes on (it stalled for good before).
+func TestHungCallsDoNotStallTheFeed(t *testing.T) {
+	w := newWatched(t, 5, 0)
+	api := httptest.NewServer(w.srv.Handler())
+	defer api.Close()
+	w.start(t, api.URL)
+	w.settle(t)
+	w.srv.SetFaults(cloudmaplocal.Faults{Hang: true})
+	time.Sleep(2 * time.Second) // a poll is in flight, and hangs
+	w.srv.SetFaults(cloudmaplocal.Faults{})
+	key := registry.Key{Namespace: "ours", Name: "svc-3"}
+	w.register(t, key, "set", "10.0.0.2")
+	changed := time.Now()
+	for w.endpoints(key) != 2 {
+		if time.Since(changed) > 40*time.Second {
+			t.Fatal("a change after a hung call was never read: the feed stalled")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("a change made as a hung call's connection still hung was read after %v", time.Since(changed).Round(time.Millisecond))
+}
+
 // A burst of foreign changes costs one catch-up (a listing and a revision
 // per known service) rather than a GetOperation per operation.
 func TestBurstOfForeignChangesIsCaughtUp(t *testing.T) {
