@@ -64,7 +64,8 @@ func (r *Reconciler) dropAWSLeftovers(ctx context.Context, si *mcsv1beta1.Servic
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return err
-	case metav1.IsControlledBy(svc, si):
+	case metav1.IsControlledBy(svc, si) && svc.Labels[LabelDerivedFor] == "" && derived != DerivedName(si.Name):
+		// The AWS controller's, never clustermap's own derived Service.
 		if err := client.IgnoreNotFound(r.Client.Delete(ctx, svc)); err != nil {
 			return err
 		}

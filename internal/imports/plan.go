@@ -59,7 +59,7 @@ type Desired struct {
 func Plan(key registry.Key, m merge.Result) Desired {
 	labels := map[string]string{LabelManagedBy: managedByValue, mcsv1beta1.LabelServiceName: key.Name}
 	si := &mcsv1beta1.ServiceImport{
-		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: maps.Clone(m.Labels), Annotations: maps.Clone(m.Annotations)},
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: exportable(m.Labels), Annotations: exportable(m.Annotations)},
 		Spec:       m.Spec,
 	}
 	si.Spec.IPs = nil
