@@ -244,39 +244,53 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	si, err := r.applyImport(ctx, d.Import)
 	if err != nil {
-		return reconcile.Result{}, err
+		return reconcile.Result{}, err // nothing else can be owned without it
 	}
 	r.reportInvalid(si, key, m.Exports)
-	var ips []string
+	// One object the API server refuses does not keep the others (the
+	// slices, the VIP, the status) from being written: each failure is
+	// reported and retried, the rest goes on.
+	var errs []error
+	failed := func(what string, err error) {
+		if err == nil {
+			return
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		if !apierrors.IsConflict(err) {
+			r.Recorder.Event(si, corev1.EventTypeWarning, "ImportWriteFailed", fmt.Sprintf("writing the %s of this import failed: %v", what, err))
+		}
+	}
+	ips := si.Spec.IPs
 	if d.Service != nil {
 		svc, err := r.applyService(ctx, si, d.Service)
-		if err != nil {
+		failed("derived Service", err)
+		if err == nil {
+			ips = svc.Spec.ClusterIPs
+		}
+	} else {
+		failed("derived Service", r.deleteDerived(ctx, key))
+		ips = nil
+	}
+	failed("EndpointSlices", r.applySlices(ctx, si, key, d.Slices))
+	if len(errs) == 0 {
+		// The AWS controller's objects go only once all of ours are in place.
+		if err := r.dropAWSLeftovers(ctx, si); err != nil {
 			return reconcile.Result{}, err
 		}
-		ips = svc.Spec.ClusterIPs
-	} else if err := r.deleteDerived(ctx, key); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.applySlices(ctx, si, key, d.Slices); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.dropAWSLeftovers(ctx, si); err != nil {
-		return reconcile.Result{}, err
 	}
 	if !reflect.DeepEqual(si.Spec.IPs, ips) {
 		si.Spec.IPs = ips
-		if err := r.Client.Update(ctx, si); err != nil {
-			return reconcile.Result{}, err
-		}
+		failed("ServiceImport IPs", r.Client.Update(ctx, si))
 	}
 	status := si.Status.DeepCopy()
 	status.Clusters = d.Import.Status.Clusters
 	meta.RemoveStatusCondition(&status.Conditions, ConditionRemovalHeld)
 	if !equality.Semantic.DeepEqual(&si.Status, status) {
 		si.Status = *status
-		if err := r.Client.Status().Update(ctx, si); err != nil {
-			return reconcile.Result{}, err
-		}
+		failed("ServiceImport status", r.Client.Status().Update(ctx, si))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return reconcile.Result{}, errors.Join(err, r.reportConflicts(ctx, key, m))
 	}
 	return reconcile.Result{}, r.reportConflicts(ctx, key, m)
 }

@@ -6,15 +6,22 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry/memory"
 )
 
@@ -163,5 +170,47 @@ func drain(rec *record.FakeRecorder) string {
 		default:
 			return strings.Join(out, "\n")
 		}
+	}
+}
+
+// A derived Service the API server refuses does not keep the rest of the
+// import from being written: the EndpointSlices and the status are, the
+// failure is an error (retried) and a Warning Event.
+func TestOneRefusedObjectDoesNotStopTheImport(t *testing.T) {
+	store := memory.NewStore()
+	a := newMember(t, store, "cluster-a", service(), slice("10.1.0.1"), serviceExport())
+	if err := a.reconcileExport(t); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}).
+		WithStatusSubresource(&mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{}).
+		WithInterceptorFuncs(interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Service); ok {
+				return apierrors.NewInvalid(schema.GroupKind{Kind: "Service"}, obj.GetName(), nil)
+			}
+			return c.Create(ctx, obj, opts...)
+		}}).Build()
+	b := &member{id: clusterid.Identity{ClusterID: "cluster-b", ClusterSet: "set"}, c: c}
+	b.start(t, store)
+	var err error
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		var res reconcile.Result
+		res, err = b.imports.Reconcile(context.Background(), reconcile.Request{NamespacedName: cart})
+		if err != nil || res.RequeueAfter == 0 {
+			break
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "derived Service") {
+		t.Fatalf("reconcile error %v, want the derived Service's", err)
+	}
+	if got := b.importedIPsOf(t, "cart"); len(got) != 1 {
+		t.Errorf("slices not written past the refused Service: %v", got)
+	}
+	si := &mcsv1beta1.ServiceImport{}
+	if err := c.Get(context.Background(), cart, si); err != nil || len(si.Status.Clusters) != 1 {
+		t.Errorf("status not written past the refused Service: %+v %v", si.Status, err)
+	}
+	if ev := drain(b.rec); !strings.Contains(ev, "Warning ImportWriteFailed writing the derived Service") {
+		t.Errorf("events %q", ev)
 	}
 }

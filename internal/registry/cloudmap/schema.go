@@ -301,9 +301,14 @@ func decodeRecord(e *registry.Export, a Attrs) error {
 		errs = append(errs, fmt.Errorf("%s: %w", AttrServicePorts, err))
 	}
 	e.SessionAffinity = corev1.ServiceAffinity(a[AttrSessionAffinity])
-	if t, err := strconv.Atoi(a[AttrSessionAffinityTime]); err == nil {
-		sec := int32(t)
-		e.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &sec}}
+	if v := a[AttrSessionAffinityTime]; v != "" {
+		// Parsed wide: a value past int32 must not wrap into a valid one.
+		if t, err := strconv.ParseInt(v, 10, 64); err != nil || t < 1 || t > maxAffinitySeconds {
+			errs = append(errs, fmt.Errorf("%s %q is not within 1..%d seconds", AttrSessionAffinityTime, v, maxAffinitySeconds))
+		} else {
+			sec := int32(t)
+			e.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &sec}}
+		}
 	}
 	if f := a[AttrIPFamilies]; f != "" {
 		for _, fam := range strings.Split(f, ",") {
@@ -329,7 +334,7 @@ func decodeRecord(e *registry.Export, a Attrs) error {
 			errs = append(errs, fmt.Errorf("%s: %w", AttrExportedAnnotations, err))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, validateRecord(e))...)
 }
 
 // decodeEndpoint reads an endpoint record; one that Kubernetes would refuse
@@ -340,8 +345,11 @@ func decodeEndpoint(a Attrs) (registry.Endpoint, error) {
 		ip, fam = a[AttrIPv6], AttrIPv6
 	}
 	addr, err := netip.ParseAddr(ip)
-	if err != nil || addr.Zone() != "" || addr.Is4() != (fam == AttrIPv4) || addr.Is4In6() || addr.IsUnspecified() {
+	if err != nil || addr.Zone() != "" || addr.Is4() != (fam == AttrIPv4) || addr.Is4In6() {
 		return registry.Endpoint{}, fmt.Errorf("%s %q is not a valid address", fam, ip)
+	}
+	if why := specialAddress(addr); why != "" {
+		return registry.Endpoint{}, fmt.Errorf("%s %q is a %s address, no pod's", fam, ip, why)
 	}
 	port, err := strconv.Atoi(a[AttrPort])
 	if err != nil || port < 1 || port > 65535 {
@@ -371,9 +379,14 @@ func decodeEndpoint(a Attrs) (registry.Endpoint, error) {
 			return registry.Endpoint{}, fmt.Errorf("%s %q: %s", AttrHostname, h, strings.Join(errs, "; "))
 		}
 	}
-	if n := a[AttrEndpointPortName]; n != "" {
-		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
-			return registry.Endpoint{}, fmt.Errorf("%s %q: %s", AttrEndpointPortName, n, strings.Join(errs, "; "))
+	for _, attr := range []string{AttrEndpointPortName, AttrServicePortName} {
+		if err := validPortName(attr, a[attr]); err != nil {
+			return registry.Endpoint{}, err
+		}
+	}
+	if n := a[AttrNodeName]; n != "" {
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			return registry.Endpoint{}, fmt.Errorf("%s %q: %s", AttrNodeName, n, strings.Join(errs, "; "))
 		}
 	}
 	return registry.Endpoint{

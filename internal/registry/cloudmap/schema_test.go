@@ -216,6 +216,14 @@ func TestDecodeSkipsInvalidRecords(t *testing.T) {
 		"v6-as-v4":     func(a Attrs) { a[AttrIPv4] = "fd00::9" },
 		"bad-hostname": func(a Attrs) { a[AttrHostname] = "Not_A_Label" },
 		"bad-protocol": func(a Attrs) { a[AttrEndpointProtocol] = "ICMP" },
+		"loopback":     func(a Attrs) { a[AttrIPv4] = "127.0.0.1" },
+		"metadata":     func(a Attrs) { a[AttrIPv4] = "169.254.169.254" },
+		"v6-loopback":  func(a Attrs) { delete(a, AttrIPv4); a[AttrIPv6] = "::1" },
+		"v6-linklocal": func(a Attrs) { delete(a, AttrIPv4); a[AttrIPv6] = "fe80::1" },
+		"multicast":    func(a Attrs) { a[AttrIPv4] = "224.0.0.1" },
+		"bad-portname": func(a Attrs) { a[AttrEndpointPortName] = "Web_Port" },
+		"bad-svc-port": func(a Attrs) { a[AttrServicePortName] = "-x" },
+		"bad-node":     func(a Attrs) { a[AttrNodeName] = "Node One" },
 	}
 	for id, mutate := range bad {
 		a := Attrs{}
@@ -247,5 +255,53 @@ func TestDecodeSkipsInvalidRecords(t *testing.T) {
 	}
 	if len(ids) != len(bad)+1 || !strings.Contains(strings.Join(ids, ","), "bad-port") {
 		t.Errorf("invalid records %v, want the %d bad endpoints and the service record", e.Invalid, len(bad))
+	}
+}
+
+func portsFromEndpoints(e registry.Export) bool {
+	return len(e.Ports) > 0 && validServicePorts(e.Ports) == nil
+}
+
+// Each service-record field the objects of an import could not hold is
+// dropped alone, and said; the rest of the record stands.
+func TestDecodeDropsInvalidRecordFields(t *testing.T) {
+	for _, c := range []struct {
+		attr, value string
+		check       func(registry.Export) bool
+	}{
+		{AttrServiceType, "LoadBalancer", func(e registry.Export) bool { return e.Type == mcsv1beta1.ClusterSetIP }},
+		{AttrServicePorts, `[{"name":"a","port":80,"protocol":"TCP"},{"name":"a","port":81,"protocol":"TCP"}]`, portsFromEndpoints},
+		{AttrServicePorts, `[{"name":"a","port":0,"protocol":"TCP"}]`, portsFromEndpoints},
+		{AttrServicePorts, `[{"name":"a","port":80,"protocol":"ICMP"}]`, portsFromEndpoints},
+		{AttrSessionAffinity, "Sticky", func(e registry.Export) bool { return e.SessionAffinity == corev1.ServiceAffinityNone }},
+		{AttrSessionAffinityTime, "4294967297", func(e registry.Export) bool { return e.SessionAffinityConfig == nil }},
+		{AttrSessionAffinityTime, "0", func(e registry.Export) bool { return e.SessionAffinityConfig == nil }},
+		{AttrIPFamilies, "IPv4,IPv4", func(e registry.Export) bool { return e.IPFamilies == nil }},
+		{AttrIPFamilies, "IPv5", func(e registry.Export) bool { return e.IPFamilies == nil }},
+		{AttrInternalTrafficPolicy, "Nearby", func(e registry.Export) bool { return e.InternalTrafficPolicy == nil }},
+		{AttrTrafficDistribution, "Anywhere", func(e registry.Export) bool { return e.TrafficDistribution == nil }},
+		{AttrExportedLabels, `{"bad key!":"x"}`, func(e registry.Export) bool { return e.Labels == nil }},
+		{AttrExportedLabels, `{"team":"not a value"}`, func(e registry.Export) bool { return e.Labels == nil }},
+		{AttrExportedAnnotations, `{"Bad/Key/x":"x"}`, func(e registry.Export) bool { return e.Annotations == nil }},
+	} {
+		enc, err := Encode(sampleExport("c1"), "clustermap test", RecordVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var instances []Instance
+		for id, a := range enc {
+			if a[AttrRecord] == recordValue {
+				a[c.attr] = c.value
+			}
+			instances = append(instances, Instance{ID: id, Attrs: a})
+		}
+		out := Decode(registry.Key{Namespace: "ns", Name: "web"}, instances)
+		if len(out) != 1 || len(out[0].Endpoints) != len(sampleExport("c1").Endpoints) {
+			t.Fatalf("%s=%s: %+v", c.attr, c.value, out)
+		}
+		e := out[0]
+		if len(e.Invalid) != 1 || !strings.Contains(e.Invalid[0].Reason, c.attr) || !c.check(e) {
+			t.Errorf("%s=%s: invalid %v, export %+v", c.attr, c.value, e.Invalid, e)
+		}
 	}
 }
