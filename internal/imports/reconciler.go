@@ -225,15 +225,18 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
-	if !r.View.synced.Load() {
-		// Nothing is removed or changed before the registry was read once,
-		// as after a restart.
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
 	if r.View.isUnreadable(key) {
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	exports := r.View.Get(key)
+	if !r.View.synced.Load() {
+		// Until the registry was read once (every Region of it), what it
+		// said so far creates and updates imports, and removes nothing: a
+		// Region down at a restart holds up no other Region's changes.
+		if hold, err := r.beforeSync(ctx, key, exports); hold || err != nil {
+			return reconcile.Result{RequeueAfter: time.Second}, err
+		}
+	}
 	if len(exports) == 0 {
 		r.invalidSaid.Delete(key)
 		return r.removeChecked(ctx, key)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -134,4 +135,32 @@ func (r *Reconciler) hold(ctx context.Context, si *mcsv1beta1.ServiceImport, unw
 		return nil
 	}
 	return r.Client.Status().Update(ctx, si)
+}
+
+// beforeSync says whether an import must wait for the registry's first
+// full read: when it would go, or lose a cluster it holds (whose exports
+// may be in a Region not read yet). A cluster exports to one Region, so
+// the exports of every cluster heard of are whole.
+func (r *Reconciler) beforeSync(ctx context.Context, key registry.Key, exports []registry.Export) (bool, error) {
+	if len(exports) == 0 {
+		return true, nil
+	}
+	si := &mcsv1beta1.ServiceImport{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, si)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return true, err
+	}
+	heard := map[string]bool{}
+	for _, e := range exports {
+		heard[e.Cluster] = true
+	}
+	for _, c := range si.Status.Clusters {
+		if !heard[c.Cluster] {
+			return true, nil
+		}
+	}
+	return false, nil
 }

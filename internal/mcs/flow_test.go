@@ -49,8 +49,11 @@ func newMember(t *testing.T, store *memory.Store, cluster string, objs ...client
 // start runs the member's controllers (again) over a store: a restart
 // keeps what the cluster holds and forgets what the controllers knew.
 func (m *member) start(t *testing.T, store *memory.Store) {
+	m.startWith(t, store.Registry(m.id.ClusterSet, m.id.ClusterID))
+}
+
+func (m *member) startWith(t *testing.T, reg registry.Registry) {
 	gate := &clusterid.Gate{}
-	reg := store.Registry(m.id.ClusterSet, m.id.ClusterID)
 	gate.Open(m.id, reg)
 	view := imports.NewView()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -22,7 +22,9 @@ import (
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/memory"
+	"github.com/clustermap/clustermap/internal/registry/multi"
 )
 
 // settle reconciles an import until it asks for nothing sooner than
@@ -212,5 +214,76 @@ func TestOneRefusedObjectDoesNotStopTheImport(t *testing.T) {
 	}
 	if ev := drain(b.rec); !strings.Contains(ev, "Warning ImportWriteFailed writing the derived Service") {
 		t.Errorf("events %q", ev)
+	}
+}
+
+// down is a Region out of reach: its watch never reads anything.
+type down struct{ registry.Registry }
+
+func (down) Watch(ctx context.Context, _ registry.Sink) error {
+	<-ctx.Done()
+	return nil
+}
+
+// A Region down at a restart holds up only what could be a removal: the
+// imports of its clusters stay as they are, while the healthy Region's
+// changes and new exports are imported.
+func TestRegionDownAtRestartHoldsOnlyRemovals(t *testing.T) {
+	east, west := memory.NewStore(), memory.NewStore()
+	a := newMember(t, east, "cluster-a", exportOf("cart", "10.1.0.1")...)
+	w := newMember(t, west, "cluster-w", exportOf("pay", "10.2.0.1")...)
+	b := newMember(t, east, "cluster-b")
+	both := func(westReg registry.Registry) registry.Registry {
+		eastReg := east.Registry("set", "cluster-b")
+		return &multi.Registry{Home: eastReg, Sources: []multi.Source{{Name: "us-east-1", Registry: eastReg}, {Name: "eu-west-1", Registry: westReg}}}
+	}
+	b.startWith(t, both(west.Registry("set", "cluster-b")))
+	for _, m := range []struct {
+		m    *member
+		name string
+	}{{a, "cart"}, {w, "pay"}} {
+		if _, err := m.m.export.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: m.name}}); err != nil {
+			t.Fatal(err)
+		}
+		b.settle(t, client.ObjectKey{Namespace: "shop", Name: m.name})
+	}
+
+	b.startWith(t, both(down{west.Registry("set", "cluster-b")}))
+	for _, o := range exportOf("ship", "10.1.0.3") {
+		if err := a.c.Create(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.export.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: "ship"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ship", "pay"} {
+		key := client.ObjectKey{Namespace: "shop", Name: name}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			res, err := b.imports.Reconcile(context.Background(), reconcile.Request{NamespacedName: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name == "ship" && res.RequeueAfter == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				if name == "ship" {
+					t.Fatalf("a new export of the healthy Region waits on the Region down (requeue %v)", res.RequeueAfter)
+				}
+				break // pay: held as long as its Region is down
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if got := b.importedIPsOf(t, "ship"); len(got) != 1 || got[0] != "10.1.0.3" {
+		t.Errorf("the healthy Region's new export imported as %v", got)
+	}
+	if got := b.importedIPsOf(t, "pay"); len(got) != 1 || got[0] != "10.2.0.1" {
+		t.Errorf("the down Region's import changed: %v", got)
+	}
+	if err := b.c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: "pay"}, &mcsv1beta1.ServiceImport{}); err != nil {
+		t.Errorf("the down Region's import went: %v", err)
 	}
 }
