@@ -101,7 +101,9 @@ func derivedService(key registry.Key, m merge.Result, labels map[string]string) 
 	case 1:
 		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
 	default:
-		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+		// Prefer, not require: a single-stack cluster gets the family it
+		// has (applyService puts it first).
+		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
 	}
 	for _, p := range m.Spec.Ports {
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{

@@ -35,7 +35,7 @@ func TestPlanSlices(t *testing.T) {
 		exportWith("c2", mcsv1beta1.ClusterSetIP, "fd00::1", "fd00::2"),
 	}))
 	if d.Service == nil || d.Service.Name != DerivedName("web") || d.Service.Spec.Selector != nil ||
-		*d.Service.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyRequireDualStack || d.Service.Spec.Ports[0].Port != 80 {
+		*d.Service.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyPreferDualStack || d.Service.Spec.Ports[0].Port != 80 {
 		t.Fatalf("derived Service: %+v", d.Service)
 	}
 	count := map[string]int{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -288,6 +289,10 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	status := si.Status.DeepCopy()
 	status.Clusters = d.Import.Status.Clusters
 	meta.RemoveStatusCondition(&status.Conditions, ConditionRemovalHeld)
+	if err := errors.Join(errs...); !errorsIsConflict(err) {
+		// A conflict is retried at once: no flip of Ready for it.
+		meta.SetStatusCondition(&status.Conditions, readyCondition(si.Generation, err))
+	}
 	if !equality.Semantic.DeepEqual(&si.Status, status) {
 		si.Status = *status
 		failed("ServiceImport status", r.Client.Status().Update(ctx, si))
@@ -332,7 +337,7 @@ func (r *Reconciler) applyService(ctx context.Context, owner *mcsv1beta1.Service
 	svc := &corev1.Service{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), svc)
 	if apierrors.IsNotFound(err) {
-		return want, r.Client.Create(ctx, want)
+		return r.createService(ctx, want)
 	}
 	if err != nil {
 		return nil, err
@@ -340,17 +345,24 @@ func (r *Reconciler) applyService(ctx context.Context, owner *mcsv1beta1.Service
 	if svc.Labels[LabelDerivedFor] != owner.Name {
 		return nil, fmt.Errorf("Service %s exists and is not clustermap's derived Service for %s", client.ObjectKeyFromObject(svc), owner.Name)
 	}
-	if !reflect.DeepEqual(svc.Spec.IPFamilies, want.Spec.IPFamilies) && len(want.Spec.IPFamilies) > 0 {
-		// IP families cannot change in place: recreate (a new VIP).
+	families := want.Spec.IPFamilies
+	if len(families) > 0 && (len(svc.Spec.IPFamilies) == 0 || !slices.Contains(families, svc.Spec.IPFamilies[0])) {
+		// The primary family cannot change in place: recreate (a new VIP).
 		if err := r.Client.Delete(ctx, svc); err != nil {
 			return nil, err
 		}
-		return want, r.Client.Create(ctx, want)
+		return r.createService(ctx, want)
+	}
+	if len(families) > 0 {
+		// A secondary family is added or dropped in place; a single-stack
+		// cluster keeps the one it has.
+		families = primaryFirst(families, svc.Spec.IPFamilies[0])
 	}
 	changed := !reflect.DeepEqual(svc.Spec.Ports, want.Spec.Ports) || svc.Spec.SessionAffinity != want.Spec.SessionAffinity ||
 		!reflect.DeepEqual(svc.Spec.SessionAffinityConfig, want.Spec.SessionAffinityConfig) ||
 		!reflect.DeepEqual(svc.Spec.InternalTrafficPolicy, want.Spec.InternalTrafficPolicy) && want.Spec.InternalTrafficPolicy != nil ||
-		!reflect.DeepEqual(svc.Spec.TrafficDistribution, want.Spec.TrafficDistribution)
+		!reflect.DeepEqual(svc.Spec.TrafficDistribution, want.Spec.TrafficDistribution) ||
+		len(families) > 0 && !reflect.DeepEqual(svc.Spec.IPFamilyPolicy, want.Spec.IPFamilyPolicy)
 	if !changed {
 		return svc, nil
 	}
@@ -359,7 +371,56 @@ func (r *Reconciler) applyService(ctx context.Context, owner *mcsv1beta1.Service
 		svc.Spec.InternalTrafficPolicy = want.Spec.InternalTrafficPolicy
 	}
 	svc.Spec.TrafficDistribution = want.Spec.TrafficDistribution
+	if len(families) > 0 {
+		svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies = want.Spec.IPFamilyPolicy, families
+	}
 	return svc, r.Client.Update(ctx, svc)
+}
+
+// errFamilyNotSupported says no family of an import is one the cluster's
+// Services can have.
+var errFamilyNotSupported = errors.New("this cluster's Services can have none of the import's IP families")
+
+// createService creates the derived Service; when the API server refuses
+// its families (a single-stack cluster of the export's second family), it
+// tries that family first, then says none fits.
+func (r *Reconciler) createService(ctx context.Context, want *corev1.Service) (*corev1.Service, error) {
+	err := r.Client.Create(ctx, want)
+	if !apierrors.IsInvalid(err) || len(want.Spec.IPFamilies) == 0 {
+		return want, err
+	}
+	if len(want.Spec.IPFamilies) == 2 {
+		other := want.DeepCopy()
+		other.Spec.IPFamilies = []corev1.IPFamily{want.Spec.IPFamilies[1], want.Spec.IPFamilies[0]}
+		if err2 := r.Client.Create(ctx, other); !apierrors.IsInvalid(err2) {
+			return other, err2
+		}
+	}
+	return nil, fmt.Errorf("%w (%v): %v", errFamilyNotSupported, want.Spec.IPFamilies, err)
+}
+
+// primaryFirst orders families with primary first.
+func primaryFirst(families []corev1.IPFamily, primary corev1.IPFamily) []corev1.IPFamily {
+	out := []corev1.IPFamily{primary}
+	for _, f := range families {
+		if f != primary {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// readyCondition is the import's Ready condition after its writes.
+func readyCondition(generation int64, err error) metav1.Condition {
+	c := metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
+		Reason: string(mcsv1beta1.ServiceImportReasonReady), Message: "the import's derived Service and EndpointSlices are written", ObservedGeneration: generation}
+	switch {
+	case errors.Is(err, errFamilyNotSupported):
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonIPFamilyNotSupported), err.Error()
+	case err != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending), err.Error()+" (retried)"
+	}
+	return c
 }
 
 // applySlices makes our EndpointSlices of the import exactly the desired ones.

@@ -1,0 +1,102 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/test/harness"
+)
+
+// registerExport writes an export of another cluster into Cloud Map, as
+// that cluster's clustermap would.
+func (w *world) registerExport(t *testing.T, e registry.Export) {
+	t.Helper()
+	ctx := context.Background()
+	c := w.cloudMap(t)
+	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(e.Namespace)})
+	harness.Must(t, err)
+	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(e.Name), NamespaceId: aws.String(waitOp(t, c, op.OperationId)["NAMESPACE"])})
+	harness.Must(t, err)
+	recs, err := cloudmap.Encode(e, "clustermap test", cloudmap.RecordVersion)
+	harness.Must(t, err)
+	for id, attrs := range recs {
+		out, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String(id), Attributes: attrs})
+		harness.Must(t, err)
+		waitOp(t, c, out.OperationId)
+	}
+}
+
+// A single-stack cluster imports a dual-stack export in the family it
+// has (one VIP, Ready), and an export of only the family it lacks is
+// Ready=False with reason IPFamilyNotSupported, as the MCS API names it.
+func TestSingleStackImportsDualStack(t *testing.T) {
+	for _, c := range []struct {
+		cluster, other corev1.IPFamily
+		mine, theirs   string
+	}{
+		{corev1.IPv4Protocol, corev1.IPv6Protocol, "10.77.0.1", "fd77::1"},
+		{corev1.IPv6Protocol, corev1.IPv4Protocol, "fd77::1", "10.77.0.1"},
+	} {
+		t.Run(string(c.cluster)+"-only", func(t *testing.T) {
+			family := devenv.IPv4
+			if c.cluster == corev1.IPv6Protocol {
+				family = devenv.IPv6
+			}
+			w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 1, IPFamily: family}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
+			w.connect(t)
+			t.Cleanup(w.startControllers(t, nil))
+			const ns = "families"
+			w.allNamespaces(t, ns)
+			http := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}
+			export := func(name string, families []corev1.IPFamily, ips ...string) registry.Export {
+				e := registry.Export{ClusterSet: devenv.DefaultClusterSet, Cluster: "cluster-9", Key: registry.Key{Namespace: ns, Name: name},
+					Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{http}, IPFamilies: families, Created: time.Now()}
+				for _, ip := range ips {
+					e.Endpoints = append(e.Endpoints, registry.Endpoint{IP: ip, Port: 8080, PortName: "http", Protocol: corev1.ProtocolTCP, Ready: true, ServicePort: http})
+				}
+				return e
+			}
+			w.registerExport(t, export("dual", []corev1.IPFamily{c.other, c.cluster}, c.theirs, c.mine))
+			harness.Eventually(t, importDeadline, "the dual-stack import, in this cluster's family", func() error {
+				si, err := getImport(w.clients[0], ns, "dual")
+				if err != nil {
+					return err
+				}
+				ready := meta.FindStatusCondition(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady))
+				if len(si.Spec.IPs) != 1 || ready == nil || ready.Status != "True" {
+					return fmt.Errorf("ips %v, Ready %+v", si.Spec.IPs, ready)
+				}
+				if !prefixContains(w.env.Clusters[0].ServiceCIDRs[0], si.Spec.IPs[0]) {
+					return fmt.Errorf("VIP %s outside the cluster's service range %s", si.Spec.IPs[0], w.env.Clusters[0].ServiceCIDRs[0])
+				}
+				return nil
+			})
+			w.registerExport(t, export("foreign", []corev1.IPFamily{c.other}, c.theirs))
+			harness.Eventually(t, importDeadline, "IPFamilyNotSupported", func() error {
+				si, err := getImport(w.clients[0], ns, "foreign")
+				if err != nil {
+					return err
+				}
+				ready := meta.FindStatusCondition(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady))
+				if ready == nil || ready.Status != "False" || ready.Reason != string(mcsv1beta1.ServiceImportReasonIPFamilyNotSupported) {
+					return fmt.Errorf("Ready %+v", ready)
+				}
+				return nil
+			})
+		})
+	}
+}
