@@ -382,18 +382,23 @@ func (r *Reconciler) applyService(ctx context.Context, owner *mcsv1beta1.Service
 var errFamilyNotSupported = errors.New("this cluster's Services can have none of the import's IP families")
 
 // createService creates the derived Service; when the API server refuses
-// its families (a single-stack cluster of the export's second family), it
-// tries that family first, then says none fits.
+// its families (a single-stack cluster), it tries each family alone, then
+// says none fits.
 func (r *Reconciler) createService(ctx context.Context, want *corev1.Service) (*corev1.Service, error) {
 	err := r.Client.Create(ctx, want)
 	if !apierrors.IsInvalid(err) || len(want.Spec.IPFamilies) == 0 {
 		return want, err
 	}
 	if len(want.Spec.IPFamilies) == 2 {
-		other := want.DeepCopy()
-		other.Spec.IPFamilies = []corev1.IPFamily{want.Spec.IPFamilies[1], want.Spec.IPFamilies[0]}
-		if err2 := r.Client.Create(ctx, other); !apierrors.IsInvalid(err2) {
-			return other, err2
+		// The API server takes no family it lacks, even a preferred
+		// second one: each alone, the policy kept, which a dual-stack
+		// cluster would have filled in.
+		for _, f := range want.Spec.IPFamilies {
+			one := want.DeepCopy()
+			one.Spec.IPFamilies = []corev1.IPFamily{f}
+			if err2 := r.Client.Create(ctx, one); !apierrors.IsInvalid(err2) {
+				return one, err2
+			}
 		}
 	}
 	return nil, fmt.Errorf("%w (%v): %v", errFamilyNotSupported, want.Spec.IPFamilies, err)

@@ -27,9 +27,19 @@ func (w *world) registerExport(t *testing.T, e registry.Export) {
 	t.Helper()
 	ctx := context.Background()
 	c := w.cloudMap(t)
-	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(e.Namespace)})
-	harness.Must(t, err)
-	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(e.Name), NamespaceId: aws.String(waitOp(t, c, op.OperationId)["NAMESPACE"])})
+	var nsID string
+	if op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(e.Namespace)}); err == nil {
+		nsID = waitOp(t, c, op.OperationId)["NAMESPACE"]
+	} else {
+		list, err := c.ListNamespaces(ctx, &sd.ListNamespacesInput{})
+		harness.Must(t, err)
+		for _, ns := range list.Namespaces {
+			if aws.ToString(ns.Name) == e.Namespace {
+				nsID = aws.ToString(ns.Id)
+			}
+		}
+	}
+	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(e.Name), NamespaceId: aws.String(nsID)})
 	harness.Must(t, err)
 	recs, err := cloudmap.Encode(e, "clustermap test", cloudmap.RecordVersion)
 	harness.Must(t, err)
