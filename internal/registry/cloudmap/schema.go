@@ -225,6 +225,10 @@ type Instance struct {
 // Decode groups a service's instances into exports, one per cluster. An
 // instance without a cluster or clusterset id is not part of any export.
 func Decode(key registry.Key, instances []Instance) []registry.Export {
+	return decodeAt(key, instances, time.Now())
+}
+
+func decodeAt(key registry.Key, instances []Instance, now time.Time) []registry.Export {
 	byCluster := map[string]*registry.Export{}
 	get := func(a Attrs) *registry.Export {
 		c := a[AttrClusterID]
@@ -237,10 +241,16 @@ func Decode(key registry.Key, instances []Instance) []registry.Export {
 	}
 	for _, in := range instances {
 		a := in.Attrs
-		if a[AttrClusterID] == "" || a[AttrClusterSetID] == "" {
+		if a[AttrClusterID] == "" || a[AttrClusterSetID] == "" || len(validation.IsValidLabelValue(a[AttrClusterID])) > 0 {
+			// No cluster this export could be told apart as (its id names
+			// EndpointSlices and labels them): nobody's.
 			continue
 		}
 		e := get(a)
+		if why := idMismatch(in.ID, a); why != "" {
+			e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: why})
+			continue
+		}
 		if ms, err := strconv.ParseInt(a[AttrExportCreationTime], 10, 64); err == nil && (e.Created.IsZero() || time.UnixMilli(ms).Before(e.Created)) {
 			e.Created = time.UnixMilli(ms)
 		}
@@ -262,6 +272,11 @@ func Decode(key registry.Key, instances []Instance) []registry.Export {
 	}
 	out := make([]registry.Export, 0, len(byCluster))
 	for _, e := range byCluster {
+		if created, ok := saneCreation(e.Created, now); !ok {
+			e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: ServiceRecordID(e.ClusterSet, e.Cluster),
+				Reason: fmt.Sprintf("%s %s is outside %s..now+%v: taken as now, the youngest export", AttrExportCreationTime, e.Created.UTC().Format(time.RFC3339), earliestExport.Format("2006-01-02"), creationSkew)})
+			e.Created = created
+		}
 		if e.Foreign || e.Ports == nil {
 			e.Ports = portsOf(e.Endpoints)
 		}

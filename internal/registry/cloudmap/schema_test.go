@@ -305,3 +305,80 @@ func TestDecodeDropsInvalidRecordFields(t *testing.T) {
 		}
 	}
 }
+
+// A record claims a cluster by its CLUSTER_ID; clustermap's own records
+// carry the cluster in their ids too, and one whose id names another
+// cluster is refused. A CLUSTER_ID that no label can hold makes no export;
+// a creation time before 2020 or an hour ahead is taken as now (it would
+// win every conflict).
+func TestDecodeChecksWhoWrote(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	enc, err := Encode(sampleExport("c1"), "clustermap test", RecordVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var instances []Instance
+	for id, a := range enc {
+		instances = append(instances, Instance{ID: id, Attrs: a})
+	}
+	good := len(instances)
+	spoof := func(id string, mutate func(Attrs)) {
+		for _, in := range instances[:good] {
+			a := Attrs{}
+			for k, v := range in.Attrs {
+				a[k] = v
+			}
+			mutate(a)
+			instances = append(instances, Instance{ID: id, Attrs: a})
+			return
+		}
+	}
+	// cluster-1's records copied under c2's name, ids unchanged.
+	for _, in := range instances[:good] {
+		a := Attrs{}
+		for k, v := range in.Attrs {
+			a[k] = v
+		}
+		a[AttrClusterID] = "c2"
+		instances = append(instances, Instance{ID: in.ID, Attrs: a})
+	}
+	spoof("weird", func(a Attrs) { a[AttrClusterID] = "not a label value!" })
+	out := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now)
+	if len(out) != 2 || out[0].Cluster != "c1" || out[1].Cluster != "c2" {
+		t.Fatalf("exports %+v", out)
+	}
+	if len(out[0].Invalid) != 0 || len(out[0].Endpoints) != len(sampleExport("c1").Endpoints) {
+		t.Errorf("c1: invalid %v, %d endpoints", out[0].Invalid, len(out[0].Endpoints))
+	}
+	if len(out[1].Endpoints) != 0 || len(out[1].Invalid) != good {
+		t.Errorf("c2 under c1's ids: %d endpoints, invalid %v", len(out[1].Endpoints), out[1].Invalid)
+	}
+
+	for _, c := range []struct {
+		created time.Time
+		sane    bool
+	}{
+		{time.UnixMilli(1), false},
+		{now.Add(2 * time.Hour), false},
+		{now.Add(-24 * time.Hour), true},
+		{now.Add(30 * time.Minute), true},
+	} {
+		e := sampleExport("c1")
+		e.Created = c.created
+		enc, err := Encode(e, "clustermap test", RecordVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in []Instance
+		for id, a := range enc {
+			in = append(in, Instance{ID: id, Attrs: a})
+		}
+		got := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, in, now)[0]
+		if c.sane && (!got.Created.Equal(c.created.Truncate(time.Millisecond)) || len(got.Invalid) != 0) {
+			t.Errorf("created %v: decoded %v, invalid %v", c.created, got.Created, got.Invalid)
+		}
+		if !c.sane && (!got.Created.Equal(now) || len(got.Invalid) != 1) {
+			t.Errorf("created %v: decoded %v (want now), invalid %v", c.created, got.Created, got.Invalid)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -138,4 +139,33 @@ func validFamilies(fams []corev1.IPFamily) bool {
 		}
 	}
 	return true
+}
+
+// Who wrote a record is not proven by its CLUSTER_ID alone. clustermap's
+// own records carry the cluster in their instance ids too; one whose id
+// names another cluster is refused (an AWS controller's endpoint records
+// have ids of their own and are taken as they are).
+func idMismatch(id string, a Attrs) string {
+	tag := clusterTag(a[AttrClusterSetID], a[AttrClusterID])
+	switch {
+	case a[AttrRecord] == recordValue && id != ServiceRecordID(a[AttrClusterSetID], a[AttrClusterID]):
+		return fmt.Sprintf("a service record of cluster %q under instance id %q, which is not that cluster's", a[AttrClusterID], id)
+	case a[AttrRecord] != recordValue && strings.HasPrefix(a[AttrController], "clustermap") && !strings.HasSuffix(id, "-"+tag):
+		return fmt.Sprintf("an endpoint record of cluster %q under instance id %q, which does not end in that cluster's tag %q", a[AttrClusterID], id, tag)
+	}
+	return ""
+}
+
+// The export creation time decides which export wins a conflict (the
+// oldest): one before any export could exist, or ahead of the clock by
+// more than clock skew, is taken as now, so that it wins nothing.
+var earliestExport = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const creationSkew = time.Hour
+
+func saneCreation(created, now time.Time) (time.Time, bool) {
+	if created.IsZero() || !created.Before(earliestExport) && !created.After(now.Add(creationSkew)) {
+		return created, true
+	}
+	return now, false
 }
