@@ -103,6 +103,7 @@ imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 	f.StringVar(&o.PeersDir, "peers-dir", "/etc/kubeconfigs", "directory of peer kubeconfig files, one per peer, named after the peer's --cluster-name")
 	f.BoolVar(&o.CreateNamespaces, "create-namespaces", false, "let replication create a namespace a peer lacks")
 	f.DurationVar(&o.PeerGrace, "peer-grace-period", replication.DefaultGrace, "how long replicas from a peer removed from --peers-dir stay")
+	f.BoolVar(&o.AllowInsecurePeers, "allow-insecure-peers", false, "let peer kubeconfigs read local files (tokenFile, certificate files), skip TLS verification, use http:// or a proxy-url; off, such a kubeconfig is refused and the peer counts as down")
 	f.BoolVar(&o.AllowExecPlugins, "allow-exec-plugins", false, "let peer kubeconfigs run commands for credentials (exec plugins, auth providers); off, such a kubeconfig is refused and the peer counts as down")
 	fs := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(fs)

@@ -106,6 +106,9 @@ type Options struct {
 	PeerGrace        time.Duration
 	// AllowExecPlugins lets peer kubeconfigs run commands for credentials.
 	AllowExecPlugins bool
+	// AllowInsecurePeers lets peer kubeconfigs read local files, skip TLS
+	// verification, use plain HTTP or a proxy.
+	AllowInsecurePeers bool
 
 	Log logr.Logger
 }
@@ -296,7 +299,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Syndicate {
 		cluster, peers, err := replication.Setup(ctx, mgr, replication.Options{ClusterName: o.ClusterName, PeersDir: o.PeersDir,
 			Namespaces: o.Namespaces, ExcludeNamespaces: o.ExcludeNamespaces, InScope: inScope, CreateNamespaces: o.CreateNamespaces,
-			Grace: o.PeerGrace, AllowExecPlugins: o.AllowExecPlugins, Recorder: recorder,
+			Grace: o.PeerGrace, AllowExecPlugins: o.AllowExecPlugins, AllowInsecurePeers: o.AllowInsecurePeers, Recorder: recorder,
 			EventsOn: &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: reporter.Namespace, Name: statuslease.LeaseName}},
 			Metrics:  metrics.Registry, Log: log})
 		if err != nil {

@@ -545,6 +545,10 @@ func (e *Env) WriteKubeconfig(c *Cluster, path string) error {
 	one.AuthInfos[ctx.AuthInfo] = all.AuthInfos[ctx.AuthInfo]
 	one.Contexts[c.ID] = ctx
 	one.CurrentContext = c.ID
+	// Certificates inline: a peer kubeconfig may read no local file.
+	if err := clientcmdapi.FlattenConfig(one); err != nil {
+		return err
+	}
 	return clientcmd.WriteToFile(*one, path)
 }
 

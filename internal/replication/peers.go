@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
+	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -66,6 +70,11 @@ type Peers struct {
 	// auth providers): whoever writes the peers directory could otherwise
 	// run code in the controller.
 	AllowExecPlugins bool
+	// AllowInsecurePeers lets peer kubeconfigs read local files (tokens,
+	// certificates), skip TLS verification, use plain HTTP or a proxy:
+	// otherwise whoever writes the peers directory could have the
+	// controller's own credentials sent, or its files read, anywhere.
+	AllowInsecurePeers bool
 	// OnObject is told of every peer Service or EndpointSlice change, by the
 	// Service's namespace and name; OnChange of peers coming and going.
 	OnObject func(ns, name string)
@@ -172,11 +181,54 @@ func (ps *Peers) scan(ctx context.Context) {
 // ErrExecPlugin refuses a peer kubeconfig that would run a command.
 var ErrExecPlugin = errors.New("the kubeconfig runs a command to get credentials (exec plugin or auth provider); refused: use a token or client certificate, or pass --allow-exec-plugins if whoever can write the peers directory may run commands in the controller")
 
-// peerConfig reads a peer kubeconfig, refusing commands unless allowed.
-func peerConfig(kubeconfig []byte, allowExec bool) (*rest.Config, error) {
+// ErrInsecurePeer refuses a peer kubeconfig that reads local files or
+// could send credentials somewhere other than a verified TLS server.
+var ErrInsecurePeer = errors.New("the kubeconfig reads local files, skips TLS verification, or talks plain HTTP or through a proxy; refused: inline certificate-authority-data, client-certificate-data and token, use an https:// server, or pass --allow-insecure-peers if whoever can write the peers directory may do so")
+
+// checkPeer names what makes a peer kubeconfig insecure.
+func checkPeer(raw *clientcmdapi.Config) error {
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(raw.Clusters)) {
+		c := raw.Clusters[name]
+		if u, err := url.Parse(c.Server); err != nil || u.Scheme != "https" {
+			problems = append(problems, fmt.Sprintf("cluster %s: server %q is not https://", name, c.Server))
+		}
+		if c.InsecureSkipTLSVerify {
+			problems = append(problems, fmt.Sprintf("cluster %s: insecure-skip-tls-verify", name))
+		}
+		if c.CertificateAuthority != "" {
+			problems = append(problems, fmt.Sprintf("cluster %s: certificate-authority reads the file %s", name, c.CertificateAuthority))
+		}
+		if c.ProxyURL != "" {
+			problems = append(problems, fmt.Sprintf("cluster %s: proxy-url %s", name, c.ProxyURL))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(raw.AuthInfos)) {
+		a := raw.AuthInfos[name]
+		for what, file := range map[string]string{"tokenFile": a.TokenFile, "client-certificate": a.ClientCertificate, "client-key": a.ClientKey} {
+			if file != "" {
+				problems = append(problems, fmt.Sprintf("user %s: %s reads the file %s", name, what, file))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		return fmt.Errorf("%w (%s)", ErrInsecurePeer, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// peerConfig reads a peer kubeconfig, refusing commands, local files and
+// unverified or plain connections unless allowed.
+func peerConfig(kubeconfig []byte, allowExec, allowInsecure bool) (*rest.Config, error) {
 	raw, err := clientcmd.Load(kubeconfig)
 	if err != nil {
 		return nil, err
+	}
+	if !allowInsecure {
+		if err := checkPeer(raw); err != nil {
+			return nil, err
+		}
 	}
 	if !allowExec {
 		for _, a := range raw.AuthInfos {
@@ -233,7 +285,7 @@ func (ps *Peers) cacheNamespaces() map[string]cache.Config {
 }
 
 func (ps *Peers) start(ctx context.Context, name string, kubeconfig []byte) (*Peer, error) {
-	cfg, err := peerConfig(kubeconfig, ps.AllowExecPlugins)
+	cfg, err := peerConfig(kubeconfig, ps.AllowExecPlugins, ps.AllowInsecurePeers)
 	if err != nil {
 		return nil, err
 	}

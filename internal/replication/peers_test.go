@@ -2,6 +2,8 @@ package replication
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
@@ -27,11 +29,11 @@ func TestExecPluginsRefused(t *testing.T) {
 		dir, marker := t.TempDir(), filepath.Join(t.TempDir(), "ran")
 		kubeconfig := fmt.Sprintf(`apiVersion: v1
 kind: Config
-clusters: [{name: p, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+clusters: [{name: p, cluster: {server: %q, certificate-authority-data: %s}}]
 users: [{name: p, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: ["-c", "touch %s; echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}'"], interactiveMode: Never}}}]
 contexts: [{name: p, context: {cluster: p, user: p}}]
 current-context: p
-`, api.URL, marker)
+`, api.URL, base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw})), marker)
 		if err := os.WriteFile(filepath.Join(dir, "peer.yaml"), []byte(kubeconfig), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -76,9 +78,43 @@ users: [{name: p, user: ` + c.user + `}]
 contexts: [{name: p, context: {cluster: p, user: p}}]
 current-context: p
 `
-		_, err := peerConfig([]byte(kc), c.allow)
+		_, err := peerConfig([]byte(kc), c.allow, false)
 		if (err == nil) != c.ok {
 			t.Errorf("user %s, allow %v: err %v", c.user, c.allow, err)
+		}
+	}
+}
+
+// A peer kubeconfig may not read local files, skip TLS verification, talk
+// plain HTTP or through a proxy (whoever writes the peers directory could
+// have the controller's credentials sent anywhere, or its files read),
+// unless --allow-insecure-peers says so.
+func TestPeerConfigRefusesInsecure(t *testing.T) {
+	for _, c := range []struct {
+		cluster, user string
+		ok            bool
+	}{
+		{`{server: "https://127.0.0.1:1", certificate-authority-data: ""}`, `{token: t}`, true},
+		{`{server: "http://127.0.0.1:1"}`, `{token: t}`, false},
+		{`{server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}`, `{token: t}`, false},
+		{`{server: "https://127.0.0.1:1", certificate-authority: /etc/ca.crt}`, `{token: t}`, false},
+		{`{server: "https://127.0.0.1:1", proxy-url: "http://evil:3128"}`, `{token: t}`, false},
+		{`{server: "https://127.0.0.1:1"}`, `{tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}`, false},
+		{`{server: "https://127.0.0.1:1"}`, `{client-certificate: /etc/c.crt, client-key: /etc/c.key}`, false},
+	} {
+		kc := `apiVersion: v1
+kind: Config
+clusters: [{name: p, cluster: ` + c.cluster + `}]
+users: [{name: p, user: ` + c.user + `}]
+contexts: [{name: p, context: {cluster: p, user: p}}]
+current-context: p
+`
+		_, err := peerConfig([]byte(kc), false, false)
+		if (err == nil) != c.ok || !c.ok && !errors.Is(err, ErrInsecurePeer) {
+			t.Errorf("cluster %s, user %s: err %v", c.cluster, c.user, err)
+		}
+		if _, err := peerConfig([]byte(kc), false, true); !c.ok && errors.Is(err, ErrInsecurePeer) {
+			t.Errorf("allowed, cluster %s, user %s: still refused: %v", c.cluster, c.user, err)
 		}
 	}
 }

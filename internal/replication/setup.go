@@ -34,6 +34,7 @@ type Options struct {
 	CreateNamespaces              bool
 	Grace                         time.Duration
 	AllowExecPlugins              bool
+	AllowInsecurePeers            bool
 	Recorder                      record.EventRecorder
 	// EventsOn receives the Events about peer kubeconfig files, which have
 	// no Kubernetes object of their own (the status Lease).
@@ -56,10 +57,10 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (string, *Peers,
 	kube.Register(o.Metrics, Metrics()...)
 	o.Log.Info("replicating Services to peers", "cluster", cluster, "peers", o.PeersDir)
 	peers := &Peers{Dir: o.PeersDir, Scheme: mgr.GetScheme(), Log: o.Log.WithName("peers"),
-		Namespaces: o.Namespaces, ExcludeNamespaces: o.ExcludeNamespaces, AllowExecPlugins: o.AllowExecPlugins}
+		Namespaces: o.Namespaces, ExcludeNamespaces: o.ExcludeNamespaces, AllowExecPlugins: o.AllowExecPlugins, AllowInsecurePeers: o.AllowInsecurePeers}
 	peers.OnBroken = func(peer, file string, err error) {
 		reason := ReasonPeerKubeconfigInvalid
-		if errors.Is(err, ErrExecPlugin) {
+		if errors.Is(err, ErrExecPlugin) || errors.Is(err, ErrInsecurePeer) {
 			reason = ReasonPeerKubeconfigRefused
 		}
 		o.Recorder.Eventf(o.EventsOn, corev1.EventTypeWarning, reason, "peer %s (%s): %v; the peer counts as down and its replicas here are kept until the file is fixed", peer, file, err)
