@@ -192,6 +192,21 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 		checkPolicy(t, "mcs-shared-owner", ownerCalls.Snapshot())
 		checkPolicy(t, "mcs-shared-member", memberCalls.Snapshot())
 	})
+
+	// Restarts that cannot read the owner's namespace list none of it: the
+	// member restarted after the unshare, then with a mistyped owner
+	// account, keeps every import (each is read, and reads unshared).
+	for _, owner := range []string{ownerAccount, "999999999999"} {
+		stop()
+		stop = w.startControllers(t, func(o *controller.Options) {
+			tune(o)
+			if o.Config.Host == memberHost {
+				o.OwnerAccount = owner
+			}
+		})
+		time.Sleep(15 * time.Second) // past the first reads and a confirmed absence
+		w.importedEverywhere(t, time.Second, ns, "api", "cluster-1", apiIPs)
+	}
 }
 
 // ownerNamespaces waits for the owner account's namespaces of these names
