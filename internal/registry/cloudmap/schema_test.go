@@ -3,6 +3,7 @@ package cloudmap
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -200,14 +201,7 @@ func TestPlanChangesOnlyTheDifference(t *testing.T) {
 // Records that would fail an EndpointSlice or do not decode are skipped and
 // reported by id; the valid ones stay.
 func TestDecodeSkipsInvalidRecords(t *testing.T) {
-	enc, err := Encode(sampleExport("c1"), "clustermap test", RecordVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var instances []Instance
-	for id, a := range enc {
-		instances = append(instances, Instance{ID: id, Attrs: a})
-	}
+	instances := encoded(t, sampleExport("c1"))
 	good := len(sampleExport("c1").Endpoints)
 	base := Attrs{AttrClusterID: "c1", AttrClusterSetID: "set", AttrPort: "8080", AttrIPv4: "10.0.0.9"}
 	bad := map[string]func(Attrs){
@@ -284,16 +278,11 @@ func TestDecodeDropsInvalidRecordFields(t *testing.T) {
 		{AttrExportedLabels, `{"team":"not a value"}`, func(e registry.Export) bool { return e.Labels == nil }},
 		{AttrExportedAnnotations, `{"Bad/Key/x":"x"}`, func(e registry.Export) bool { return e.Annotations == nil }},
 	} {
-		enc, err := Encode(sampleExport("c1"), "clustermap test", RecordVersion)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var instances []Instance
-		for id, a := range enc {
-			if a[AttrRecord] == recordValue {
-				a[c.attr] = c.value
+		instances := encoded(t, sampleExport("c1"))
+		for _, in := range instances {
+			if in.Attrs[AttrRecord] == recordValue {
+				in.Attrs[c.attr] = c.value
 			}
-			instances = append(instances, Instance{ID: id, Attrs: a})
 		}
 		out := Decode(registry.Key{Namespace: "ns", Name: "web"}, instances)
 		if len(out) != 1 || len(out[0].Endpoints) != len(sampleExport("c1").Endpoints) {
@@ -313,36 +302,18 @@ func TestDecodeDropsInvalidRecordFields(t *testing.T) {
 // win every conflict).
 func TestDecodeChecksWhoWrote(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	enc, err := Encode(sampleExport("c1"), "clustermap test", RecordVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var instances []Instance
-	for id, a := range enc {
-		instances = append(instances, Instance{ID: id, Attrs: a})
-	}
+	instances := encoded(t, sampleExport("c1"))
 	good := len(instances)
-	spoof := func(id string, mutate func(Attrs)) {
-		for _, in := range instances[:good] {
-			a := Attrs{}
-			for k, v := range in.Attrs {
-				a[k] = v
-			}
-			mutate(a)
-			instances = append(instances, Instance{ID: id, Attrs: a})
-			return
-		}
-	}
-	// cluster-1's records copied under c2's name, ids unchanged.
+	// c1's records copied under c2's name, ids unchanged; one under a name
+	// no label can hold.
 	for _, in := range instances[:good] {
-		a := Attrs{}
-		for k, v := range in.Attrs {
-			a[k] = v
-		}
+		a := maps.Clone(in.Attrs)
 		a[AttrClusterID] = "c2"
 		instances = append(instances, Instance{ID: in.ID, Attrs: a})
 	}
-	spoof("weird", func(a Attrs) { a[AttrClusterID] = "not a label value!" })
+	weird := maps.Clone(instances[0].Attrs)
+	weird[AttrClusterID] = "not a label value!"
+	instances = append(instances, Instance{ID: "weird", Attrs: weird})
 	out := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now)
 	if len(out) != 2 || out[0].Cluster != "c1" || out[1].Cluster != "c2" {
 		t.Fatalf("exports %+v", out)
@@ -365,15 +336,7 @@ func TestDecodeChecksWhoWrote(t *testing.T) {
 	} {
 		e := sampleExport("c1")
 		e.Created = c.created
-		enc, err := Encode(e, "clustermap test", RecordVersion)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var in []Instance
-		for id, a := range enc {
-			in = append(in, Instance{ID: id, Attrs: a})
-		}
-		got := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, in, now)[0]
+		got := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, encoded(t, e), now)[0]
 		if c.sane && (!got.Created.Equal(c.created.Truncate(time.Millisecond)) || len(got.Invalid) != 0) {
 			t.Errorf("created %v: decoded %v, invalid %v", c.created, got.Created, got.Invalid)
 		}
@@ -381,4 +344,18 @@ func TestDecodeChecksWhoWrote(t *testing.T) {
 			t.Errorf("created %v: decoded %v (want now), invalid %v", c.created, got.Created, got.Invalid)
 		}
 	}
+}
+
+// encoded is an export's records as Cloud Map would list them.
+func encoded(t *testing.T, e registry.Export) []Instance {
+	t.Helper()
+	enc, err := Encode(e, "clustermap test", RecordVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var instances []Instance
+	for id, a := range enc {
+		instances = append(instances, Instance{ID: id, Attrs: a})
+	}
+	return instances
 }
