@@ -4,8 +4,8 @@
 // controller binary in all three modes (MCS, Cloud Map DNS registration,
 // syndication) under bulk exports and pod churn, while controllers are
 // killed, an apiserver restarts, the Cloud Map emulator stops and comes
-// back from its data directory, every call is throttled and a member
-// cluster stops. It counts what was lost or left behind and how long the
+// back from its data directory, every call is throttled, then hangs, and a
+// member cluster stops. It counts what was lost or left behind and how long the
 // fleet takes to converge after the last fault.
 //
 // `make test` runs a short campaign; `make soak` (CLUSTERMAP_SOAK=full)
@@ -95,7 +95,7 @@ func TestFaultCampaign(t *testing.T) {
 	stopChurn := f.churn(t)
 	stopMonitor := f.monitor(t)
 	faultsStart := time.Now()
-	killsDone := f.killAtRandom(t, s.kills, s.emulatorDown+s.throttle+s.memberDown+30*time.Second)
+	killsDone := f.killAtRandom(t, s.kills, s.emulatorDown+s.throttle+s.throttle/2+s.memberDown+30*time.Second)
 	phase := func(name string, fn func()) {
 		began := time.Now()
 		fn()
@@ -103,7 +103,10 @@ func TestFaultCampaign(t *testing.T) {
 	}
 	phase("apiserver restart", func() { f.restartCluster(t, len(f.ids)-1) })
 	phase("emulator stopped", func() { f.stopEmulator(t, s.emulatorDown) })
-	phase("every call throttled", func() { f.throttleAll(t, s.throttle) })
+	phase("every call throttled", func() { f.fault(t, `{"rateLimits": {"*": {"rate": 0.000001, "burst": 1}}}`, s.throttle) })
+	// Connections that hang: calls in flight when it ends still hang until
+	// the controllers give up on them (10 s an attempt).
+	phase("every call hangs", func() { f.fault(t, `{"hang": true}`, s.throttle/2) })
 	phase("member cluster stopped", func() { f.stopMember(t, 0, s.memberDown) })
 	<-killsDone
 	lastFault := time.Now()
@@ -285,8 +288,8 @@ func (f *fleet) stopEmulator(t *testing.T, d time.Duration) {
 	harness.Must(t, harness.WaitListening(ctx, strings.TrimPrefix(f.cmURL, "http://")))
 }
 
-// throttleAll answers every call RequestLimitExceeded for d.
-func (f *fleet) throttleAll(t *testing.T, d time.Duration) {
+// fault sets the emulator's faults (JSON) for d.
+func (f *fleet) fault(t *testing.T, faults string, d time.Duration) {
 	put := func(body string) {
 		req, err := http.NewRequest(http.MethodPut, f.cmAdmin+"/faults", bytes.NewBufferString(body))
 		harness.Must(t, err)
@@ -297,7 +300,7 @@ func (f *fleet) throttleAll(t *testing.T, d time.Duration) {
 			t.Fatalf("PUT /faults: %s", resp.Status)
 		}
 	}
-	put(`{"rateLimits": {"*": {"rate": 0.000001, "burst": 1}}}`)
+	put(faults)
 	time.Sleep(d)
 	put(`{}`)
 }
