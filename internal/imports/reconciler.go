@@ -353,11 +353,6 @@ func (r *Reconciler) applyService(ctx context.Context, owner *mcsv1beta1.Service
 		}
 		return r.createService(ctx, want)
 	}
-	if len(families) > 0 {
-		// A secondary family is added or dropped in place; a single-stack
-		// cluster keeps the one it has.
-		families = primaryFirst(families, svc.Spec.IPFamilies[0])
-	}
 	changed := !reflect.DeepEqual(svc.Spec.Ports, want.Spec.Ports) || svc.Spec.SessionAffinity != want.Spec.SessionAffinity ||
 		!reflect.DeepEqual(svc.Spec.SessionAffinityConfig, want.Spec.SessionAffinityConfig) ||
 		!reflect.DeepEqual(svc.Spec.InternalTrafficPolicy, want.Spec.InternalTrafficPolicy) && want.Spec.InternalTrafficPolicy != nil ||
@@ -371,8 +366,17 @@ func (r *Reconciler) applyService(ctx context.Context, owner *mcsv1beta1.Service
 		svc.Spec.InternalTrafficPolicy = want.Spec.InternalTrafficPolicy
 	}
 	svc.Spec.TrafficDistribution = want.Spec.TrafficDistribution
-	if len(families) > 0 {
-		svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies = want.Spec.IPFamilyPolicy, families
+	if len(families) > 0 && !reflect.DeepEqual(svc.Spec.IPFamilyPolicy, want.Spec.IPFamilyPolicy) {
+		// The secondary family changes in place, the primary VIP kept: to
+		// PreferDualStack the API server adds it where the cluster has it;
+		// to SingleStack it goes.
+		svc.Spec.IPFamilyPolicy = want.Spec.IPFamilyPolicy
+		if *want.Spec.IPFamilyPolicy == corev1.IPFamilyPolicySingleStack {
+			svc.Spec.IPFamilies = svc.Spec.IPFamilies[:1]
+			if len(svc.Spec.ClusterIPs) > 1 {
+				svc.Spec.ClusterIPs = svc.Spec.ClusterIPs[:1]
+			}
+		}
 	}
 	return svc, r.Client.Update(ctx, svc)
 }
@@ -402,17 +406,6 @@ func (r *Reconciler) createService(ctx context.Context, want *corev1.Service) (*
 		}
 	}
 	return nil, fmt.Errorf("%w (%v): %v", errFamilyNotSupported, want.Spec.IPFamilies, err)
-}
-
-// primaryFirst orders families with primary first.
-func primaryFirst(families []corev1.IPFamily, primary corev1.IPFamily) []corev1.IPFamily {
-	out := []corev1.IPFamily{primary}
-	for _, f := range families {
-		if f != primary {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 // readyCondition is the import's Ready condition after its writes.

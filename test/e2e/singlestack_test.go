@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -39,12 +41,16 @@ func (w *world) registerExport(t *testing.T, e registry.Export) {
 			}
 		}
 	}
-	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(e.Name), NamespaceId: aws.String(nsID)})
-	harness.Must(t, err)
+	svcID := w.serviceIDIfAny(t, c, e.Name)
+	if svcID == "" {
+		svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(e.Name), NamespaceId: aws.String(nsID)})
+		harness.Must(t, err)
+		svcID = aws.ToString(svc.Service.Id)
+	}
 	recs, err := cloudmap.Encode(e, "clustermap test", cloudmap.RecordVersion)
 	harness.Must(t, err)
 	for id, attrs := range recs {
-		out, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String(id), Attributes: attrs})
+		out, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(id), Attributes: attrs})
 		harness.Must(t, err)
 		waitOp(t, c, out.OperationId)
 	}
@@ -95,6 +101,23 @@ func TestSingleStackImportsDualStack(t *testing.T) {
 				}
 				return nil
 			})
+			// A change of the export updates the single-stack derived
+			// Service in place: its VIP stays.
+			vip := importIPs(t, w.clients[0], ns, "dual")
+			changed := export("dual", []corev1.IPFamily{c.other, c.cluster}, c.theirs, c.mine)
+			changed.Ports[0].Port = 81
+			w.registerExport(t, changed)
+			harness.Eventually(t, importDeadline, "the changed port, the VIP kept", func() error {
+				si, err := getImport(w.clients[0], ns, "dual")
+				if err != nil {
+					return err
+				}
+				ready := meta.FindStatusCondition(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady))
+				if len(si.Spec.Ports) != 1 || si.Spec.Ports[0].Port != 81 || !slices.Equal(si.Spec.IPs, vip) || ready == nil || ready.Status != "True" {
+					return fmt.Errorf("ports %v ips %v (was %v), Ready %+v", si.Spec.Ports, si.Spec.IPs, vip, ready)
+				}
+				return nil
+			})
 			w.registerExport(t, export("foreign", []corev1.IPFamily{c.other}, c.theirs))
 			harness.Eventually(t, importDeadline, "IPFamilyNotSupported", func() error {
 				si, err := getImport(w.clients[0], ns, "foreign")
@@ -109,4 +132,25 @@ func TestSingleStackImportsDualStack(t *testing.T) {
 			})
 		})
 	}
+}
+
+// serviceIDIfAny is the id of the Cloud Map service of this name (the
+// test holds one namespace), or "" when there is none.
+func (w *world) serviceIDIfAny(t *testing.T, c *sd.Client, name string) string {
+	t.Helper()
+	out, err := c.ListServices(context.Background(), &sd.ListServicesInput{})
+	harness.Must(t, err)
+	for _, s := range out.Services {
+		if aws.ToString(s.Name) == name {
+			return aws.ToString(s.Id)
+		}
+	}
+	return ""
+}
+
+func importIPs(t *testing.T, cl client.Client, ns, name string) []string {
+	t.Helper()
+	si, err := getImport(cl, ns, name)
+	harness.Must(t, err)
+	return si.Spec.IPs
 }
