@@ -203,8 +203,13 @@ func Teardown(ctx context.Context, tag string) error {
 		}
 	}
 	if _, err := net.InterfaceByName(f.Uplink()); err == nil {
+		// Its peer end went with a namespace just deleted, and the kernel
+		// removes the pair after `ip netns del` returns: gone meanwhile is
+		// what was wanted.
 		if err := Run(ctx, [][]string{{"link", "del", f.Uplink()}}); err != nil {
-			errs = append(errs, err)
+			if _, still := net.InterfaceByName(f.Uplink()); still == nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	dirs, _ := filepath.Glob(filepath.Join(etcNetns, f.Prefix()+"*"))
