@@ -27,6 +27,8 @@ type Registry struct {
 	mu     sync.Mutex
 	parts  map[registry.Key]map[string][]registry.Export // what each source last said of a service
 	synced map[string]bool
+	// unreadable are the sources whose last read of a service failed.
+	unreadable map[registry.Key]map[string]bool
 }
 
 var _ registry.Registry = (*Registry)(nil)
@@ -50,7 +52,7 @@ func (m *Registry) Check(key registry.Key) {
 // service, the exports of every source together.
 func (m *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 	m.mu.Lock()
-	m.parts, m.synced = map[registry.Key]map[string][]registry.Export{}, map[string]bool{}
+	m.parts, m.synced, m.unreadable = map[registry.Key]map[string][]registry.Export{}, map[string]bool{}, map[registry.Key]map[string]bool{}
 	m.mu.Unlock()
 	errs := make(chan error, len(m.Sources))
 	for _, s := range m.Sources {
@@ -72,10 +74,17 @@ type part struct {
 
 // Set keeps this source's exports of the service and tells the sink the
 // union of every source's latest: a source that cannot read a service
-// adds what it last read.
+// adds what it last read. A union that is empty while another source
+// cannot read the service is no knowledge of its absence: the sink hears
+// it is unreadable (one Region's "not here" must not remove what a Region
+// unread since a restart may hold).
 func (p *part) Set(key registry.Key, exports []registry.Export) {
 	p.m.mu.Lock()
 	defer p.m.mu.Unlock()
+	delete(p.m.unreadable[key], p.name)
+	if len(p.m.unreadable[key]) == 0 {
+		delete(p.m.unreadable, key)
+	}
 	bySource := p.m.parts[key]
 	if bySource == nil {
 		bySource = map[string][]registry.Export{}
@@ -93,12 +102,24 @@ func (p *part) Set(key registry.Key, exports []registry.Export) {
 	if len(bySource) == 0 {
 		delete(p.m.parts, key)
 	}
+	if len(union) == 0 && len(p.m.unreadable[key]) > 0 {
+		p.sink.Unreadable(key)
+		return
+	}
 	p.sink.Set(key, union)
 }
 
 // Unreadable passes on: the service's imports stay as they are until a
 // source reads it again.
-func (p *part) Unreadable(key registry.Key) { p.sink.Unreadable(key) }
+func (p *part) Unreadable(key registry.Key) {
+	p.m.mu.Lock()
+	defer p.m.mu.Unlock()
+	if p.m.unreadable[key] == nil {
+		p.m.unreadable[key] = map[string]bool{}
+	}
+	p.m.unreadable[key][p.name] = true
+	p.sink.Unreadable(key)
+}
 
 // Synced passes on once every source synced: until then a service no
 // source has mentioned may still be exported in a Region not read yet.

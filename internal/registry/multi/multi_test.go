@@ -128,3 +128,53 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// unreadableSource is a Region whose reads of one service fail.
+type unreadableSource struct {
+	registry.Registry
+	key registry.Key
+}
+
+func (u unreadableSource) Watch(ctx context.Context, sink registry.Sink) error {
+	sink.Unreadable(u.key)
+	sink.Synced()
+	<-ctx.Done()
+	return nil
+}
+
+// One Region saying a service is not there while another cannot read it
+// is no knowledge that it is exported nowhere: the sink hears it is
+// unreadable, and its import stays (a restart after an unshare removed it).
+func TestAbsentHereUnreadableThereIsUnreadable(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	key := registry.Key{Namespace: "ns", Name: "api"}
+	east, west := memory.NewStore(), memory.NewStore()
+	m := &multi.Registry{Home: west.Registry("set", "b"), Sources: []multi.Source{
+		{Name: "us-east-1", Registry: unreadableSource{east.Registry("set", "b"), key}},
+		{Name: "eu-west-1", Registry: west.Registry("set", "b")},
+	}}
+	h := &heard{clusters: map[registry.Key][]string{}}
+	go func() { _ = m.Watch(ctx, h) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.mu.Lock()
+		synced := h.synced
+		h.mu.Unlock()
+		if synced {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not synced")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.Check(key) // eu-west-1 reads it: not there
+	h.mu.Lock()
+	_, set := h.clusters[key]
+	unread := len(h.unread)
+	h.mu.Unlock()
+	if set || unread != 2 {
+		t.Errorf("the sink heard Set %v and %d Unreadable, want no Set and two Unreadable", set, unread)
+	}
+}
