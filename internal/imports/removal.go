@@ -30,13 +30,14 @@ const (
 
 // holdRemovals says whether removals the registry alone vouches for (of
 // imports it said nothing else of since this controller started) must
-// wait: when they are more than half of the imports other clusters
-// export, the registry more likely reads the wrong place (a wrong Region,
-// AWS account or owner account lists and reads nothing) than every other
-// cluster unexported its services at once while this one restarted.
-// Removals of imports seen exported since the start are never held.
-func holdRemovals(unwitnessed, fromOthers int) bool {
-	return unwitnessed > 0 && 2*unwitnessed > fromOthers
+// wait: when the registry shows no export of any other cluster at all, it
+// more likely reads the wrong place (a wrong Region, AWS account or owner
+// account lists and reads nothing) than every other cluster unexported
+// everything while this one was away. Removals of imports seen exported
+// since the start are never held, nor those made while other clusters'
+// exports are in sight (services unexported while this cluster was down).
+func holdRemovals(unwitnessed int, othersVisible bool) bool {
+	return unwitnessed > 0 && !othersVisible
 }
 
 // fromOthers says whether an import holds another cluster's export.
@@ -79,7 +80,7 @@ func (r *Reconciler) removeChecked(ctx context.Context, key registry.Key) (recon
 			// removals would each look like a minority.
 			return reconcile.Result{RequeueAfter: checkRetry}, nil
 		}
-		if holdRemovals(unwitnessed, others) {
+		if holdRemovals(unwitnessed, r.View.othersVisible(id.ClusterID)) {
 			return reconcile.Result{RequeueAfter: heldRetry}, r.hold(ctx, si, unwitnessed, others)
 		}
 	}
@@ -120,7 +121,7 @@ func (r *Reconciler) countRemovals(ctx context.Context, self string) (unwitnesse
 // once) and in the log.
 func (r *Reconciler) hold(ctx context.Context, si *mcsv1beta1.ServiceImport, unwitnessed, others int) error {
 	msg := fmt.Sprintf("the registry says %d of the %d services this cluster imports from other clusters are exported nowhere, "+
-		"none of them seen exported since this controller started: more likely the controller reads the wrong place "+
+		"and shows no export of any other cluster since this controller started: more likely the controller reads the wrong place "+
 		"(--region, the AWS account of its credentials, --cloudmap-owner-account, a namespace no longer shared) "+
 		"than every cluster unexported at once, so they are kept. Fix the configuration, or, if the services really are "+
 		"unexported, delete this ServiceImport to confirm (docs/troubleshooting.md#removalheld)", unwitnessed, others)
@@ -163,4 +164,19 @@ func (r *Reconciler) beforeSync(ctx context.Context, key registry.Key, exports [
 		}
 	}
 	return false, nil
+}
+
+// othersVisible says whether the view holds an export of a cluster other
+// than self.
+func (v *View) othersVisible(self string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for _, exports := range v.exports {
+		for _, e := range exports {
+			if e.Cluster != self {
+				return true
+			}
+		}
+	}
+	return false
 }
