@@ -53,8 +53,8 @@ func fromOthers(si *mcsv1beta1.ServiceImport, self string) bool {
 // removeChecked removes an import the view says is exported nowhere, once
 // that is positive knowledge: a service the registry has not told of since
 // the start is read first (Registry.Check), and a removal only the
-// registry's word after a restart vouches for waits when too many imports
-// would go at once (holdRemovals).
+// registry's word after a restart vouches for waits while no other
+// cluster's export is in sight (holdRemovals).
 func (r *Reconciler) removeChecked(ctx context.Context, key registry.Key) (reconcile.Result, error) {
 	si := &mcsv1beta1.ServiceImport{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, si)
@@ -76,8 +76,8 @@ func (r *Reconciler) removeChecked(ctx context.Context, key registry.Key) (recon
 			return reconcile.Result{}, err
 		}
 		if pending > 0 {
-			// Judged once every import was read: one at a time, the first
-			// removals would each look like a minority.
+			// Judged once every import was read: one not read yet may be
+			// the other clusters' export in sight.
 			return reconcile.Result{RequeueAfter: checkRetry}, nil
 		}
 		if holdRemovals(unwitnessed, r.View.othersVisible(id.ClusterID)) {

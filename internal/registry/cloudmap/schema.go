@@ -385,8 +385,8 @@ func decodeEndpoint(a Attrs) (registry.Endpoint, error) {
 		svcProto = proto
 	}
 	for _, p := range []corev1.Protocol{proto, svcProto} {
-		if p != corev1.ProtocolTCP && p != corev1.ProtocolUDP && p != corev1.ProtocolSCTP {
-			return registry.Endpoint{}, fmt.Errorf("protocol %q is not TCP, UDP or SCTP", p)
+		if err := validProtocol(p); err != nil {
+			return registry.Endpoint{}, err
 		}
 	}
 	if h := a[AttrHostname]; h != "" {

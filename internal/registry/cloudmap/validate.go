@@ -117,14 +117,21 @@ func validServicePorts(ports []mcsv1beta1.ServicePort) error {
 		if errs := validation.IsValidPortNum(int(p.Port)); len(errs) > 0 {
 			return fmt.Errorf("port %d: %s", p.Port, strings.Join(errs, "; "))
 		}
-		if p.Protocol != corev1.ProtocolTCP && p.Protocol != corev1.ProtocolUDP && p.Protocol != corev1.ProtocolSCTP {
-			return fmt.Errorf("protocol %q is not TCP, UDP or SCTP", p.Protocol)
+		if err := validProtocol(p.Protocol); err != nil {
+			return err
 		}
 		if p.AppProtocol != nil {
 			if errs := validation.IsQualifiedName(*p.AppProtocol); len(errs) > 0 {
 				return fmt.Errorf("appProtocol %q: %s", *p.AppProtocol, strings.Join(errs, "; "))
 			}
 		}
+	}
+	return nil
+}
+
+func validProtocol(p corev1.Protocol) error {
+	if p != corev1.ProtocolTCP && p != corev1.ProtocolUDP && p != corev1.ProtocolSCTP {
+		return fmt.Errorf("protocol %q is not TCP, UDP or SCTP", p)
 	}
 	return nil
 }
