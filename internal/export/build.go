@@ -71,6 +71,8 @@ func Build(id clusterid.Identity, se *mcsv1beta1.ServiceExport, svc *corev1.Serv
 					seen[k] = true
 					r := registry.Endpoint{
 						IP: ip, Port: *sp.Port, PortName: name, Protocol: proto, Ready: ready,
+						Serving: ptr.Deref(ep.Conditions.Serving, ready), Terminating: ptr.Deref(ep.Conditions.Terminating, false),
+						Zone:        ptr.Deref(ep.Zone, ""),
 						ServicePort: mcsv1beta1.ServicePort{Name: svcPort.Name, Protocol: svcPort.Protocol, AppProtocol: svcPort.AppProtocol, Port: svcPort.Port},
 						TargetPort:  svcPort.TargetPort.String(),
 						Hostname:    ptr.Deref(ep.Hostname, ""), NodeName: ptr.Deref(ep.NodeName, ""),

@@ -123,20 +123,22 @@ func derivedService(key registry.Key, m merge.Result, labels map[string]string) 
 func slicesOf(key registry.Key, e registry.Export, spec mcsv1beta1.ServiceImportSpec, owner string, routed bool) []*discoveryv1.EndpointSlice {
 	typ := spec.Type
 	type addr struct {
-		ready    bool
-		hostname string
-		ports    []discoveryv1.EndpointPort
+		ready, serving, terminating bool
+		hostname, zone              string
+		ports                       []discoveryv1.EndpointPort
 	}
 	addrs := map[string]*addr{}
 	var order []string
 	for _, ep := range e.Endpoints {
 		a := addrs[ep.IP]
 		if a == nil {
-			a = &addr{ready: true, hostname: ep.Hostname}
+			a = &addr{ready: true, serving: true, hostname: ep.Hostname, zone: ep.Zone}
 			addrs[ep.IP] = a
 			order = append(order, ep.IP)
 		}
 		a.ready = a.ready && ep.Ready
+		a.serving = a.serving && (ep.Serving || ep.Ready) // ready implies serving
+		a.terminating = a.terminating || ep.Terminating
 		if !servesImportPort(ep.ServicePort, spec.Ports) {
 			continue
 		}
@@ -201,7 +203,12 @@ func slicesOf(key registry.Key, e registry.Export, spec mcsv1beta1.ServiceImport
 				a := addrs[ip]
 				ep := discoveryv1.Endpoint{
 					Addresses:  []string{ip},
-					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(a.ready), Serving: ptr.To(a.ready), Terminating: ptr.To(false)},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(a.ready), Serving: ptr.To(a.serving), Terminating: ptr.To(a.terminating)},
+				}
+				if a.zone != "" {
+					// Not the node name: a node of another cluster may share
+					// a local node's name, and kube-proxy would take it as local.
+					ep.Zone = ptr.To(a.zone)
 				}
 				if typ == mcsv1beta1.Headless && a.hostname != "" {
 					ep.Hostname = ptr.To(a.hostname)

@@ -64,8 +64,13 @@ type Endpoint struct {
 	PortName string
 	Protocol corev1.Protocol
 	Ready    bool
-	Hostname string
-	NodeName string
+	// Serving and Terminating are the EndpointSlice conditions; a record
+	// that does not say has Serving as Ready and Terminating false.
+	Serving, Terminating bool
+	Hostname             string
+	NodeName             string
+	// Zone is the endpoint's zone, as its EndpointSlice says.
+	Zone string
 	// ServicePort is the service port this endpoint port serves.
 	ServicePort mcsv1beta1.ServicePort
 	// TargetPort is the service port's targetPort, as written.

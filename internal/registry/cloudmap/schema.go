@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/registry"
@@ -66,29 +68,42 @@ const (
 	// compared (ourKeys), so it changes only with a registration made for
 	// another reason.
 	AttrWritten = "CLUSTERMAP_WRITTEN"
+	// Endpoint conditions and zone beside READY, on endpoint records, each
+	// only when it says more than READY does.
+	AttrServing     = "SERVING"
+	AttrTerminating = "TERMINATING"
+	AttrZone        = "ZONE"
 )
 
 // RecordVersion is the record format this release writes. It reads this
 // one and every earlier one; a later one it reads as far as it can (formats
 // only add attributes) and says so. A release that changes the format
 // still reads the previous one, so clusters upgrade one at a time.
-const RecordVersion = 2
+//
+// Version 3 reads the packed format (pack.go): a cluster writes it only
+// once every cluster of the clusterset writes version 3 or later.
+const RecordVersion = 3
+
+// packedVersion is the first record format that reads packed endpoints.
+const packedVersion = 3
 
 // ourKeys are the attributes clustermap compares when deciding whether an
 // instance needs re-registering: attributes others add cause no churn, and
 // neither does K8S_CONTROLLER, which changes with every upgrade.
-var ourKeys = []string{
+var ourKeys = append([]string{
 	AttrIPv4, AttrIPv6, AttrPort, AttrEndpointPortName, AttrEndpointProtocol, AttrReady, AttrHostname,
 	AttrNodeName, AttrClusterID, AttrClusterSetID, AttrServicePortName, AttrServicePort, AttrServiceTargetPort,
 	AttrServiceProtocol, AttrServiceType, AttrExportCreationTime, AttrRecord, AttrServicePorts,
 	AttrSessionAffinity, AttrSessionAffinityTime, AttrIPFamilies, AttrInternalTrafficPolicy,
 	AttrTrafficDistribution, AttrExportedLabels, AttrExportedAnnotations, AttrRecordVersion,
-}
+	AttrServing, AttrTerminating, AttrZone, AttrEndpointFormat,
+}, packedKeys...)
 
 // Cloud Map limits on instance attributes.
 const (
 	maxValueLength   = 1024
 	maxAttrsLength   = 5000
+	maxAttrs         = 30
 	MaxInstances     = 1000
 	recordValue      = "service"
 	instanceIDLength = 64
@@ -121,17 +136,115 @@ type LimitError = registry.LimitError
 
 // Encode renders an export as Cloud Map instances (id -> attributes) in
 // record format version (RecordVersion, or an earlier one for version-skew
-// tests).
+// tests), with one instance per endpoint address and port.
 func Encode(e registry.Export, controller string, version int) (map[string]Attrs, error) {
-	created := strconv.FormatInt(e.Created.UnixMilli(), 10)
-	common := func() Attrs {
-		return Attrs{
-			AttrClusterID: e.Cluster, AttrClusterSetID: e.ClusterSet, AttrServiceType: string(e.Type),
-			AttrExportCreationTime: created, AttrController: controller,
+	rec, err := serviceRecord(e, controller, version)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Attrs{ServiceRecordID(e.ClusterSet, e.Cluster): rec}
+	for _, ep := range e.Endpoints {
+		a := commonAttrs(e, controller)
+		addr, err := netip.ParseAddr(ep.IP)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint address %q: %w", ep.IP, err)
+		}
+		if addr.Is4() {
+			a[AttrIPv4] = ep.IP
+		} else {
+			a[AttrIPv6] = ep.IP
+		}
+		a[AttrPort] = strconv.Itoa(int(ep.Port))
+		a[AttrEndpointProtocol] = string(ep.Protocol)
+		a[AttrReady] = strconv.FormatBool(ep.Ready)
+		if ep.Serving && !ep.Ready {
+			a[AttrServing] = "true" // a terminating pod still serving; ready implies serving
+		}
+		if ep.Terminating {
+			a[AttrTerminating] = "true"
+		}
+		a[AttrServicePort] = strconv.Itoa(int(ep.ServicePort.Port))
+		a[AttrServiceProtocol] = string(ep.ServicePort.Protocol)
+		for k, v := range map[string]string{
+			AttrEndpointPortName: ep.PortName, AttrHostname: ep.Hostname, AttrNodeName: ep.NodeName,
+			AttrServicePortName: ep.ServicePort.Name, AttrServiceTargetPort: ep.TargetPort, AttrZone: ep.Zone,
+		} {
+			if v != "" {
+				a[k] = v
+			}
+		}
+		out[EndpointID(e.ClusterSet, e.Cluster, ep)] = a
+	}
+	if len(out) > MaxInstances {
+		return nil, &LimitError{Reason: fmt.Sprintf("%d endpoint records and the service record exceed Cloud Map's quota of %d instances per service", len(out)-1, MaxInstances)}
+	}
+	return out, nil
+}
+
+// EncodePacked renders an export in the packed format (pack.go): the
+// service record holds what endpoints fit beside it, chunks the rest.
+// current are the cluster's instances as registered: an endpoint stays in
+// the chunk it is in, so a change rewrites only the chunks it touches.
+func EncodePacked(e registry.Export, controller string, current map[string]Attrs) (map[string]Attrs, error) {
+	rec, err := serviceRecord(e, controller, max(RecordVersion, packedVersion))
+	if err != nil {
+		return nil, err
+	}
+	rec[AttrEndpointFormat] = packedFormat
+	es, err := entriesOf(e.Endpoints)
+	if err != nil {
+		return nil, err
+	}
+	chunkBase := Attrs{AttrClusterID: e.Cluster, AttrClusterSetID: e.ClusterSet, AttrRecord: chunkRecord, AttrController: controller}
+	recID := ServiceRecordID(e.ClusterSet, e.Cluster)
+	prev := map[string]int{}
+	for id, a := range current {
+		n := chunkIndex(id, e.ClusterSet, e.Cluster)
+		if id == recID {
+			n = 0
+		}
+		if p := joinParts(a); n >= 0 && p != "" {
+			old, _ := unpackChunk(p) // what does not read back is rewritten
+			for _, x := range old {
+				prev[x.key()] = n
+			}
 		}
 	}
-	out := map[string]Attrs{}
-	rec := common()
+	chunks, err := planChunks(es, prev, func(n int) int {
+		if n == 0 {
+			return room(rec)
+		}
+		return room(chunkBase)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Attrs{recID: rec}
+	for n, c := range chunks {
+		if n == 0 {
+			splitParts(rec, packChunk(c))
+			continue
+		}
+		a := maps.Clone(chunkBase)
+		splitParts(a, packChunk(c))
+		out[ChunkID(e.ClusterSet, e.Cluster, n)] = a
+	}
+	if len(out) > MaxInstances {
+		return nil, &LimitError{Reason: fmt.Sprintf("%d endpoint records and the service record exceed Cloud Map's quota of %d instances per service", len(out)-1, MaxInstances)}
+	}
+	return out, nil
+}
+
+func commonAttrs(e registry.Export, controller string) Attrs {
+	return Attrs{
+		AttrClusterID: e.Cluster, AttrClusterSetID: e.ClusterSet, AttrServiceType: string(e.Type),
+		AttrExportCreationTime: strconv.FormatInt(e.Created.UnixMilli(), 10), AttrController: controller,
+	}
+}
+
+// serviceRecord renders what an export says beside its endpoints.
+func serviceRecord(e registry.Export, controller string, version int) (Attrs, error) {
+	rec := commonAttrs(e, controller)
 	rec[AttrRecord] = recordValue
 	if version >= 2 {
 		rec[AttrRecordVersion] = strconv.Itoa(version)
@@ -165,41 +278,7 @@ func Encode(e registry.Export, controller string, version int) (map[string]Attrs
 		b, _ := json.Marshal(e.Annotations)
 		rec[AttrExportedAnnotations] = string(b)
 	}
-	if err := checkLimits(rec); err != nil {
-		return nil, err
-	}
-	out[ServiceRecordID(e.ClusterSet, e.Cluster)] = rec
-
-	for _, ep := range e.Endpoints {
-		a := common()
-		addr, err := netip.ParseAddr(ep.IP)
-		if err != nil {
-			return nil, fmt.Errorf("endpoint address %q: %w", ep.IP, err)
-		}
-		if addr.Is4() {
-			a[AttrIPv4] = ep.IP
-		} else {
-			a[AttrIPv6] = ep.IP
-		}
-		a[AttrPort] = strconv.Itoa(int(ep.Port))
-		a[AttrEndpointProtocol] = string(ep.Protocol)
-		a[AttrReady] = strconv.FormatBool(ep.Ready)
-		a[AttrServicePort] = strconv.Itoa(int(ep.ServicePort.Port))
-		a[AttrServiceProtocol] = string(ep.ServicePort.Protocol)
-		for k, v := range map[string]string{
-			AttrEndpointPortName: ep.PortName, AttrHostname: ep.Hostname, AttrNodeName: ep.NodeName,
-			AttrServicePortName: ep.ServicePort.Name, AttrServiceTargetPort: ep.TargetPort,
-		} {
-			if v != "" {
-				a[k] = v
-			}
-		}
-		out[EndpointID(e.ClusterSet, e.Cluster, ep)] = a
-	}
-	if len(out) > MaxInstances {
-		return nil, &LimitError{Reason: fmt.Sprintf("%d endpoint records and the service record exceed Cloud Map's quota of %d instances per service", len(out)-1, MaxInstances)}
-	}
-	return out, nil
+	return rec, checkLimits(rec)
 }
 
 func checkLimits(a Attrs) error {
@@ -261,6 +340,9 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) []registry.
 			if err := decodeRecord(e, a); err != nil {
 				e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
 			}
+		}
+		if a[AttrRecord] == recordValue || a[AttrRecord] == chunkRecord {
+			e.Endpoints = append(e.Endpoints, decodePacked(e, in)...)
 			continue
 		}
 		ep, err := decodeEndpoint(a)
@@ -281,16 +363,72 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) []registry.
 			e.Ports = portsOf(e.Endpoints)
 		}
 		sort.Slice(e.Invalid, func(i, j int) bool { return e.Invalid[i].ID < e.Invalid[j].ID })
-		sort.Slice(e.Endpoints, func(i, j int) bool {
-			a, b := e.Endpoints[i], e.Endpoints[j]
-			if a.IP != b.IP {
-				return a.IP < b.IP
-			}
-			return a.Port < b.Port
-		})
+		e.Endpoints = dedupe(withAppProtocols(e.Endpoints, e.Ports))
 		out = append(out, *e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
+	return out
+}
+
+// decodePacked reads the endpoints a service record or chunk packs, each
+// checked as an endpoint record is; what does not is reported.
+func decodePacked(e *registry.Export, in Instance) []registry.Endpoint {
+	payload := joinParts(in.Attrs)
+	if payload == "" {
+		return nil
+	}
+	es, err := unpackChunk(payload)
+	if err != nil {
+		e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
+		return nil
+	}
+	var out []registry.Endpoint
+	for _, ep := range endpointsOf(es) {
+		if err := validEndpoint(ep); err != nil {
+			e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID + " " + ep.IP, Reason: err.Error()})
+			continue
+		}
+		out = append(out, ep)
+	}
+	return out
+}
+
+// withAppProtocols gives endpoint records, which do not say it, their
+// service port's appProtocol, as the service record does.
+func withAppProtocols(eps []registry.Endpoint, ports []mcsv1beta1.ServicePort) []registry.Endpoint {
+	for i, ep := range eps {
+		for _, p := range ports {
+			if ep.ServicePort.AppProtocol == nil && p.AppProtocol != nil && p.Name == ep.ServicePort.Name && p.Port == ep.ServicePort.Port && p.Protocol == ep.ServicePort.Protocol {
+				eps[i].ServicePort.AppProtocol = ptr.To(*p.AppProtocol)
+			}
+		}
+	}
+	return eps
+}
+
+// dedupe sorts endpoints by address, port and protocol, keeping one of
+// each: a cluster switching formats holds both for a while.
+func dedupe(eps []registry.Endpoint) []registry.Endpoint {
+	sort.SliceStable(eps, func(i, j int) bool {
+		a, b := eps[i], eps[j]
+		if a.IP != b.IP {
+			return a.IP < b.IP
+		}
+		if a.Port != b.Port {
+			return a.Port < b.Port
+		}
+		return a.Protocol < b.Protocol
+	})
+	out := eps[:0]
+	for i, ep := range eps {
+		if i > 0 {
+			last := out[len(out)-1]
+			if last.IP == ep.IP && last.Port == ep.Port && last.Protocol == ep.Protocol {
+				continue
+			}
+		}
+		out = append(out, ep)
+	}
 	return out
 }
 
@@ -359,12 +497,8 @@ func decodeEndpoint(a Attrs) (registry.Endpoint, error) {
 	if ip == "" {
 		ip, fam = a[AttrIPv6], AttrIPv6
 	}
-	addr, err := netip.ParseAddr(ip)
-	if err != nil || addr.Zone() != "" || addr.Is4() != (fam == AttrIPv4) || addr.Is4In6() {
+	if addr, err := netip.ParseAddr(ip); err != nil || addr.Is4() != (fam == AttrIPv4) {
 		return registry.Endpoint{}, fmt.Errorf("%s %q is not a valid address", fam, ip)
-	}
-	if why := specialAddress(addr); why != "" {
-		return registry.Endpoint{}, fmt.Errorf("%s %q is a %s address, no pod's", fam, ip, why)
 	}
 	port, err := strconv.Atoi(a[AttrPort])
 	if err != nil || port < 1 || port > 65535 {
@@ -384,32 +518,65 @@ func decodeEndpoint(a Attrs) (registry.Endpoint, error) {
 	if svcProto == "" {
 		svcProto = proto
 	}
-	for _, p := range []corev1.Protocol{proto, svcProto} {
-		if err := validProtocol(p); err != nil {
-			return registry.Endpoint{}, err
-		}
-	}
-	if h := a[AttrHostname]; h != "" {
-		if errs := validation.IsDNS1123Label(h); len(errs) > 0 {
-			return registry.Endpoint{}, fmt.Errorf("%s %q: %s", AttrHostname, h, strings.Join(errs, "; "))
-		}
-	}
-	for _, attr := range []string{AttrEndpointPortName, AttrServicePortName} {
-		if err := validPortName(attr, a[attr]); err != nil {
-			return registry.Endpoint{}, err
-		}
-	}
-	if n := a[AttrNodeName]; n != "" {
-		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
-			return registry.Endpoint{}, fmt.Errorf("%s %q: %s", AttrNodeName, n, strings.Join(errs, "; "))
-		}
-	}
-	return registry.Endpoint{
+	ready := a[AttrReady] != "false"
+	ep := registry.Endpoint{
 		IP: ip, Port: int32(port), PortName: a[AttrEndpointPortName], Protocol: proto,
-		Ready: a[AttrReady] != "false", Hostname: a[AttrHostname], NodeName: a[AttrNodeName],
+		Ready: ready, Terminating: a[AttrTerminating] == "true",
+		Hostname: a[AttrHostname], NodeName: a[AttrNodeName], Zone: a[AttrZone],
 		ServicePort: mcsv1beta1.ServicePort{Name: a[AttrServicePortName], Protocol: svcProto, Port: int32(svcPort)},
 		TargetPort:  a[AttrServiceTargetPort],
-	}, nil
+	}
+	ep.Serving = ready || a[AttrServing] == "true"
+	return ep, validEndpoint(ep)
+}
+
+// validEndpoint says why Kubernetes would refuse an endpoint in an
+// EndpointSlice, or why no pod has its address; nil when neither.
+func validEndpoint(ep registry.Endpoint) error {
+	addr, err := netip.ParseAddr(ep.IP)
+	if err != nil || addr.Zone() != "" || addr.Is4In6() {
+		return fmt.Errorf("address %q is not a valid address", ep.IP)
+	}
+	if why := specialAddress(addr); why != "" {
+		return fmt.Errorf("address %q is a %s address, no pod's", ep.IP, why)
+	}
+	if ep.Port < 1 || ep.Port > 65535 {
+		return fmt.Errorf("port %d is not a port number", ep.Port)
+	}
+	if p := ep.ServicePort.Port; p < 0 || p > 65535 {
+		return fmt.Errorf("service port %d is not a port number", p)
+	}
+	for _, p := range []corev1.Protocol{ep.Protocol, ep.ServicePort.Protocol} {
+		if err := validProtocol(p); err != nil {
+			return err
+		}
+	}
+	if h := ep.Hostname; h != "" {
+		if errs := validation.IsDNS1123Label(h); len(errs) > 0 {
+			return fmt.Errorf("%s %q: %s", AttrHostname, h, strings.Join(errs, "; "))
+		}
+	}
+	for attr, name := range map[string]string{AttrEndpointPortName: ep.PortName, AttrServicePortName: ep.ServicePort.Name} {
+		if err := validPortName(attr, name); err != nil {
+			return err
+		}
+	}
+	if n := ep.NodeName; n != "" {
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			return fmt.Errorf("%s %q: %s", AttrNodeName, n, strings.Join(errs, "; "))
+		}
+	}
+	if z := ep.Zone; z != "" {
+		if errs := validation.IsValidLabelValue(z); len(errs) > 0 {
+			return fmt.Errorf("%s %q: %s", AttrZone, z, strings.Join(errs, "; "))
+		}
+	}
+	if ap := ep.ServicePort.AppProtocol; ap != nil {
+		if errs := validation.IsQualifiedName(*ap); len(errs) > 0 {
+			return fmt.Errorf("appProtocol %q: %s", *ap, strings.Join(errs, "; "))
+		}
+	}
+	return nil
 }
 
 // portsOf derives service ports from endpoint records, for exports written

@@ -29,7 +29,7 @@ func sampleExport(cluster string) registry.Export {
 		Labels:                map[string]string{"team": "a"}, Annotations: map[string]string{"note": "x"},
 		Created: time.UnixMilli(1700000000123),
 		Endpoints: []registry.Endpoint{
-			{IP: "10.0.0.1", Port: 8080, PortName: "http", Protocol: corev1.ProtocolTCP, Ready: true, Hostname: "web-0", NodeName: "n1", ServicePort: http, TargetPort: "http"},
+			{IP: "10.0.0.1", Port: 8080, PortName: "http", Protocol: corev1.ProtocolTCP, Ready: true, Serving: true, Hostname: "web-0", NodeName: "n1", ServicePort: http, TargetPort: "http"},
 			{IP: "fd00::1", Port: 8080, PortName: "http", Protocol: corev1.ProtocolTCP, Ready: false, ServicePort: http, TargetPort: "http"},
 		},
 	}
