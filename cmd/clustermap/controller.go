@@ -2,6 +2,7 @@ package main
 
 import (
 	goflag "flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,6 +22,7 @@ import (
 func newController() *cobra.Command {
 	o := controller.Options{}
 	zapOpts := zap.Options{}
+	endpointRecords := "packed"
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the controller in a member cluster (Multi-Cluster Services over AWS Cloud Map)",
@@ -62,6 +64,13 @@ imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 			if v := os.Getenv("EXCLUDE"); v != "" {
 				o.ExcludeNamespaces = append(o.ExcludeNamespaces, envList(v)...)
 			}
+			switch endpointRecords {
+			case "packed":
+			case "per-endpoint":
+				o.PerEndpointRecords = true
+			default:
+				return fmt.Errorf("--cloudmap-endpoint-records is %q: packed or per-endpoint", endpointRecords)
+			}
 			ctrl.SetLogger(o.Log)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -79,6 +88,7 @@ imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 	f.IntVar(&o.CloudMapBurst, "cloudmap-burst", controller.DefaultCloudMapBurst, "Cloud Map control-plane call burst")
 	f.Float64Var(&o.CloudMapDataQPS, "cloudmap-data-qps", controller.DefaultCloudMapDataQPS, "Cloud Map DiscoverInstances and DiscoverInstancesRevision calls per second, at most (AWS allows 1,000 and 3,000 per second per account: the default leaves room for 5 clusters at full speed)")
 	f.IntVar(&o.CloudMapDataBurst, "cloudmap-data-burst", controller.DefaultCloudMapDataBurst, "Cloud Map data-plane call burst")
+	f.StringVar(&endpointRecords, "cloudmap-endpoint-records", "packed", "packed: a few Cloud Map instances per exported Service and cluster, once every cluster of the clusterset reads them (until then, and with another controller in the clusterset, one per endpoint and port); per-endpoint: always one instance per endpoint and port, for callers that read Cloud Map directly (ECS tasks, Lambda, aws servicediscovery discover-instances)")
 	f.DurationVar(&o.Watch.PollInterval, "sync-period", 0, "how often Cloud Map's change feed (ListOperations, or across accounts the change records) is read (default 1.5s)")
 	f.DurationVar(&o.Watch.ListInterval, "list-period", 0, "how often namespaces and services are listed (default 5m)")
 	f.DurationVar(&o.Watch.StaleAfter, "stale-cluster-expiry", 0, "across accounts: stop importing the exports of a cluster whose change record is older than this (it lost access, or is gone); at least 30m, three heartbeats (default 0: never)")

@@ -134,6 +134,9 @@ func Table(w io.Writer, clusters []Cluster) error {
 				}
 				fmt.Fprintf(tw, "  Cloud Map %s (Region/account): last sync %s\n", name, sync)
 			}
+			if ctl.RecordFormat != "" {
+				fmt.Fprintf(tw, "  endpoint records %s\n", ctl.RecordFormat)
+			}
 		}
 		for _, n := range c.Notes {
 			fmt.Fprintf(tw, "  note: %s\n", n)

@@ -52,6 +52,9 @@ type Controller struct {
 	// and error.
 	Sources   map[string]statuslease.Source `json:"cloudMapSources,omitempty"`
 	PeersDown []string                      `json:"peersDown,omitempty"`
+	// RecordFormat is how the cluster writes its Cloud Map endpoint
+	// records, and why.
+	RecordFormat string `json:"recordFormat,omitempty"`
 }
 
 // Export is a ServiceExport and its conditions ("True/Exported").
@@ -186,7 +189,8 @@ func cond(cs []metav1.Condition, t string) string {
 
 func controllerOf(l *coordinationv1.Lease) *Controller {
 	a := l.Annotations
-	ctl := &Controller{Namespace: l.Namespace, Version: a[statuslease.AnnotationVersion], CloudMapError: a[statuslease.AnnotationCloudMapErr]}
+	ctl := &Controller{Namespace: l.Namespace, Version: a[statuslease.AnnotationVersion], CloudMapError: a[statuslease.AnnotationCloudMapErr],
+		RecordFormat: a[statuslease.AnnotationRecordFormat]}
 	if l.Spec.HolderIdentity != nil {
 		ctl.Holder = *l.Spec.HolderIdentity
 	}

@@ -83,6 +83,9 @@ type Options struct {
 	// instead of this release's: version-skew tests run a cluster as an
 	// older (or newer) release would.
 	RecordVersion int
+	// PerEndpointRecords keeps Cloud Map's per-endpoint records for callers
+	// that read them directly (--cloudmap-endpoint-records).
+	PerEndpointRecords bool
 
 	// Namespaces, when set, are the only ones clustermap works in;
 	// ExcludeNamespaces are never worked in.
@@ -272,6 +275,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.MCS {
 		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
+			PerEndpointRecords: o.PerEndpointRecords, OnRecordFormat: reporter.RecordFormat,
 			Namespaces: inScope, Recorder: recorder, Log: log,
 			Metrics: metrics.Registry, OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) },
 			OnRead: func(region string, err error) {

@@ -19,10 +19,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/clusterid"
@@ -46,6 +48,9 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 	// Namespaces decides which namespaces clustermap works in.
 	Namespaces func(string) bool
+	// Republish, when set, says every export must be published again (the
+	// record format changed).
+	Republish <-chan event.GenericEvent
 }
 
 // SetupWithManager watches ServiceExports and the Services and
@@ -65,7 +70,25 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Our own status updates need no new reconcile (and no Cloud Map call).
 	specOrDeletion := predicate.Or[client.Object](predicate.GenerationChangedPredicate{},
 		predicate.NewPredicateFuncs(func(o client.Object) bool { return !o.GetDeletionTimestamp().IsZero() }))
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Republish != nil {
+		every := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			var list mcsv1beta1.ServiceExportList
+			if err := r.Client.List(ctx, &list); err != nil {
+				log.FromContext(ctx).Error(err, "listing ServiceExports to publish them again")
+				return nil
+			}
+			var out []reconcile.Request
+			for _, se := range list.Items {
+				if r.Namespaces(se.Namespace) {
+					out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&se)})
+				}
+			}
+			return out
+		})
+		b = b.WatchesRawSource(source.Channel(r.Republish, every))
+	}
+	return b.
 		Named("serviceexport").
 		// Failed publishes retry at most 10 s apart, so that exports catch up
 		// soon after a Cloud Map outage (the default backoff reaches minutes).

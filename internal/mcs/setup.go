@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/internal/clusterid"
@@ -48,8 +50,13 @@ type Options struct {
 	// instead of this release's: version-skew tests run a cluster as an
 	// older (or newer) release would.
 	RecordVersion int
-	Namespaces    func(string) bool
-	Recorder      record.EventRecorder
+	// PerEndpointRecords keeps the per-endpoint record format even when
+	// every cluster reads packed records; OnRecordFormat hears the format
+	// this cluster writes, and why.
+	PerEndpointRecords bool
+	OnRecordFormat     func(string)
+	Namespaces         func(string) bool
+	Recorder           record.EventRecorder
 	// OnIdentity hears the identity once it is valid; OnRead how each read
 	// of the registry went (the status Lease reports both).
 	OnIdentity func(clusterid.Identity)
@@ -73,27 +80,40 @@ func Setup(mgr manager.Manager, o Options) error {
 	}
 	gate := &clusterid.Gate{}
 	view := imports.NewView()
+	republish := make(chan event.GenericEvent, 1)
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		id, err := waitIdentity(ctx, mgr.GetAPIReader(), o.Recorder, o.Log)
 		if err != nil {
 			return nil // ctx ended
 		}
 		var reg registry.Registry
+		var sink registry.Sink = view
 		if o.Registry != nil {
 			reg = o.Registry(id)
 		} else {
-			reg = cloudMapRegistry(o, id, staleEvents(mgr.GetAPIReader(), o.Recorder))
+			formats := &cloudmap.Formats{Cluster: id.ClusterID, PerEndpoint: o.PerEndpointRecords, OnChoice: func(c cloudmap.Choice) {
+				o.Log.Info("endpoint record format", "format", c.String())
+				if o.OnRecordFormat != nil {
+					o.OnRecordFormat(c.String())
+				}
+				select { // every export is written in the new format
+				case republish <- event.GenericEvent{Object: &mcsv1beta1.ServiceExport{}}:
+				default:
+				}
+			}}
+			sink = formats.Tap(view)
+			reg = cloudMapRegistry(o, id, formats, staleEvents(mgr.GetAPIReader(), o.Recorder))
 		}
 		if o.OnIdentity != nil {
 			o.OnIdentity(id)
 		}
 		gate.Open(id, reg)
 		o.Log.Info("cluster identity known; exporting and importing", "cluster", id.ClusterID, "clusterset", id.ClusterSet)
-		return reg.Watch(ctx, view)
+		return reg.Watch(ctx, sink)
 	})); err != nil {
 		return err
 	}
-	if err := (&export.Reconciler{Client: mgr.GetClient(), Gate: gate, Recorder: o.Recorder, Namespaces: o.Namespaces}).SetupWithManager(mgr); err != nil {
+	if err := (&export.Reconciler{Client: mgr.GetClient(), Gate: gate, Recorder: o.Recorder, Namespaces: o.Namespaces, Republish: republish}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&imports.Reconciler{Client: mgr.GetClient(), Gate: gate, View: view, Recorder: o.Recorder, Namespaces: o.Namespaces}).SetupWithManager(mgr); err != nil {
@@ -110,10 +130,10 @@ func Setup(mgr manager.Manager, o Options) error {
 
 // cloudMapRegistry is the home Region's Cloud Map, or with several
 // Regions, every Region's read together and the home one written.
-func cloudMapRegistry(o Options, id clusterid.Identity, onStale func(string, time.Time, bool)) registry.Registry {
+func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onStale func(string, time.Time, bool)) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
 		b := cloudmap.New(c, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap").WithValues("region", region))
-		b.RecordVersion, b.WatchOptions, b.Owner, b.Account = o.RecordVersion, o.Watch, o.Owner, o.Account
+		b.RecordVersion, b.WatchOptions, b.Owner, b.Account, b.Formats = o.RecordVersion, o.Watch, o.Owner, o.Account, formats
 		b.OnStale = onStale
 		b.OnPropagation = func(took time.Duration) { telemetry.Propagated(region, took) }
 		if o.OnRead != nil {

@@ -37,6 +37,9 @@ const (
 	// sync and error, as JSON: {"us-east-1/111111111111": {"lastSync": ..., "error": ...}}.
 	AnnotationSources      = "clustermap.io/cloudmap-sources"
 	AnnotationPeersDown    = "clustermap.io/peers-down"
+	// AnnotationRecordFormat is how the cluster writes its Cloud Map
+	// endpoint records, and why ("packed: ...").
+	AnnotationRecordFormat = "clustermap.io/record-format"
 	AnnotationHeartbeatSec = "clustermap.io/heartbeat-seconds"
 )
 
@@ -69,6 +72,7 @@ type Reporter struct {
 
 	mu      sync.Mutex
 	cluster string
+	format  string
 	sources map[string]*Source
 	changed chan struct{}
 }
@@ -118,6 +122,16 @@ func (r *Reporter) CloudMapRead(source string, err error) {
 	s.Error = msg
 }
 
+// RecordFormat records how this cluster writes its endpoint records.
+func (r *Reporter) RecordFormat(format string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.format != format {
+		r.format = format
+		r.poke()
+	}
+}
+
 func (r *Reporter) poke() {
 	if r.changed == nil {
 		r.changed = make(chan struct{}, 1)
@@ -153,6 +167,9 @@ func (r *Reporter) annotations() map[string]string {
 	if len(r.sources) > 0 {
 		b, _ := json.Marshal(r.sources)
 		a[AnnotationSources] = string(b)
+	}
+	if r.format != "" {
+		a[AnnotationRecordFormat] = r.format
 	}
 	if r.PeersDown != nil {
 		a[AnnotationPeersDown] = strings.Join(r.PeersDown(), ",")

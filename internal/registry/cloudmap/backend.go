@@ -35,6 +35,9 @@ type Backend struct {
 	// release's); an earlier one lets tests run a cluster as an older
 	// release would.
 	RecordVersion int
+	// Formats, when set, chooses between packed and per-endpoint records
+	// (format.go); unset, the per-endpoint format is written.
+	Formats *Formats
 	// Owner, when set, is the AWS account that owns the clusterset's
 	// namespaces, shared through AWS RAM with every member account, this
 	// cluster's (Account) included; empty: the clusterset lives in one
@@ -146,7 +149,8 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		version = RecordVersion
 	}
 	desired, err := Encode(e, b.controller, version)
-	if err != nil {
+	var limit *LimitError
+	if err != nil && !(errors.As(err, &limit) && b.mayPack(version)) {
 		return err
 	}
 	nsID, err := b.ensureNamespace(ctx, e.Namespace)
@@ -160,6 +164,13 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	current, err := b.ownInstances(ctx, e.Key)
 	if err != nil {
 		return err
+	}
+	if b.packs(version, current) {
+		if desired, err = EncodePacked(e, b.controller, current); err != nil {
+			return err
+		}
+	} else if limit != nil {
+		return limit
 	}
 	register, deregister := Plan(desired, current)
 	ids := make([]string, 0, len(register))
@@ -189,6 +200,23 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		return err
 	}
 	return b.deregister(ctx, svcID, e.Key, deregister)
+}
+
+// mayPack tells whether this cluster may write packed records at all.
+func (b *Backend) mayPack(version int) bool {
+	return b.Formats != nil && version >= packedVersion
+}
+
+// packs tells whether an export is written packed: as Formats chooses,
+// and before the registry was read once, as it is written now.
+func (b *Backend) packs(version int, current map[string]Attrs) bool {
+	if !b.mayPack(version) {
+		return false
+	}
+	if c := b.Formats.Choose(); c.Known {
+		return c.Packed
+	}
+	return current[ServiceRecordID(b.clusterSet, b.cluster)][AttrEndpointFormat] == packedFormat
 }
 
 // deregister removes instances; one already gone is fine.

@@ -270,7 +270,6 @@ func TestPackedRecordsAreChecked(t *testing.T) {
 	}
 }
 
-
 // canonical is a copy of endpoints as decoding orders them.
 func canonical(eps []registry.Endpoint) []registry.Endpoint {
 	return dedupe(append([]registry.Endpoint(nil), eps...))

@@ -1,0 +1,301 @@
+package cloudmap
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/go-logr/logr"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// fleet is an emulator with its quotas on, and clusters of clusterset
+// "set" on it, each the controller's registry side: its own client at the
+// shipped call budgets, its format choice, and what its watch told.
+type fleet struct {
+	t   *testing.T
+	url string
+	srv *cloudmaplocal.Server
+}
+
+func newFleet(t *testing.T) *fleet {
+	t.Helper()
+	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { api.Close(); srv.Close() })
+	return &fleet{t: t, url: api.URL, srv: srv}
+}
+
+type member struct {
+	*Backend
+	formats *Formats
+	calls   *cloudmapclient.Calls
+	stop    context.CancelFunc
+	// rechoose hears each new format choice: the export reconciler
+	// publishes every export again then.
+	rechoose chan Choice
+
+	mu     sync.Mutex
+	heard  map[registry.Key][]registry.Export
+	synced bool
+	onSet  func(registry.Key, []registry.Export)
+}
+
+// join starts a cluster writing record format version (0: this release's),
+// and waits for its watch's first sync.
+func (f *fleet) join(cluster string, version int) *member {
+	f.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	f.t.Cleanup(cancel)
+	m := &member{calls: &cloudmapclient.Calls{}, stop: cancel, heard: map[registry.Key][]registry.Export{}, rechoose: make(chan Choice, 16)}
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: f.url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
+		QPS: 20, Burst: 40, DataQPS: 200, DataBurst: 400, OnCall: m.calls.Record})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	m.Backend = New(c, "set", cluster, "clustermap test", logr.Discard())
+	m.RecordVersion = version
+	var sink registry.Sink = registry.SinkFuncs{
+		OnSet: func(key registry.Key, e []registry.Export) {
+			m.mu.Lock()
+			m.heard[key] = e
+			on := m.onSet
+			m.mu.Unlock()
+			if on != nil {
+				on(key, e)
+			}
+		},
+		OnSynced: func() {
+			m.mu.Lock()
+			m.synced = true
+			m.mu.Unlock()
+		},
+	}
+	if version == 0 || version >= packedVersion {
+		m.formats = &Formats{Cluster: cluster, OnChoice: func(c Choice) { m.rechoose <- c }}
+		m.Formats = m.formats
+		sink = m.formats.Tap(sink)
+	}
+	go func() { _ = m.Watch(ctx, sink) }()
+	f.waitFor(cluster+"'s first sync", time.Minute, func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.synced
+	})
+	return m
+}
+
+func (f *fleet) waitFor(what string, within time.Duration, ok func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("no %s within %v", what, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// endpoints is how many endpoint records of each cluster m last heard of.
+func (m *member) endpoints(key registry.Key) map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for _, e := range m.heard[key] {
+		out[e.Cluster] = len(e.Endpoints)
+	}
+	return out
+}
+
+// instances counts what Cloud Map holds in a service, by cluster.
+func (f *fleet) instances(key registry.Key) map[string]int {
+	f.t.Helper()
+	c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: f.url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out, err := c.DiscoverInstances(context.Background(), &sd.DiscoverInstancesInput{NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), MaxResults: aws.Int32(MaxInstances)})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, in := range out.Instances {
+		n[in.Attributes[AttrClusterID]]++
+	}
+	return n
+}
+
+// A Service of 2,000 dual-stack pods with 3 ports in each of 10 clusters
+// (120,000 endpoint records) exports and imports in full inside Cloud
+// Map's quota of 1,000 instances per service, and one DiscoverInstances
+// reads it whole.
+func TestFleetServiceFitsTheQuota(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 10-cluster fleet")
+	}
+	f := newFleet(t)
+	const clusters, pods = 10, 2000
+	var ms []*member
+	for i := range clusters {
+		ms = append(ms, f.join(fmt.Sprintf("c%d", i), 0))
+	}
+	key := fleetExport("c0", 0, true).Key
+	importer := ms[0]
+	before := importer.calls.Snapshot()["DiscoverInstances"]
+	start := time.Now()
+	errs := make(chan error, clusters)
+	for i, m := range ms {
+		go func() {
+			errs <- m.Publish(context.Background(), clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), pods, true, threePorts...), i))
+		}()
+	}
+	for range clusters {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	published := time.Since(start)
+	f.waitFor("every cluster's 12,000 endpoint records imported", 2*time.Minute, func() bool {
+		got := importer.endpoints(key)
+		if len(got) != clusters {
+			return false
+		}
+		for _, n := range got {
+			if n != pods*2*len(threePorts) {
+				return false
+			}
+		}
+		return true
+	})
+	total := 0
+	for _, n := range f.instances(key) {
+		total += n
+	}
+	if total > MaxInstances {
+		t.Errorf("%d instances in one service, past the quota of %d", total, MaxInstances)
+	}
+	if c := importer.formats.Choose(); !c.Packed {
+		t.Errorf("c0 writes %s", c)
+	}
+	t.Logf("%d clusters x %d dual-stack pods x %d ports: %d endpoint records in %d instances; published in %v, read whole by c0 in %v with %.0f DiscoverInstances calls in all",
+		clusters, pods, len(threePorts), clusters*pods*2*len(threePorts), total, published.Round(time.Millisecond), time.Since(start).Round(time.Millisecond),
+		importer.calls.Snapshot()["DiscoverInstances"]-before)
+}
+
+// clusterAddresses moves an export's addresses into cluster i's own pod
+// ranges (10.<i+1>.x.x, fd00:<i+1>::x).
+func clusterAddresses(e registry.Export, i int) registry.Export {
+	for j, ep := range e.Endpoints {
+		if ip := ep.IP; len(ip) > 5 && ip[:5] == "10.1." {
+			e.Endpoints[j].IP = fmt.Sprintf("10.%d.%s", i+1, ip[5:])
+		} else if len(ip) > 9 && ip[:9] == "fd00:10:1" {
+			e.Endpoints[j].IP = fmt.Sprintf("fd00:10:%x%s", i+1, ip[9:])
+		}
+	}
+	return e
+}
+
+// A clusterset mid-upgrade: while cluster c3 runs the previous release
+// (record format 2), every cluster writes per-endpoint records; once c3
+// runs this one, each learns it from the registry and switches to packed
+// records by itself, once, and an importer sampling every read never sees
+// a cluster with an endpoint missing.
+func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
+	f := newFleet(t)
+	const pods = 40 // 80 records per cluster: 4 s of registrations each at the shipped 20 calls per second
+	exp := func(i int) registry.Export {
+		return clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), pods, false, threePorts[:2]...), i)
+	}
+	key, want := exp(0).Key, pods*2
+	importer := f.join("c0", 0)
+	var mu sync.Mutex
+	full := map[string]bool{}
+	var short []string
+	importer.onSet = func(_ registry.Key, es []registry.Export) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range es {
+			switch n := len(e.Endpoints); {
+			case n == want:
+				full[e.Cluster] = true
+			case full[e.Cluster]:
+				short = append(short, fmt.Sprintf("%s with %d of %d endpoints", e.Cluster, n, want))
+			}
+		}
+	}
+	old := f.join("c3", 2)
+	if err := old.Publish(context.Background(), exp(3)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	switched := map[string]int{}
+	var ms []*member
+	for i := 1; i <= 2; i++ {
+		m := f.join(fmt.Sprintf("c%d", i), 0)
+		ms = append(ms, m)
+		go func() {
+			for c := range m.rechoose {
+				// As the export reconciler does on a new choice.
+				if c.Known && m.Publish(ctx, exp(i)) == nil && c.Packed {
+					mu.Lock()
+					switched[m.cluster]++
+					mu.Unlock()
+				}
+			}
+		}()
+		if err := m.Publish(ctx, exp(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	everyone := func(instances int) func() bool {
+		return func() bool {
+			got, n := importer.endpoints(key), f.instances(key)
+			for _, c := range []string{"c1", "c2", "c3"} {
+				if got[c] != want || instances > 0 && n[c] != instances {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	f.waitFor("three per-endpoint exports imported", time.Minute, everyone(want+1))
+	for _, m := range ms {
+		if c := m.formats.Choose(); c.Packed {
+			t.Fatalf("%s writes %s beside a cluster of format 2", m.cluster, c)
+		}
+	}
+
+	// c3 upgrades: it restarts on this release and publishes its export.
+	old.stop()
+	upgraded := f.join("c3", 0)
+	if err := upgraded.Publish(ctx, exp(3)); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("every cluster in one packed instance", time.Minute, everyone(1))
+	time.Sleep(2 * time.Second) // the last reads after the switch
+	mu.Lock()
+	defer mu.Unlock()
+	if len(short) > 0 {
+		t.Errorf("the importer read %d exports short through the switch: %v", len(short), short)
+	}
+	for _, m := range ms {
+		if switched[m.cluster] != 1 {
+			t.Errorf("%s switched to packed records %d times, want once", m.cluster, switched[m.cluster])
+		}
+	}
+	if c := upgraded.formats.Choose(); !c.Packed {
+		t.Errorf("the upgraded c3 writes %s", c)
+	}
+}
