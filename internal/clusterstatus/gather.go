@@ -137,6 +137,9 @@ func Table(w io.Writer, clusters []Cluster) error {
 			if ctl.RecordFormat != "" {
 				fmt.Fprintf(tw, "  endpoint records %s\n", ctl.RecordFormat)
 			}
+			if ctl.Instances != "" {
+				fmt.Fprintf(tw, "  Cloud Map instances (quota headroom) %s\n", ctl.Instances)
+			}
 		}
 		for _, n := range c.Notes {
 			fmt.Fprintf(tw, "  note: %s\n", n)

@@ -55,6 +55,9 @@ type Controller struct {
 	// RecordFormat is how the cluster writes its Cloud Map endpoint
 	// records, and why.
 	RecordFormat string `json:"recordFormat,omitempty"`
+	// Instances is the fullest Cloud Map service and namespace against
+	// their quotas.
+	Instances string `json:"cloudMapInstances,omitempty"`
 }
 
 // Export is a ServiceExport and its conditions ("True/Exported").
@@ -190,7 +193,7 @@ func cond(cs []metav1.Condition, t string) string {
 func controllerOf(l *coordinationv1.Lease) *Controller {
 	a := l.Annotations
 	ctl := &Controller{Namespace: l.Namespace, Version: a[statuslease.AnnotationVersion], CloudMapError: a[statuslease.AnnotationCloudMapErr],
-		RecordFormat: a[statuslease.AnnotationRecordFormat]}
+		RecordFormat: a[statuslease.AnnotationRecordFormat], Instances: a[statuslease.AnnotationInstances]}
 	if l.Spec.HolderIdentity != nil {
 		ctl.Holder = *l.Spec.HolderIdentity
 	}

@@ -86,6 +86,9 @@ type Options struct {
 	// PerEndpointRecords keeps Cloud Map's per-endpoint records for callers
 	// that read them directly (--cloudmap-endpoint-records).
 	PerEndpointRecords bool
+	// NamespaceInstanceQuota is the account's Cloud Map quota of
+	// instances per namespace (0: the default 2,000).
+	NamespaceInstanceQuota int
 
 	// Namespaces, when set, are the only ones clustermap works in;
 	// ExcludeNamespaces are never worked in.
@@ -274,8 +277,11 @@ func Run(ctx context.Context, o Options) error {
 		log.Info("using Cloud Map", "region", sd.Options().Region, "account", account, "namespaceOwner", o.OwnerAccount, "importRegions", names)
 	}
 	if o.MCS {
+		usage := cloudmap.NewUsage(o.NamespaceInstanceQuota)
+		kube.Register(metrics.Registry, usage)
+		reporter.Quota = usage.Summary
 		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
-			PerEndpointRecords: o.PerEndpointRecords, OnRecordFormat: reporter.RecordFormat,
+			PerEndpointRecords: o.PerEndpointRecords, OnRecordFormat: reporter.RecordFormat, Usage: usage,
 			Namespaces: inScope, Recorder: recorder, Log: log,
 			Metrics: metrics.Registry, OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) },
 			OnRead: func(region string, err error) {

@@ -55,8 +55,11 @@ type Options struct {
 	// this cluster writes, and why.
 	PerEndpointRecords bool
 	OnRecordFormat     func(string)
-	Namespaces         func(string) bool
-	Recorder           record.EventRecorder
+	// Usage, when set, counts the clusterset's Cloud Map instances against
+	// the quotas (exports past one are refused whole).
+	Usage      *cloudmap.Usage
+	Namespaces func(string) bool
+	Recorder   record.EventRecorder
 	// OnIdentity hears the identity once it is valid; OnRead how each read
 	// of the registry went (the status Lease reports both).
 	OnIdentity func(clusterid.Identity)
@@ -133,7 +136,7 @@ func Setup(mgr manager.Manager, o Options) error {
 func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onStale func(string, time.Time, bool)) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
 		b := cloudmap.New(c, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap").WithValues("region", region))
-		b.RecordVersion, b.WatchOptions, b.Owner, b.Account, b.Formats = o.RecordVersion, o.Watch, o.Owner, o.Account, formats
+		b.RecordVersion, b.WatchOptions, b.Owner, b.Account, b.Formats, b.Usage = o.RecordVersion, o.Watch, o.Owner, o.Account, formats, o.Usage
 		b.OnStale = onStale
 		b.OnPropagation = func(took time.Duration) { telemetry.Propagated(region, took) }
 		if o.OnRead != nil {

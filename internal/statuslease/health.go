@@ -35,11 +35,14 @@ const (
 	AnnotationCloudMapErr = "clustermap.io/cloudmap-error"
 	// AnnotationSources is each Cloud Map source's (Region/account) last
 	// sync and error, as JSON: {"us-east-1/111111111111": {"lastSync": ..., "error": ...}}.
-	AnnotationSources      = "clustermap.io/cloudmap-sources"
-	AnnotationPeersDown    = "clustermap.io/peers-down"
+	AnnotationSources   = "clustermap.io/cloudmap-sources"
+	AnnotationPeersDown = "clustermap.io/peers-down"
 	// AnnotationRecordFormat is how the cluster writes its Cloud Map
 	// endpoint records, and why ("packed: ...").
 	AnnotationRecordFormat = "clustermap.io/record-format"
+	// AnnotationInstances is the fullest Cloud Map service and namespace
+	// against their quotas.
+	AnnotationInstances    = "clustermap.io/cloudmap-instances"
 	AnnotationHeartbeatSec = "clustermap.io/heartbeat-seconds"
 )
 
@@ -65,6 +68,8 @@ type Reporter struct {
 	Log       logr.Logger
 	// PeersDown, when set, lists the syndicate peers that are down.
 	PeersDown func() []string
+	// Quota, when set, tells the Cloud Map instances against the quotas.
+	Quota func() string
 	// CreateNamespace creates Namespace when it is missing: a controller
 	// run outside the cluster (--kubeconfig) has no install that made it,
 	// and its status belongs where clustermap status looks.
@@ -168,6 +173,9 @@ func (r *Reporter) annotations() map[string]string {
 		b, _ := json.Marshal(r.sources)
 		a[AnnotationSources] = string(b)
 	}
+	if r.Quota != nil {
+		a[AnnotationInstances] = r.Quota()
+	}
 	if r.format != "" {
 		a[AnnotationRecordFormat] = r.format
 	}
@@ -226,6 +234,8 @@ func signature(a map[string]string) string {
 			v = "synced" // the first sync is news, later ones are not
 		case AnnotationSources:
 			v = sourcesSignature(v)
+		case AnnotationInstances:
+			v = "" // counts move with every export: the heartbeat carries them
 		case AnnotationCloudMapErr:
 			if v != "" {
 				v = "failing"

@@ -38,6 +38,9 @@ type Backend struct {
 	// Formats, when set, chooses between packed and per-endpoint records
 	// (format.go); unset, the per-endpoint format is written.
 	Formats *Formats
+	// Usage, when set, holds the clusterset's instances against Cloud
+	// Map's quotas (usage.go); unset, only this cluster's are counted.
+	Usage *Usage
 	// Owner, when set, is the AWS account that owns the clusterset's
 	// namespaces, shared through AWS RAM with every member account, this
 	// cluster's (Account) included; empty: the clusterset lives in one
@@ -172,12 +175,21 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	} else if limit != nil {
 		return limit
 	}
+	if len(desired) > len(current) {
+		// Refused before anything is written: never a cluster half
+		// registered.
+		if why := b.Usage.fits(b.region(), e.Key, len(current), len(desired)); why != "" {
+			return &LimitError{Reason: why}
+		}
+	}
 	register, deregister := Plan(desired, current)
 	ids := make([]string, 0, len(register))
 	for id := range register {
 		ids = append(ids, id)
 	}
 	written := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	var addedMu sync.Mutex
+	var added []string
 	if err := cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
 		attrs := maps.Clone(register[ids[i]])
 		attrs[AttrWritten] = written
@@ -195,12 +207,30 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 			return fmt.Errorf("registering %s in %s: %w", ids[i], e.Key, err)
 		}
 		b.ownOp(out.OperationId, e.Key)
+		if _, had := current[ids[i]]; !had {
+			addedMu.Lock()
+			added = append(added, ids[i])
+			addedMu.Unlock()
+		}
 		return nil
 	}); err != nil {
+		var limit *LimitError
+		if errors.As(err, &limit) {
+			// Another writer filled the service meanwhile: what this
+			// publish added goes again, and the export stays as it was.
+			undo := b.deregister(ctx, svcID, e.Key, added)
+			if undo != nil {
+				return errors.Join(err, fmt.Errorf("taking back the %d instances this export added: %w", len(added), undo))
+			}
+			limit.Reason += fmt.Sprintf("; the %d instances this export had added were taken back: other clusters import it as before", len(added))
+			return limit
+		}
 		return err
 	}
 	return b.deregister(ctx, svcID, e.Key, deregister)
 }
+
+func (b *Backend) region() string { return b.c.Options().Region }
 
 // mayPack tells whether this cluster may write packed records at all.
 func (b *Backend) mayPack(version int) bool {

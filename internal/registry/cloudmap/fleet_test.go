@@ -2,8 +2,10 @@ package cloudmap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +58,11 @@ type member struct {
 // and waits for its watch's first sync.
 func (f *fleet) join(cluster string, version int) *member {
 	f.t.Helper()
+	return f.start(cluster, version, false)
+}
+
+func (f *fleet) start(cluster string, version int, perEndpoint bool) *member {
+	f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(cancel)
 	m := &member{calls: &cloudmapclient.Calls{}, stop: cancel, heard: map[registry.Key][]registry.Export{}, rechoose: make(chan Choice, 16)}
@@ -65,7 +72,7 @@ func (f *fleet) join(cluster string, version int) *member {
 		f.t.Fatal(err)
 	}
 	m.Backend = New(c, "set", cluster, "clustermap test", logr.Discard())
-	m.RecordVersion = version
+	m.RecordVersion, m.Usage = version, NewUsage(0)
 	var sink registry.Sink = registry.SinkFuncs{
 		OnSet: func(key registry.Key, e []registry.Export) {
 			m.mu.Lock()
@@ -83,7 +90,7 @@ func (f *fleet) join(cluster string, version int) *member {
 		},
 	}
 	if version == 0 || version >= packedVersion {
-		m.formats = &Formats{Cluster: cluster, OnChoice: func(c Choice) { m.rechoose <- c }}
+		m.formats = &Formats{Cluster: cluster, PerEndpoint: perEndpoint, OnChoice: func(c Choice) { m.rechoose <- c }}
 		m.Formats = m.formats
 		sink = m.formats.Tap(sink)
 	}
@@ -298,4 +305,90 @@ func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
 	if c := upgraded.formats.Choose(); !c.Packed {
 		t.Errorf("the upgraded c3 writes %s", c)
 	}
+}
+
+// Three clusters of 180 pods with 2 ports each, kept per endpoint (1,083
+// instances): the third export that cannot fit is refused whole, with the
+// quota and the numbers, and nothing of it is imported; exported at once,
+// the ones Cloud Map refuses midway are taken back whole too. In packed
+// records all three fit in three instances.
+func TestExportPastTheQuotaIsRefusedWhole(t *testing.T) {
+	const pods = 180
+	exp := func(i int) registry.Export {
+		return clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), pods, false, threePorts[:2]...), i)
+	}
+	key, want := exp(0).Key, pods*2
+	for _, together := range []bool{false, true} {
+		t.Run(fmt.Sprintf("together=%v", together), func(t *testing.T) {
+			t.Parallel() // each its own emulator and clients: the registrations' time, at 20/s, overlaps
+			f := newFleet(t)
+			importer := f.join("c0", 0)
+			var ms []*member
+			for i := 1; i <= 3; i++ {
+				ms = append(ms, f.start(fmt.Sprintf("c%d", i), 0, true))
+			}
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			total := 0
+			for i, m := range ms {
+				publish := func() { errs[i] = m.Publish(context.Background(), exp(i+1)) }
+				if together {
+					wg.Add(1)
+					go func() { defer wg.Done(); publish() }()
+					continue
+				}
+				publish()
+				if errs[i] == nil {
+					total += want + 1
+				}
+				// Exported one after the other: each exporter has read the
+				// ones before.
+				f.waitFor("the exports read", time.Minute, func() bool { return readBy(ms, key, total) })
+			}
+			wg.Wait()
+			refused := 0
+			for i, err := range errs {
+				var limit *LimitError
+				switch {
+				case err == nil:
+				case errors.As(err, &limit):
+					refused++
+					t.Logf("c%d refused: %s", i+1, limit.Reason)
+					if !strings.Contains(limit.Reason, "1000") && !strings.Contains(limit.Reason, "quota") {
+						t.Errorf("the reason names no quota: %s", limit.Reason)
+					}
+				default:
+					t.Fatalf("c%d: %v", i+1, err)
+				}
+			}
+			if refused == 0 {
+				t.Fatal("1,083 instances went into one service")
+			}
+			time.Sleep(3 * time.Second) // the importer's reads after the last change
+			f.waitFor("every export imported whole or not at all", time.Minute, func() bool {
+				for _, n := range importer.endpoints(key) {
+					if n != want {
+						return false
+					}
+				}
+				return len(importer.endpoints(key)) == 3-refused
+			})
+			if n := f.instances(key); len(n) != 3-refused {
+				t.Errorf("instances by cluster %v: a refused export left records", n)
+			}
+		})
+	}
+}
+
+// readBy says whether each member has read a service's instances.
+func readBy(ms []*member, key registry.Key, atLeast int) bool {
+	for _, m := range ms {
+		m.Usage.mu.Lock()
+		n := m.Usage.counts["us-east-1"][key]
+		m.Usage.mu.Unlock()
+		if n < atLeast {
+			return false
+		}
+	}
+	return true
 }

@@ -671,11 +671,13 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		return nil, 0, &registry.NotSharedError{Namespace: key.Namespace, Owner: w.b.Owner, Account: w.b.Account}
 	}
 	if isNotFound(err) {
+		w.b.Usage.observe(w.b.region(), key, 0)
 		return nil, 0, nil
 	}
 	if err != nil {
 		return nil, 0, err
 	}
+	w.b.Usage.observe(w.b.region(), key, len(out.Instances))
 	instances := make([]Instance, len(out.Instances))
 	for i, in := range out.Instances {
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}

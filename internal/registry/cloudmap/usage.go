@@ -1,0 +1,166 @@
+package cloudmap
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// DefaultNamespaceQuota is Cloud Map's default quota of instances per
+// namespace, which accounts may have raised (--cloudmap-namespace-instance-quota).
+const DefaultNamespaceQuota = 2000
+
+// Usage is what the clusterset holds in Cloud Map, in instances per
+// service as its watchers last read them, against the quotas: exports
+// that would pass a quota are refused before anything is written, and
+// operators see the headroom (metrics, clustermap status). Instances of
+// other clustersets or of ECS in the same service or namespace count
+// against the quotas too and are not seen here.
+type Usage struct {
+	// NamespaceQuota is the account's quota of instances per namespace.
+	NamespaceQuota int
+
+	mu sync.Mutex
+	// counts are instances per service, by Region.
+	counts map[string]map[registry.Key]int
+}
+
+// NewUsage tracks instances against a namespace quota (0: the default).
+func NewUsage(namespaceQuota int) *Usage {
+	if namespaceQuota <= 0 {
+		namespaceQuota = DefaultNamespaceQuota
+	}
+	return &Usage{NamespaceQuota: namespaceQuota, counts: map[string]map[registry.Key]int{}}
+}
+
+// observe records a service's instances as read (0: none, or gone).
+func (u *Usage) observe(region string, key registry.Key, n int) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	byKey := u.counts[region]
+	if byKey == nil {
+		byKey = map[registry.Key]int{}
+		u.counts[region] = byKey
+	}
+	if n == 0 {
+		delete(byKey, key)
+	} else {
+		byKey[key] = n
+	}
+}
+
+// fits says why an export that changes a service's instances from have
+// to want (this cluster's) would pass a quota; "" when it fits.
+func (u *Usage) fits(region string, key registry.Key, have, want int) string {
+	after := want - have
+	inNamespace := after
+	if u != nil {
+		u.mu.Lock()
+		after += u.counts[region][key]
+		for k, n := range u.counts[region] {
+			if k.Namespace == key.Namespace {
+				inNamespace += n
+			}
+		}
+		u.mu.Unlock()
+	}
+	after = max(after, want)
+	switch {
+	case after > MaxInstances:
+		return fmt.Sprintf("Cloud Map service %s would hold %d instances (this cluster's %d of them), past Cloud Map's fixed quota of %d per service: nothing of this export was written; "+
+			"write packed records (--cloudmap-endpoint-records=packed, and every cluster on a release that reads them), or export fewer endpoints (docs/scale.md)", key, after, want, MaxInstances)
+	case u != nil && inNamespace > u.NamespaceQuota:
+		return fmt.Sprintf("Cloud Map namespace %s would hold %d instances, past the account's quota of %d per namespace: nothing of this export was written; "+
+			"ask AWS for a higher quota and set --cloudmap-namespace-instance-quota to it (docs/scale.md)", key.Namespace, inNamespace, u.NamespaceQuota)
+	}
+	return ""
+}
+
+// Fullest is the service and the namespace nearest their quotas.
+type Fullest struct {
+	Service            registry.Key
+	ServiceInstances   int
+	Namespace          string
+	NamespaceInstances int
+}
+
+func (u *Usage) fullest() map[string]Fullest {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := map[string]Fullest{}
+	for region, byKey := range u.counts {
+		var f Fullest
+		ns := map[string]int{}
+		for k, n := range byKey {
+			ns[k.Namespace] += n
+			if n > f.ServiceInstances {
+				f.Service, f.ServiceInstances = k, n
+			}
+		}
+		for name, n := range ns {
+			if n > f.NamespaceInstances {
+				f.Namespace, f.NamespaceInstances = name, n
+			}
+		}
+		out[region] = f
+	}
+	return out
+}
+
+// Summary is the headroom for clustermap status.
+func (u *Usage) Summary() string {
+	var s string
+	for region, f := range u.fullest() {
+		if s != "" {
+			s += "; "
+		}
+		s += fmt.Sprintf("%s: fullest service %s %d/%d instances, fullest namespace %s %d/%d", region, f.Service, f.ServiceInstances, MaxInstances, f.Namespace, f.NamespaceInstances, u.NamespaceQuota)
+	}
+	return s
+}
+
+var (
+	serviceInstancesDesc = prometheus.NewDesc("clustermap_cloudmap_service_instances",
+		"Instances of this clusterset in each Cloud Map namespace's fullest service (the quota per service is 1,000, fixed), by Region.",
+		[]string{"region", "cloudmap_namespace", "cloudmap_service"}, nil)
+	namespaceInstancesDesc = prometheus.NewDesc("clustermap_cloudmap_namespace_instances",
+		"Instances of this clusterset in each Cloud Map namespace, by Region.", []string{"region", "cloudmap_namespace"}, nil)
+	quotaDesc = prometheus.NewDesc("clustermap_cloudmap_instance_quota",
+		"Cloud Map's quota of instances per service (fixed) and per namespace (--cloudmap-namespace-instance-quota).", []string{"scope"}, nil)
+)
+
+// Describe and Collect make Usage a Prometheus collector: one series per
+// namespace, whatever the number of services.
+func (u *Usage) Describe(ch chan<- *prometheus.Desc) {
+	ch <- serviceInstancesDesc
+	ch <- namespaceInstancesDesc
+	ch <- quotaDesc
+}
+
+func (u *Usage) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(quotaDesc, prometheus.GaugeValue, MaxInstances, "service")
+	ch <- prometheus.MustNewConstMetric(quotaDesc, prometheus.GaugeValue, float64(u.NamespaceQuota), "namespace")
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for region, byKey := range u.counts {
+		ns := map[string]int{}
+		top := map[string]registry.Key{}
+		for k, n := range byKey {
+			ns[k.Namespace] += n
+			if t, ok := top[k.Namespace]; !ok || n > byKey[t] {
+				top[k.Namespace] = k
+			}
+		}
+		for name, n := range ns {
+			ch <- prometheus.MustNewConstMetric(namespaceInstancesDesc, prometheus.GaugeValue, float64(n), region, name)
+			k := top[name]
+			ch <- prometheus.MustNewConstMetric(serviceInstancesDesc, prometheus.GaugeValue, float64(byKey[k]), region, name, k.Name)
+		}
+	}
+}
