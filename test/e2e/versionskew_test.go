@@ -5,8 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
@@ -68,13 +70,71 @@ func TestVersionSkew(t *testing.T) {
 	}
 
 	// Both upgraded (or downgraded) to this release: records rewritten in
-	// its format, imports unchanged.
+	// its format, packed once each sees the other reads them, and no
+	// import loses an endpoint through the switch (sampled all along).
 	stop()
+	sampled := make(chan []string)
+	sampling, done := context.WithCancel(context.Background())
+	go func() { sampled <- w.sampleImports(sampling, ns, name, all) }()
 	stop = start(false)
 	harness.Eventually(t, importDeadline, "records in this release's format", func() error {
 		return checkRecordVersions(c, ns, name, map[string]string{"cluster-1": fmt.Sprint(cloudmap.RecordVersion), "cluster-2": fmt.Sprint(cloudmap.RecordVersion)})
 	})
+	harness.Eventually(t, importDeadline, "packed records", func() error {
+		return checkPacked(c, ns, name, 2)
+	})
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1,cluster-2", all)
+	time.Sleep(5 * time.Second) // imports after the last write
+	done()
+	if short := <-sampled; len(short) > 0 {
+		t.Errorf("an import lost endpoints through the switch to packed records: %v", short)
+	}
+}
+
+// sampleImports reads every cluster's import until ctx ends, and tells
+// each read that lacked one of the ready addresses want.
+func (w *world) sampleImports(ctx context.Context, ns, name string, want []string) []string {
+	var short []string
+	reads := 0
+	for ctx.Err() == nil {
+		for i, cl := range w.clients {
+			slices, err := importSlices(cl, ns, name)
+			if err != nil {
+				continue // an apiserver hiccup is no import's state
+			}
+			reads++
+			if got := readyIPs(slices); !reflect.DeepEqual(got, want) {
+				short = append(short, fmt.Sprintf("%s at %s: %v", w.env.Clusters[i].ID, time.Now().Format("15:04:05.000"), got))
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if reads == 0 {
+		short = append(short, "no import read")
+	}
+	return short
+}
+
+// checkPacked says whether every service record of a service says packed
+// endpoint records, and Cloud Map holds one instance per cluster.
+func checkPacked(c *sd.Client, ns, name string, clusters int) error {
+	out, err := c.DiscoverInstances(context.Background(), &sd.DiscoverInstancesInput{NamespaceName: aws.String(ns), ServiceName: aws.String(name)})
+	if err != nil {
+		return err
+	}
+	formats := map[string]string{}
+	for _, in := range out.Instances {
+		formats[aws.ToString(in.InstanceId)] = in.Attributes[cloudmap.AttrEndpointFormat]
+	}
+	if len(out.Instances) != clusters {
+		return fmt.Errorf("%d instances, want %d (one per cluster): %v", len(out.Instances), clusters, formats)
+	}
+	for id, f := range formats {
+		if f != "packed" {
+			return fmt.Errorf("instance %s writes endpoints %q", id, f)
+		}
+	}
+	return nil
 }
 
 // checkRecordVersions reads each cluster's service record straight from
