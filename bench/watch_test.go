@@ -98,8 +98,7 @@ func BenchmarkWatcherStorm(b *testing.B) {
 	}
 	synced := make(chan struct{})
 	var heard sync.Map
-	reg := cloudmap.New(c, "set", "c2", "bench", logr.Discard())
-	reg.WatchOptions = cloudmap.WatchOptions{SweepInterval: 4 * time.Minute}
+	reg := cloudmap.New(c, cloudmap.Options{ClusterSet: "set", Cluster: "c2", Controller: "bench", Log: logr.Discard(), Watch: cloudmap.WatchOptions{SweepInterval: 4 * time.Minute}})
 	go func() {
 		_ = reg.Watch(ctx, registry.SinkFuncs{OnSet: func(k registry.Key, e []registry.Export) { heard.Store(k, len(e)) }, OnSynced: func() { close(synced) }})
 	}()

@@ -135,14 +135,13 @@ func Setup(mgr manager.Manager, o Options) error {
 // Regions, every Region's read together and the home one written.
 func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onStale func(string, time.Time, bool)) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
-		b := cloudmap.New(c, id.ClusterSet, id.ClusterID, o.Controller, o.Log.WithName("cloudmap").WithValues("region", region))
-		b.RecordVersion, b.WatchOptions, b.Owner, b.Account, b.Formats, b.Usage = o.RecordVersion, o.Watch, o.Owner, o.Account, formats, o.Usage
-		b.OnStale = onStale
-		b.OnPropagation = func(took time.Duration) { telemetry.Propagated(region, took) }
+		bo := cloudmap.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, Controller: o.Controller, Log: o.Log.WithName("cloudmap").WithValues("region", region),
+			RecordVersion: o.RecordVersion, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch, OnStale: onStale,
+			OnPropagation: func(took time.Duration) { telemetry.Propagated(region, took) }}
 		if o.OnRead != nil {
-			b.OnRead = func(err error) { o.OnRead(region, err) }
+			bo.OnRead = func(err error) { o.OnRead(region, err) }
 		}
-		return b
+		return cloudmap.New(c, bo)
 	}
 	home := backend(o.CloudMap, o.CloudMap.Options().Region)
 	if len(o.Regions) <= 1 {

@@ -24,13 +24,12 @@ import (
 // both, for this clusterset, is ever deleted.
 const TagClusterSet = "clustermap.io/clusterset"
 
-// Backend is the Cloud Map Registry of one cluster.
-type Backend struct {
-	c          *sd.Client
-	clusterSet string
-	cluster    string
-	controller string
-	log        logr.Logger
+// Options configure one cluster's Backend.
+type Options struct {
+	ClusterSet, Cluster string
+	// Controller names the writer on the records (K8S_CONTROLLER).
+	Controller string
+	Log        logr.Logger
 	// RecordVersion is the record format Publish writes (default: this
 	// release's); an earlier one lets tests run a cluster as an older
 	// release would.
@@ -46,6 +45,22 @@ type Backend struct {
 	// cluster's (Account) included; empty: the clusterset lives in one
 	// account, as before sharing existed. See shared.go.
 	Owner, Account string
+	// Watch tunes Watch; OnRead, when set, hears how each of its steps'
+	// reads went.
+	Watch  WatchOptions
+	OnRead func(error)
+	// OnStale, when set, hears that a cluster's exports are dropped (its
+	// change record is older than Watch.StaleAfter) or taken back.
+	OnStale func(cluster string, lastSeen time.Time, stale bool)
+	// OnPropagation, when set, hears how long another cluster's
+	// registration took to be read here (from AttrWritten).
+	OnPropagation func(time.Duration)
+}
+
+// Backend is the Cloud Map Registry of one cluster.
+type Backend struct {
+	c *sd.Client
+	o Options
 
 	mu sync.Mutex
 	// Cloud Map names namespaces and services by id, or by ARN (refs),
@@ -70,16 +85,6 @@ type Backend struct {
 	unshared  map[string]time.Time
 	nsLookups singleflight.Group
 
-	// WatchOptions tune Watch; OnRead, when set, hears how each of its steps'
-	// reads went.
-	WatchOptions WatchOptions
-	OnRead       func(error)
-	// OnStale, when set, hears that a cluster's exports are dropped (its
-	// change record is older than WatchOptions.StaleAfter) or taken back.
-	OnStale func(cluster string, lastSeen time.Time, stale bool)
-	// OnPropagation, when set, hears how long another cluster's
-	// registration took to be read here (from AttrWritten).
-	OnPropagation func(time.Duration)
 }
 
 type ownOp struct {
@@ -88,9 +93,9 @@ type ownOp struct {
 }
 
 // New returns the backend for one cluster of a clusterset.
-func New(c *sd.Client, clusterSet, cluster, controller string, log logr.Logger) *Backend {
+func New(c *sd.Client, o Options) *Backend {
 	return &Backend{
-		c: c, clusterSet: clusterSet, cluster: cluster, controller: controller, log: log,
+		c: c, o: o,
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
 		feed: newChangeLog(), unshared: map[string]time.Time{},
@@ -107,8 +112,7 @@ func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
 	if b.shared() {
 		go b.writeChanges(ctx)
 	}
-	w := NewWatcher(b, sink, b.WatchOptions)
-	w.OnRead = b.OnRead
+	w := newWatcher(b, sink)
 	return w.Start(ctx)
 }
 
@@ -147,11 +151,11 @@ func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 }
 
 func (b *Backend) publish(ctx context.Context, e registry.Export) error {
-	version := b.RecordVersion
+	version := b.o.RecordVersion
 	if version == 0 {
 		version = RecordVersion
 	}
-	desired, err := Encode(e, b.controller, version)
+	desired, err := Encode(e, b.o.Controller, version)
 	var limit *LimitError
 	if err != nil && !(errors.As(err, &limit) && b.mayPack(version)) {
 		return err
@@ -169,7 +173,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		return err
 	}
 	if b.packs(version, current) {
-		if desired, err = EncodePacked(e, b.controller, current); err != nil {
+		if desired, err = EncodePacked(e, b.o.Controller, current); err != nil {
 			return err
 		}
 	} else if limit != nil {
@@ -178,7 +182,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	if len(desired) > len(current) {
 		// Refused before anything is written: never a cluster half
 		// registered.
-		if why := b.Usage.fits(b.region(), e.Key, len(current), len(desired)); why != "" {
+		if why := b.o.Usage.fits(b.region(), e.Key, len(current), len(desired)); why != "" {
 			return &LimitError{Reason: why}
 		}
 	}
@@ -232,9 +236,12 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 
 func (b *Backend) region() string { return b.c.Options().Region }
 
+// Cluster is the cluster this backend publishes for.
+func (b *Backend) Cluster() string { return b.o.Cluster }
+
 // mayPack tells whether this cluster may write packed records at all.
 func (b *Backend) mayPack(version int) bool {
-	return b.Formats != nil && version >= packedVersion
+	return b.o.Formats != nil && version >= packedVersion
 }
 
 // packs tells whether an export is written packed: as Formats chooses,
@@ -243,10 +250,10 @@ func (b *Backend) packs(version int, current map[string]Attrs) bool {
 	if !b.mayPack(version) {
 		return false
 	}
-	if c := b.Formats.Choose(); c.Known {
+	if c := b.o.Formats.Choose(); c.Known {
 		return c.Packed
 	}
-	return current[ServiceRecordID(b.clusterSet, b.cluster)][AttrEndpointFormat] == packedFormat
+	return current[ServiceRecordID(b.o.ClusterSet, b.o.Cluster)][AttrEndpointFormat] == packedFormat
 }
 
 // deregister removes instances; one already gone is fine.
@@ -317,7 +324,7 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 		// deregistrations are still running (then come back).
 		all, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
-			QueryParameters: map[string]string{AttrClusterID: b.cluster, AttrClusterSetID: b.clusterSet}, MaxResults: aws.Int32(1),
+			QueryParameters: map[string]string{AttrClusterID: b.o.Cluster, AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(1),
 			OwnerAccount: b.ownerAccount(),
 		})
 		if err == nil && len(all.Instances) > 0 {
@@ -386,18 +393,18 @@ func (b *Backend) createdByUs(ctx context.Context, arn *string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return cloudmapclient.IsMarked(tags) && tags[TagClusterSet] == b.clusterSet, nil
+	return cloudmapclient.IsMarked(tags) && tags[TagClusterSet] == b.o.ClusterSet, nil
 }
 
 func (b *Backend) tags() []types.Tag {
-	return cloudmapclient.Marked(types.Tag{Key: aws.String(TagClusterSet), Value: aws.String(b.clusterSet)})
+	return cloudmapclient.Marked(types.Tag{Key: aws.String(TagClusterSet), Value: aws.String(b.o.ClusterSet)})
 }
 
 // ownInstances lists this cluster's records of a service.
 func (b *Backend) ownInstances(ctx context.Context, key registry.Key) (map[string]Attrs, error) {
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
-		QueryParameters: map[string]string{AttrClusterID: b.cluster, AttrClusterSetID: b.clusterSet}, MaxResults: aws.Int32(MaxInstances),
+		QueryParameters: map[string]string{AttrClusterID: b.o.Cluster, AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(MaxInstances),
 		OwnerAccount: b.ownerAccount(),
 	})
 	if isNotFound(err) {
@@ -427,8 +434,8 @@ func (b *Backend) ensureNamespace(ctx context.Context, name string) (string, err
 }
 
 func (b *Backend) lookUpNamespace(ctx context.Context, name string) (string, error) {
-	member := b.shared() && b.Owner != b.Account
-	notShared := &registry.NotSharedError{Namespace: name, Owner: b.Owner, Account: b.Account}
+	member := b.shared() && b.o.Owner != b.o.Account
+	notShared := &registry.NotSharedError{Namespace: name, Owner: b.o.Owner, Account: b.o.Account}
 	b.mu.Lock()
 	missing := time.Since(b.unshared[name]) < unsharedMemory
 	b.mu.Unlock()
@@ -474,7 +481,7 @@ func (b *Backend) lookUpNamespace(ctx context.Context, name string) (string, err
 // findNamespace finds a namespace's ref: its id, or in a shared namespace
 // its ARN; "" when there is none.
 func (b *Backend) findNamespace(ctx context.Context, name string) (string, error) {
-	ns, err := cloudmapclient.FindOwnedNamespace(ctx, b.c, name, types.NamespaceTypeHttp, b.Owner)
+	ns, err := cloudmapclient.FindOwnedNamespace(ctx, b.c, name, types.NamespaceTypeHttp, b.o.Owner)
 	if err != nil {
 		return "", fmt.Errorf("looking up Cloud Map namespace %s: %w", name, err)
 	}
@@ -512,8 +519,8 @@ func (b *Backend) ensureService(ctx context.Context, nsID string, key registry.K
 			b.mu.Lock()
 			delete(b.namespaces, key.Namespace)
 			b.mu.Unlock()
-			if b.shared() && b.Owner != b.Account {
-				return "", &registry.NotSharedError{Namespace: key.Namespace, Owner: b.Owner, Account: b.Account}
+			if b.shared() && b.o.Owner != b.o.Account {
+				return "", &registry.NotSharedError{Namespace: key.Namespace, Owner: b.o.Owner, Account: b.o.Account}
 			}
 		}
 		return "", fmt.Errorf("creating Cloud Map service %s: %w", key, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/registrytest"
 )
 
 // fleet is an emulator with its quotas on, and clusters of clusterset
@@ -52,6 +53,24 @@ type member struct {
 	heard  map[registry.Key][]registry.Export
 	synced bool
 	onSet  func(registry.Key, []registry.Export)
+	// sinks hear what the member's one watch hears (attach).
+	sinks []registry.Sink
+}
+
+// attached is a member's registry whose Watch hears the member's running
+// watch: a backend has one watch, as in the controller.
+type attached struct{ *member }
+
+func (a attached) Watch(ctx context.Context, sink registry.Sink) error {
+	a.mu.Lock()
+	for k, e := range a.heard {
+		sink.Set(k, e)
+	}
+	sink.Synced()
+	a.sinks = append(a.sinks, sink)
+	a.mu.Unlock()
+	<-ctx.Done()
+	return nil
 }
 
 // join starts a cluster writing record format version (0: this release's),
@@ -63,6 +82,11 @@ func (f *fleet) join(cluster string, version int) *member {
 
 func (f *fleet) start(cluster string, version int, perEndpoint bool) *member {
 	f.t.Helper()
+	return f.startIn("set", cluster, version, perEndpoint)
+}
+
+func (f *fleet) startIn(set, cluster string, version int, perEndpoint bool) *member {
+	f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(cancel)
 	m := &member{calls: &cloudmapclient.Calls{}, stop: cancel, heard: map[registry.Key][]registry.Export{}, rechoose: make(chan Choice, 16)}
@@ -71,13 +95,15 @@ func (f *fleet) start(cluster string, version int, perEndpoint bool) *member {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	m.Backend = New(c, "set", cluster, "clustermap test", logr.Discard())
-	m.RecordVersion, m.Usage = version, NewUsage(0)
+	o := Options{ClusterSet: set, Cluster: cluster, Controller: "clustermap test", Log: logr.Discard(), RecordVersion: version, Usage: NewUsage(0)}
 	var sink registry.Sink = registry.SinkFuncs{
 		OnSet: func(key registry.Key, e []registry.Export) {
 			m.mu.Lock()
 			m.heard[key] = e
 			on := m.onSet
+			for _, s := range m.sinks {
+				s.Set(key, e)
+			}
 			m.mu.Unlock()
 			if on != nil {
 				on(key, e)
@@ -91,9 +117,10 @@ func (f *fleet) start(cluster string, version int, perEndpoint bool) *member {
 	}
 	if version == 0 || version >= packedVersion {
 		m.formats = &Formats{Cluster: cluster, PerEndpoint: perEndpoint, OnChoice: func(c Choice) { m.rechoose <- c }}
-		m.Formats = m.formats
+		o.Formats = m.formats
 		sink = m.formats.Tap(sink)
 	}
+	m.Backend = New(c, o)
 	go func() { _ = m.Watch(ctx, sink) }()
 	f.waitFor(cluster+"'s first sync", time.Minute, func() bool {
 		m.mu.Lock()
@@ -257,7 +284,7 @@ func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
 				// As the export reconciler does on a new choice.
 				if c.Known && m.Publish(ctx, exp(i)) == nil && c.Packed {
 					mu.Lock()
-					switched[m.cluster]++
+					switched[m.Cluster()]++
 					mu.Unlock()
 				}
 			}
@@ -280,7 +307,7 @@ func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
 	f.waitFor("three per-endpoint exports imported", time.Minute, everyone(want+1))
 	for _, m := range ms {
 		if c := m.formats.Choose(); c.Packed {
-			t.Fatalf("%s writes %s beside a cluster of format 2", m.cluster, c)
+			t.Fatalf("%s writes %s beside a cluster of format 2", m.Cluster(), c)
 		}
 	}
 
@@ -298,8 +325,8 @@ func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
 		t.Errorf("the importer read %d exports short through the switch: %v", len(short), short)
 	}
 	for _, m := range ms {
-		if switched[m.cluster] != 1 {
-			t.Errorf("%s switched to packed records %d times, want once", m.cluster, switched[m.cluster])
+		if switched[m.Cluster()] != 1 {
+			t.Errorf("%s switched to packed records %d times, want once", m.Cluster(), switched[m.Cluster()])
 		}
 	}
 	if c := upgraded.formats.Choose(); !c.Packed {
@@ -383,12 +410,28 @@ func TestExportPastTheQuotaIsRefusedWhole(t *testing.T) {
 // readBy says whether each member has read a service's instances.
 func readBy(ms []*member, key registry.Key, atLeast int) bool {
 	for _, m := range ms {
-		m.Usage.mu.Lock()
-		n := m.Usage.counts["us-east-1"][key]
-		m.Usage.mu.Unlock()
+		m.o.Usage.mu.Lock()
+		n := m.o.Usage.counts["us-east-1"][key]
+		m.o.Usage.mu.Unlock()
 		if n < atLeast {
 			return false
 		}
 	}
 	return true
+}
+
+// Cloud Map behaves as the memory registry does (registrytest), at the
+// shipped defaults, in both record formats.
+func TestRegistrySuite(t *testing.T) {
+	for _, perEndpoint := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per-endpoint=%v", perEndpoint), func(t *testing.T) {
+			registrytest.Run(t, func(t *testing.T) registrytest.New {
+				f := newFleet(t)
+				return func(t *testing.T, set, cluster string) registry.Registry {
+					f.t = t
+					return attached{f.startIn(set, cluster, 0, perEndpoint)}
+				}
+			})
+		})
+	}
 }

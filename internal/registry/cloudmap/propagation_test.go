@@ -27,28 +27,27 @@ func TestPropagationIsMeasuredFromTheExportersWrite(t *testing.T) {
 	}
 	api := httptest.NewServer(srv.Handler())
 	defer func() { api.Close(); srv.Close() }()
-	backend := func(cluster string) *cloudmap.Backend {
+	backend := func(cluster string, onPropagation func(time.Duration)) *cloudmap.Backend {
 		c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return cloudmap.New(c, "set", cluster, "test", logr.Discard())
+		return cloudmap.New(c, cloudmap.Options{ClusterSet: "set", Cluster: cluster, Controller: "test", Log: logr.Discard(), OnPropagation: onPropagation})
 	}
 	web, api2 := registry.Key{Namespace: "demo", Name: "web"}, registry.Key{Namespace: "demo", Name: "api"}
-	exporter, importer := backend("c1"), backend("c2")
+	var mu sync.Mutex
+	var took []time.Duration
+	exporter, importer := backend("c1", nil), backend("c2", func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		took = append(took, d)
+	})
 	// Before the importer starts: found at start, not measured.
 	if err := exporter.Publish(ctx, export("c1", api2, "10.0.0.9")); err != nil {
 		t.Fatal(err)
 	}
 	if err := importer.Publish(ctx, export("c2", web, "10.0.1.1")); err != nil { // its own: never measured
 		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var took []time.Duration
-	importer.OnPropagation = func(d time.Duration) {
-		mu.Lock()
-		defer mu.Unlock()
-		took = append(took, d)
 	}
 	heard := make(chan registry.Key, 100)
 	go func() {

@@ -29,13 +29,13 @@ import (
 //     feed is a change record per cluster instead (below).
 
 // shared reports whether the clusterset's namespaces are shared ones.
-func (b *Backend) shared() bool { return b.Owner != "" }
+func (b *Backend) shared() bool { return b.o.Owner != "" }
 
 // ownerAccount is the OwnerAccount of Discover* calls: the owner's in a
 // shared namespace, none in one account.
 func (b *Backend) ownerAccount() *string {
 	if b.shared() {
-		return aws.String(b.Owner)
+		return aws.String(b.o.Owner)
 	}
 	return nil
 }
@@ -62,14 +62,14 @@ func idOf(ref string) string {
 // Being an idempotency token too, a retried create by the same account
 // returns the service it made.
 func (b *Backend) creatorMark() string {
-	sum := sha256.Sum256([]byte(b.clusterSet))
+	sum := sha256.Sum256([]byte(b.o.ClusterSet))
 	return "clustermap-" + hex.EncodeToString(sum[:8])
 }
 
 // madeByUs tells whether this account's clustermap created a service for
 // this clusterset: never what another account or tool created.
 func (b *Backend) madeByUs(svc *types.Service) bool {
-	return aws.ToString(svc.CreatedByAccount) == b.Account && aws.ToString(svc.CreatorRequestId) == b.creatorMark()
+	return aws.ToString(svc.CreatedByAccount) == b.o.Account && aws.ToString(svc.CreatorRequestId) == b.creatorMark()
 }
 
 // The change record. Each cluster keeps one instance, named after it, in
@@ -181,16 +181,16 @@ func (l *changeLog) sent(now time.Time) {
 // ends: at once after a quiet spell, then at most once per
 // ChangeWriteInterval while changes come.
 func (b *Backend) writeChanges(ctx context.Context) {
-	opts := b.WatchOptions
+	opts := b.o.Watch
 	opts.defaults()
 	heartbeat := time.NewTicker(opts.Heartbeat)
 	defer heartbeat.Stop()
 	for {
-		attrs, ok := b.feed.due(time.Now(), opts.Heartbeat, b.cluster, b.clusterSet)
+		attrs, ok := b.feed.due(time.Now(), opts.Heartbeat, b.o.Cluster, b.o.ClusterSet)
 		if ok {
 			if err := b.writeRecord(ctx, attrs); err != nil {
 				b.feed.failed()
-				b.log.Error(err, "writing this cluster's change record failed; other accounts see its changes later", "retryIn", ChangeWriteInterval)
+				b.o.Log.Error(err, "writing this cluster's change record failed; other accounts see its changes later", "retryIn", ChangeWriteInterval)
 			} else {
 				b.feed.sent(time.Now())
 			}
@@ -213,7 +213,7 @@ func (b *Backend) writeChanges(ctx context.Context) {
 // writeRecord registers this cluster's change record (a re-registration
 // replaces its attributes).
 func (b *Backend) writeRecord(ctx context.Context, attrs map[string]string) error {
-	ns := ChangesNamespace(b.clusterSet)
+	ns := ChangesNamespace(b.o.ClusterSet)
 	nsRef, err := b.ensureNamespace(ctx, ns)
 	if err != nil {
 		return err
@@ -223,7 +223,7 @@ func (b *Backend) writeRecord(ctx context.Context, attrs map[string]string) erro
 	if err != nil {
 		return err
 	}
-	_, err = b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(b.cluster), Attributes: attrs})
+	_, err = b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(b.o.Cluster), Attributes: attrs})
 	if isNotFound(err) {
 		b.forget(key)
 	}

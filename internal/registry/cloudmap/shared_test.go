@@ -50,16 +50,16 @@ func newMember(t *testing.T, ctx context.Context, url, key, account, cluster str
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.b = cloudmap.New(m.c, "set", cluster, "test", logr.Discard())
-	m.b.Owner, m.b.Account = ownerAccount, account
+	o := cloudmap.Options{ClusterSet: "set", Cluster: cluster, Controller: "test", Log: logr.Discard(), Owner: ownerAccount, Account: account,
+		OnStale: func(cluster string, _ time.Time, stale bool) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.staleEvents = append(m.staleEvents, fmt.Sprintf("%s:%v", cluster, stale))
+		}}
 	if len(opts) > 0 {
-		m.b.WatchOptions = opts[0]
+		o.Watch = opts[0]
 	}
-	m.b.OnStale = func(cluster string, _ time.Time, stale bool) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.staleEvents = append(m.staleEvents, fmt.Sprintf("%s:%v", cluster, stale))
-	}
+	m.b = cloudmap.New(m.c, o)
 	go func() {
 		_ = m.b.Watch(ctx, registry.SinkFuncs{OnSet: func(key registry.Key, e []registry.Export) {
 			m.mu.Lock()

@@ -115,8 +115,6 @@ type Watcher struct {
 	sink   registry.Sink
 	opts   WatchOptions
 	synced bool // the sink heard Synced
-	// OnRead, when set, hears how each step's reads of Cloud Map went.
-	OnRead func(error)
 
 	// dirty holds the services to read, each with the time before which
 	// not to: a read that fails backs off per service.
@@ -151,8 +149,9 @@ type feedMark struct {
 	seq   int64
 }
 
-// NewWatcher watches the clusterset of a backend.
-func NewWatcher(b *Backend, sink registry.Sink, opts WatchOptions) *Watcher {
+// newWatcher watches the clusterset of a backend.
+func newWatcher(b *Backend, sink registry.Sink) *Watcher {
+	opts := b.o.Watch
 	opts.defaults()
 	return &Watcher{
 		b: b, sink: sink, opts: opts,
@@ -174,10 +173,10 @@ func (w *Watcher) Start(ctx context.Context) error {
 		st := nextStep(w.clock, w.opts)
 		err := w.do(ctx, st)
 		if err != nil {
-			w.b.log.Error(err, "reading Cloud Map failed; imports stay as they are", "step", st.String(), "retryIn", w.opts.PollInterval)
+			w.b.o.Log.Error(err, "reading Cloud Map failed; imports stay as they are", "step", st.String(), "retryIn", w.opts.PollInterval)
 		}
-		if w.OnRead != nil {
-			w.OnRead(err)
+		if w.b.o.OnRead != nil {
+			w.b.o.OnRead(err)
 		}
 		w.fetchDirty(ctx)
 		// Every service was tried once: those whose read failed are
@@ -277,14 +276,14 @@ func (w *Watcher) judgeStale(now time.Time) {
 		changed = true
 		if stale {
 			w.stale[cluster] = true
-			w.b.log.Info("dropping the exports of a cluster whose change record is stale: it lost access to the clusterset's namespaces, or is gone",
+			w.b.o.Log.Info("dropping the exports of a cluster whose change record is stale: it lost access to the clusterset's namespaces, or is gone",
 				"cluster", cluster, "lastSeen", seen, "staleAfter", w.opts.StaleAfter)
 		} else {
 			delete(w.stale, cluster)
-			w.b.log.Info("a cluster whose exports were dropped writes its change record again; importing them again", "cluster", cluster)
+			w.b.o.Log.Info("a cluster whose exports were dropped writes its change record again; importing them again", "cluster", cluster)
 		}
-		if w.b.OnStale != nil {
-			w.b.OnStale(cluster, seen, stale)
+		if w.b.o.OnStale != nil {
+			w.b.o.OnStale(cluster, seen, stale)
 		}
 	}
 	if changed {
@@ -313,7 +312,7 @@ func (w *Watcher) baseline(ctx context.Context) error {
 // catch-up. With baseline, it only notes where each record stands.
 func (w *Watcher) pollChanges(ctx context.Context, baseline bool) error {
 	now := w.clock.Now
-	ns := aws.String(ChangesNamespace(w.b.clusterSet))
+	ns := aws.String(ChangesNamespace(w.b.o.ClusterSet))
 	rev, err := w.b.c.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
 		NamespaceName: ns, ServiceName: aws.String(ChangesService), OwnerAccount: w.b.ownerAccount(),
 	})
@@ -327,7 +326,7 @@ func (w *Watcher) pollChanges(ctx context.Context, baseline bool) error {
 		out, err = w.b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 			NamespaceName: ns, ServiceName: aws.String(ChangesService), OwnerAccount: w.b.ownerAccount(),
 			HealthStatus: types.HealthStatusFilterAll, MaxResults: aws.Int32(MaxInstances),
-			QueryParameters: map[string]string{AttrClusterSetID: w.b.clusterSet},
+			QueryParameters: map[string]string{AttrClusterSetID: w.b.o.ClusterSet},
 		})
 	}
 	if isNotFound(err) {
@@ -342,7 +341,7 @@ func (w *Watcher) pollChanges(ctx context.Context, baseline bool) error {
 	defer w.judgeStale(now)
 	for _, in := range out.Instances {
 		cluster := in.Attributes[AttrClusterID]
-		if cluster == w.b.cluster {
+		if cluster == w.b.o.Cluster {
 			continue // this cluster's changes are read back directly
 		}
 		r, ok := parseRecord(in.Attributes)
@@ -391,7 +390,7 @@ func (w *Watcher) list(ctx context.Context, all bool) error {
 		}
 		for _, ns := range page.Namespaces {
 			nsName, nsRef := aws.ToString(ns.Name), w.b.ref(ns.Id, ns.Arn)
-			if w.b.shared() && aws.ToString(ns.ResourceOwner) != w.b.Owner || nsName == ChangesNamespace(w.b.clusterSet) {
+			if w.b.shared() && aws.ToString(ns.ResourceOwner) != w.b.o.Owner || nsName == ChangesNamespace(w.b.o.ClusterSet) {
 				continue // not the clusterset's: this account's own, or the change records
 			}
 			// ServiceCount is not consulted: it lags, and a namespace
@@ -614,7 +613,7 @@ func (w *Watcher) fetchDirty(ctx context.Context) {
 		result, at := afterRead(now, err != nil, len(exports) == 0, w.exported[key], w.absent[key], backoff, w.opts)
 		if result == readRetry {
 			w.dirty[key] = at
-			w.b.log.Error(err, "reading a Cloud Map service failed; its import stays as it is", "service", key.String(), "retryIn", backoff)
+			w.b.o.Log.Error(err, "reading a Cloud Map service failed; its import stays as it is", "service", key.String(), "retryIn", backoff)
 			w.sink.Unreadable(key)
 			w.unreadable[key] = true
 			continue
@@ -660,7 +659,7 @@ func (w *Watcher) report(key registry.Key, exports []registry.Export) {
 func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Export, int64, error) {
 	out, err := w.b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
-		QueryParameters: map[string]string{AttrClusterSetID: w.b.clusterSet}, MaxResults: aws.Int32(MaxInstances),
+		QueryParameters: map[string]string{AttrClusterSetID: w.b.o.ClusterSet}, MaxResults: aws.Int32(MaxInstances),
 		OwnerAccount: w.b.ownerAccount(),
 	})
 	var gone *types.NamespaceNotFound
@@ -668,16 +667,16 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		// Unshared, or deleted: this account cannot tell which, so what
 		// was imported stays (services are withdrawn before their
 		// namespace goes, so a deletion was read as such before).
-		return nil, 0, &registry.NotSharedError{Namespace: key.Namespace, Owner: w.b.Owner, Account: w.b.Account}
+		return nil, 0, &registry.NotSharedError{Namespace: key.Namespace, Owner: w.b.o.Owner, Account: w.b.o.Account}
 	}
 	if isNotFound(err) {
-		w.b.Usage.observe(w.b.region(), key, 0)
+		w.b.o.Usage.observe(w.b.region(), key, 0)
 		return nil, 0, nil
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	w.b.Usage.observe(w.b.region(), key, len(out.Instances))
+	w.b.o.Usage.observe(w.b.region(), key, len(out.Instances))
 	instances := make([]Instance, len(out.Instances))
 	for i, in := range out.Instances {
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
@@ -694,14 +693,14 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 // is new since the last read (and since this watcher started: the first
 // read of an old export measures nothing), how long it took to arrive.
 func (w *Watcher) propagated(key registry.Key, instances []Instance) {
-	if w.b.OnPropagation == nil {
+	if w.b.o.OnPropagation == nil {
 		return
 	}
 	now, before := time.Now(), w.written[key]
 	seen := map[string]string{}
 	for _, in := range instances {
 		v := in.Attrs[AttrWritten]
-		if v == "" || in.Attrs[AttrClusterID] == w.b.cluster {
+		if v == "" || in.Attrs[AttrClusterID] == w.b.o.Cluster {
 			continue
 		}
 		seen[in.ID] = v
@@ -710,7 +709,7 @@ func (w *Watcher) propagated(key registry.Key, instances []Instance) {
 			continue
 		}
 		if at := time.UnixMilli(ms); at.After(w.started) {
-			w.b.OnPropagation(now.Sub(at))
+			w.b.o.OnPropagation(now.Sub(at))
 		}
 	}
 	if len(seen) == 0 {

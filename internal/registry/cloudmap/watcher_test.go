@@ -93,7 +93,7 @@ func (w *watched) start(t *testing.T, endpoint string) *cloudmap.Backend {
 		t.Fatal(err)
 	}
 	synced := make(chan struct{})
-	b := cloudmap.New(c, "set", "c2", "test", logr.Discard())
+	b := cloudmap.New(c, cloudmap.Options{ClusterSet: "set", Cluster: "c2", Controller: "test", Log: logr.Discard()})
 	go func() {
 		_ = b.Watch(ctx, registry.SinkFuncs{
 			OnSet: func(key registry.Key, e []registry.Export) {

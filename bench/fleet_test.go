@@ -1,0 +1,371 @@
+//go:build e2e
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+// fleetShape is a fleet: clusters that each export every service, spread
+// over namespaces, most services small and a few large.
+type fleetShape struct {
+	clusters, namespaces, services int
+	// pods of service i in each cluster; ports per service.
+	pods  func(i int) int
+	ports int
+}
+
+// shape is the shipped envelope: 50 clusters x 1,000 services over 40
+// namespaces; a service has 2 to 9 pods, one in a hundred 500, the first
+// three 2,000 (dual-stack, so 4,000 addresses); 2 ports each.
+// CLUSTERMAP_FLEET=clusters,services scales it down for a quick look.
+func shape(b *testing.B) fleetShape {
+	s := fleetShape{clusters: 50, namespaces: 40, services: 1000, ports: 2, pods: func(i int) int {
+		switch {
+		case i < 3:
+			return 2000
+		case i%100 == 50:
+			return 500
+		default:
+			return 2 + i%8
+		}
+	}}
+	if v := os.Getenv("CLUSTERMAP_FLEET"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d", &s.clusters, &s.services); err != nil {
+			b.Fatalf("CLUSTERMAP_FLEET=%q: want clusters,services", v)
+		}
+		s.namespaces = max(1, s.services/25)
+	}
+	return s
+}
+
+func (s fleetShape) key(i int) registry.Key {
+	return registry.Key{Namespace: fmt.Sprintf("team-%02d", i%s.namespaces), Name: fmt.Sprintf("svc-%04d", i)}
+}
+
+// export is cluster c's export of service i, with extra more pods.
+func (s fleetShape) export(c, i, extra int) registry.Export {
+	key := s.key(i)
+	e := registry.Export{ClusterSet: "fleet", Cluster: fmt.Sprintf("cluster-%02d", c), Key: key, Type: mcsv1beta1.ClusterSetIP,
+		Created: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}}
+	for p := range s.ports {
+		e.Ports = append(e.Ports, mcsv1beta1.ServicePort{Name: "p" + strconv.Itoa(p), Protocol: corev1.ProtocolTCP, Port: int32(80 + p)})
+	}
+	n := s.pods(i)
+	dual := n >= 2000
+	if dual {
+		e.IPFamilies = append(e.IPFamilies, corev1.IPv6Protocol)
+	}
+	for pod := range n + extra {
+		// Each cluster its pod range (10.<c>.0.0/16), each service its
+		// slice of it.
+		seq := uint32(i)*4096 + uint32(pod)
+		ips := []string{netip.AddrFrom4([4]byte{10, byte(c), byte(seq >> 8), byte(seq)}).String()}
+		if dual {
+			ips = append(ips, fmt.Sprintf("fd00:%x::%x", c+1, seq+1))
+		}
+		for _, ip := range ips {
+			for _, sp := range e.Ports {
+				e.Endpoints = append(e.Endpoints, registry.Endpoint{IP: ip, Port: sp.Port + 8000, PortName: sp.Name, Protocol: sp.Protocol,
+					Ready: true, Serving: true, NodeName: fmt.Sprintf("node-%d", pod%30), Zone: fmt.Sprintf("use1-az%d", pod%3+1), ServicePort: sp, TargetPort: sp.Name})
+			}
+		}
+	}
+	return e
+}
+
+// fleetMember is one cluster's registry side, as its controller runs it.
+type fleetMember struct {
+	*cloudmap.Backend
+	calls *cloudmapclient.Calls
+	mu    sync.Mutex
+	// seen is, per service, each exporting cluster's endpoint count as
+	// last heard, and when each (service, cluster, count) was first heard.
+	seen   map[registry.Key]map[string]int
+	heard  map[string]time.Time
+	synced bool
+}
+
+func (m *fleetMember) set(key registry.Key, exports []registry.Export) {
+	counts := make(map[string]int, len(exports))
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range exports {
+		counts[e.Cluster] = len(e.Endpoints)
+		id := key.String() + "/" + e.Cluster + "/" + strconv.Itoa(len(e.Endpoints))
+		if _, ok := m.heard[id]; !ok {
+			m.heard[id] = now
+		}
+	}
+	m.seen[key] = counts
+}
+
+func (m *fleetMember) has(key registry.Key, cluster string, endpoints int) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.heard[key.String()+"/"+cluster+"/"+strconv.Itoa(endpoints)]
+	return at, ok
+}
+
+// BenchmarkFleet: 50 clusters (each the controller's registry side in this
+// process: its own client at the shipped budgets, 20 control-plane and 200
+// Discover* calls per second, the 1.5 s poll, packed records) against one
+// emulator with Cloud Map's quotas and data-plane rate limits on, 1,000
+// services each over 40 namespaces (shape). It prints one cluster's bulk
+// export of its 1,000 services to all 49 others, the idle calls per second
+// per API against the account's limits, a pod change's propagation to all
+// 49 others (p50, p99), and the instances used against the quotas.
+func BenchmarkFleet(b *testing.B) {
+	s := shape(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	api := httptest.NewServer(srv.Handler())
+	defer func() { api.Close(); srv.Close() }()
+	var ms []*fleetMember
+	for c := range s.clusters {
+		m := &fleetMember{calls: &cloudmapclient.Calls{}, seen: map[registry.Key]map[string]int{}, heard: map[string]time.Time{}}
+		cl, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
+			QPS: 20, Burst: 40, DataQPS: 200, DataBurst: 400, OnCall: m.calls.Record})
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := fmt.Sprintf("cluster-%02d", c)
+		formats := &cloudmap.Formats{Cluster: name}
+		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: "fleet", Cluster: name, Controller: "clustermap bench", Log: logr.Discard(), Formats: formats, Usage: cloudmap.NewUsage(0)})
+		sink := formats.Tap(registry.SinkFuncs{OnSet: m.set, OnSynced: func() { m.mu.Lock(); m.synced = true; m.mu.Unlock() }})
+		go func() { _ = m.Watch(ctx, sink) }()
+		ms = append(ms, m)
+	}
+	waitAll(b, "every cluster's first sync", 5*time.Minute, func() bool {
+		for _, m := range ms {
+			m.mu.Lock()
+			ok := m.synced
+			m.mu.Unlock()
+			if !ok {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Every cluster but the last exports everything; then the last one's
+	// bulk export is timed to its last import in the 49 others.
+	seedStart := time.Now()
+	publishAll(ctx, b, s, ms[:len(ms)-1], 0)
+	b.Logf("%d clusters published %d services each in %v", len(ms)-1, s.services, time.Since(seedStart).Round(time.Second))
+	last := len(ms) - 1
+	lastName := fmt.Sprintf("cluster-%02d", last)
+	bulkStart := time.Now()
+	publishAll(ctx, b, s, ms[last:], 0)
+	published := time.Since(bulkStart)
+	bulkDone := waitHeard(b, s, ms[:last], lastName, 0, 15*time.Minute)
+	bulk := bulkDone.Sub(bulkStart)
+
+	// Idle: every cluster's calls over a window, once the bulk settled.
+	window := time.Minute
+	if v := os.Getenv("CLUSTERMAP_BENCH_WINDOW"); v != "" {
+		if window, err = time.ParseDuration(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	time.Sleep(30 * time.Second)
+	before := snapshots(ms)
+	time.Sleep(window)
+	idle := map[string]float64{}
+	for i, m := range ms {
+		for op, n := range diffMap(before[i], m.calls.Snapshot()) {
+			idle[op] += n / window.Seconds()
+		}
+	}
+
+	// Pod changes: one more pod in one cluster's small service, 50 times,
+	// each timed to the moment the last of the 49 others heard it.
+	var lat []time.Duration
+	for n := range 50 {
+		c, i := n%s.clusters, 3+n*7%(s.services-3)
+		e := s.export(c, i, 1)
+		start := time.Now()
+		if err := ms[c].Publish(ctx, e); err != nil {
+			b.Fatal(err)
+		}
+		var lastAt time.Time
+		for j, m := range ms {
+			if j == c {
+				continue
+			}
+			for {
+				at, ok := m.has(e.Key, e.Cluster, len(e.Endpoints))
+				if ok {
+					lastAt = maxTime(lastAt, at)
+					break
+				}
+				if time.Since(start) > 2*time.Minute {
+					b.Fatalf("change %d of %s not heard by cluster-%02d in 2 minutes", n, e.Key, j)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		lat = append(lat, lastAt.Sub(start))
+	}
+
+	// Instances against the quotas, as Cloud Map holds them.
+	perService, perNamespace := instanceUsage(ctx, b, api.URL, s)
+	fmt.Printf("Fleet at the shipped defaults (each cluster 20 control-plane + 200 Discover* calls/s, 1.5 s poll, packed records), %d clusters x %d services over %d namespaces, one emulator with quotas and data-plane limits on, %d cores:\n",
+		s.clusters, s.services, s.namespaces, runtimeCores())
+	fmt.Printf("  one cluster's bulk export of %d services: written in %v, imported by all %d others in %v\n", s.services, published.Round(100*time.Millisecond), last, bulk.Round(100*time.Millisecond))
+	fmt.Printf("  a pod change to all %d others (50 changes): p50 %v  p99 %v\n", s.clusters-1, percentile(lat, 50).Round(time.Millisecond), percentile(lat, 99).Round(time.Millisecond))
+	fmt.Printf("  idle, whole fleet, calls/s over %v:\n", window)
+	limits := map[string]float64{"DiscoverInstances": 1000, "DiscoverInstancesRevision": 3000}
+	for _, op := range sortedKeys(idle) {
+		share := "control plane: no published limit"
+		if l, ok := limits[op]; ok {
+			share = fmt.Sprintf("%.1f%% of the account's %.0f/s", 100*idle[op]/l, l)
+		}
+		fmt.Printf("    %-28s %8.2f/s (%.2f per cluster per minute)  %s\n", op, idle[op], 60*idle[op]/float64(s.clusters), share)
+	}
+	fmt.Printf("  instances: fullest service %d of %d (fixed quota), fullest namespace %d of %d (default quota), %d namespaces of 50\n",
+		perService, cloudmap.MaxInstances, perNamespace, cloudmap.DefaultNamespaceQuota, s.namespaces)
+	b.ReportMetric(bulk.Seconds(), "bulk-s")
+	b.ReportMetric(float64(percentile(lat, 99).Milliseconds()), "podchange-p99-ms")
+}
+
+// publishAll has each member publish every service, at once (each within
+// its own call budget).
+func publishAll(ctx context.Context, b *testing.B, s fleetShape, ms []*fleetMember, extra int) {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ms))
+	for _, m := range ms {
+		var c int
+		fmt.Sscanf(m.Backend.Cluster(), "cluster-%d", &c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem := make(chan struct{}, 8) // the export reconciler's workers
+			var inner sync.WaitGroup
+			for i := range s.services {
+				sem <- struct{}{}
+				inner.Add(1)
+				go func() {
+					defer func() { <-sem; inner.Done() }()
+					for {
+						err := m.Publish(ctx, s.export(c, i, extra))
+						if err == nil || ctx.Err() != nil {
+							return
+						}
+						if _, limit := err.(*cloudmap.LimitError); limit {
+							errs <- fmt.Errorf("cluster-%02d %s: %w", c, s.key(i), err)
+							return
+						}
+						time.Sleep(time.Second) // the reconciler's retry
+					}
+				}()
+			}
+			inner.Wait()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// waitHeard waits until every member heard every service of cluster in
+// full, and returns when the last was heard.
+func waitHeard(b *testing.B, s fleetShape, ms []*fleetMember, cluster string, extra int, within time.Duration) time.Time {
+	var c int
+	fmt.Sscanf(cluster, "cluster-%d", &c)
+	want := make([]int, s.services)
+	for i := range want {
+		want[i] = len(s.export(c, i, extra).Endpoints)
+	}
+	var last time.Time
+	waitAll(b, "every export of "+cluster+" heard everywhere", within, func() bool {
+		for _, m := range ms {
+			for i := range s.services {
+				at, ok := m.has(s.key(i), cluster, want[i])
+				if !ok {
+					return false
+				}
+				last = maxTime(last, at)
+			}
+		}
+		return true
+	})
+	return last
+}
+
+func waitAll(b *testing.B, what string, within time.Duration, ok func() bool) {
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			b.Fatalf("no %s within %v", what, within)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func snapshots(ms []*fleetMember) []map[string]float64 {
+	out := make([]map[string]float64, len(ms))
+	for i, m := range ms {
+		out[i] = m.calls.Snapshot()
+	}
+	return out
+}
+
+func sortedKeys(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// instanceUsage reads Cloud Map's instances: the fullest service's and
+// the fullest namespace's.
+func instanceUsage(ctx context.Context, b *testing.B, url string, s fleetShape) (perService, perNamespace int) {
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns := map[string]int{}
+	for i := range s.services {
+		k := s.key(i)
+		out, err := c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{NamespaceName: aws.String(k.Namespace), ServiceName: aws.String(k.Name), MaxResults: aws.Int32(1000)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		perService = max(perService, len(out.Instances))
+		ns[k.Namespace] += len(out.Instances)
+	}
+	for _, n := range ns {
+		perNamespace = max(perNamespace, n)
+	}
+	return perService, perNamespace
+}
