@@ -84,7 +84,6 @@ type Backend struct {
 	// unshared are the namespaces a member last found not shared with it.
 	unshared  map[string]time.Time
 	nsLookups singleflight.Group
-
 }
 
 type ownOp struct {
