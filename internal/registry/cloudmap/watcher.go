@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
-	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/clustermap/clustermap/internal/registry"
@@ -120,24 +119,12 @@ type Watcher struct {
 	// not to: a read that fails backs off per service.
 	dirty      map[registry.Key]time.Time
 	backoff    workqueue.TypedRateLimiter[registry.Key]
-	lookups    *rate.Limiter              // the budget of GetOperation attributions
 	absent     map[registry.Key]time.Time // first read that found an exported service gone
 	unreadable map[registry.Key]bool
-	seen       map[string]time.Time // operation ids already handled
 	revisions  map[registry.Key]int64
 	exported   map[registry.Key]bool // keys the sink last heard exports for
 	clock      clock
-	lastFull   time.Time // last poll with the whole overlap
-	// Foreign operations are attributed without asking twice: services
-	// found outside the HTTP namespaces, and namespaces by id.
-	elsewhere map[string]bool
-	nsByID    map[string]*types.Namespace
-	// In a shared namespace, the change records: the revision last read
-	// and each other cluster's epoch and sequence.
-	feedRev  int64
-	feeds    map[string]feedMark
-	lastSeen map[string]time.Time // each other cluster's record's time
-	stale    map[string]bool      // clusters whose exports are dropped
+	feed       feed
 	// written is each service's other-cluster instances' AttrWritten as
 	// last read: a new value is a registration that propagated.
 	written map[registry.Key]map[string]string
@@ -153,16 +140,19 @@ type feedMark struct {
 func newWatcher(b *Backend, sink registry.Sink) *Watcher {
 	opts := b.o.Watch
 	opts.defaults()
-	return &Watcher{
+	w := &Watcher{
 		b: b, sink: sink, opts: opts,
-		dirty: map[registry.Key]time.Time{}, seen: map[string]time.Time{}, revisions: map[registry.Key]int64{},
+		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{},
 		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
-		elsewhere: map[string]bool{}, nsByID: map[string]*types.Namespace{},
-		feedRev: -1, feeds: map[string]feedMark{}, lastSeen: map[string]time.Time{}, stale: map[string]bool{},
 		written: map[registry.Key]map[string]string{}, started: time.Now(),
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
-		lookups: rate.NewLimiter(rate.Limit(opts.GetOperationRate), opts.MaxGetOperations),
 	}
+	if b.shared() {
+		w.feed = newRecordsFeed(w)
+	} else {
+		w.feed = newOperationsFeed(w)
+	}
+	return w
 }
 
 // Start runs until ctx ends (a controller-runtime Runnable).
@@ -219,7 +209,7 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		if !w.clock.Synced {
 			// The first listing reads every service: the operations (or
 			// change records) before it are covered, not new.
-			if err := w.baseline(ctx); err != nil {
+			if err := w.feed.baseline(ctx); err != nil {
 				return err
 			}
 		}
@@ -232,7 +222,7 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		// the revisions; polls go on from there, and the operations up to
 		// start are marked seen, so that the next poll does not count them
 		// as new (and want another catch-up).
-		if err := w.baseline(ctx); err != nil {
+		if err := w.feed.baseline(ctx); err != nil {
 			return err
 		}
 		if err := w.list(ctx, false); err != nil {
@@ -244,7 +234,8 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		w.clock.LastList, w.clock.LastSweep, w.clock.LastCatchUp = start, start, start
 		w.clock.CatchUpWanted = false
 		if w.clock.LastPoll.Before(start) {
-			w.clock.LastPoll, w.lastFull = start, start
+			w.clock.LastPoll = start
+			w.feed.caughtUp(start)
 		}
 	case stepSweep:
 		if err := w.sweep(ctx); err != nil {
@@ -252,127 +243,8 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		}
 		w.clock.LastSweep = start
 	default:
-		if w.b.shared() {
-			return w.pollChanges(ctx, false)
-		}
-		return w.pollOperations(ctx)
+		return w.feed.poll(ctx)
 	}
-	return nil
-}
-
-// judgeStale drops the exports of clusters whose change record is older
-// than StaleAfter and takes back those that wrote again: every service is
-// read anew (once per such change, data-plane calls).
-func (w *Watcher) judgeStale(now time.Time) {
-	if w.opts.StaleAfter <= 0 {
-		return
-	}
-	changed := false
-	for cluster, seen := range w.lastSeen {
-		stale := now.Sub(seen) > w.opts.StaleAfter
-		if stale == w.stale[cluster] {
-			continue
-		}
-		changed = true
-		if stale {
-			w.stale[cluster] = true
-			w.b.o.Log.Info("dropping the exports of a cluster whose change record is stale: it lost access to the clusterset's namespaces, or is gone",
-				"cluster", cluster, "lastSeen", seen, "staleAfter", w.opts.StaleAfter)
-		} else {
-			delete(w.stale, cluster)
-			w.b.o.Log.Info("a cluster whose exports were dropped writes its change record again; importing them again", "cluster", cluster)
-		}
-		if w.b.o.OnStale != nil {
-			w.b.o.OnStale(cluster, seen, stale)
-		}
-	}
-	if changed {
-		for key := range w.revisions {
-			w.dirty[key] = time.Time{}
-		}
-		for key := range w.exported {
-			w.dirty[key] = time.Time{}
-		}
-	}
-}
-
-// baseline marks every change so far as read, before a listing that reads
-// every service.
-func (w *Watcher) baseline(ctx context.Context) error {
-	if w.b.shared() {
-		return w.pollChanges(ctx, true)
-	}
-	_, err := w.operations(ctx)
-	return err
-}
-
-// pollChanges reads the other clusters' change records when their
-// service's revision moved and marks the services they changed since the
-// last read; a record that no longer holds all of that asks for a
-// catch-up. With baseline, it only notes where each record stands.
-func (w *Watcher) pollChanges(ctx context.Context, baseline bool) error {
-	now := w.clock.Now
-	ns := aws.String(ChangesNamespace(w.b.o.ClusterSet))
-	rev, err := w.b.c.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
-		NamespaceName: ns, ServiceName: aws.String(ChangesService), OwnerAccount: w.b.ownerAccount(),
-	})
-	if err == nil && !baseline && aws.ToInt64(rev.InstancesRevision) == w.feedRev {
-		w.clock.LastPoll = now
-		w.judgeStale(now)
-		return nil
-	}
-	var out *sd.DiscoverInstancesOutput
-	if err == nil {
-		out, err = w.b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
-			NamespaceName: ns, ServiceName: aws.String(ChangesService), OwnerAccount: w.b.ownerAccount(),
-			HealthStatus: types.HealthStatusFilterAll, MaxResults: aws.Int32(MaxInstances),
-			QueryParameters: map[string]string{AttrClusterSetID: w.b.o.ClusterSet},
-		})
-	}
-	if isNotFound(err) {
-		// No cluster wrote a record yet (or the namespace is not shared
-		// with this account: the exports say so).
-		w.clock.LastPoll = now
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer w.judgeStale(now)
-	for _, in := range out.Instances {
-		cluster := in.Attributes[AttrClusterID]
-		if cluster == w.b.o.Cluster {
-			continue // this cluster's changes are read back directly
-		}
-		r, ok := parseRecord(in.Attributes)
-		if !ok {
-			// A record this release cannot read (a newer writer's, say):
-			// each change of it is caught up, not read.
-			mark := feedMark{epoch: "unreadable " + in.Attributes[attrEpoch] + "/" + in.Attributes[attrSeq]}
-			if w.feeds[cluster] != mark && !baseline {
-				w.clock.CatchUpWanted = true
-			}
-			w.feeds[cluster] = mark
-			continue
-		}
-		prev := w.feeds[cluster]
-		w.feeds[cluster] = feedMark{r.epoch, r.seq}
-		w.lastSeen[cluster] = r.updated
-		if baseline {
-			continue
-		}
-		keys, complete := r.since(prev.epoch, prev.seq)
-		if !complete {
-			w.clock.CatchUpWanted = true
-			continue
-		}
-		for _, key := range keys {
-			w.dirty[key] = time.Time{}
-			w.clock.LastChange = now
-		}
-	}
-	w.feedRev = aws.ToInt64(out.InstancesRevision)
-	w.clock.LastPoll = now
 	return nil
 }
 
@@ -445,155 +317,6 @@ func (w *Watcher) sweep(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// pollOperations reads the instance operations that succeeded since the
-// last successful poll and marks their services for reading. Operations
-// this cluster started name their service; foreign ones are looked up one
-// by one within the lookup budget; past it, they ask for a catch-up.
-func (w *Watcher) pollOperations(ctx context.Context) error {
-	foreign, err := w.operations(ctx)
-	if err != nil {
-		return err
-	}
-	now := w.clock.Now
-	if len(foreign) > 0 {
-		w.clock.LastChange = now
-	}
-	if len(foreign) > 0 && !w.lookups.AllowN(now, len(foreign)) {
-		w.clock.CatchUpWanted = true
-		return nil
-	}
-	for i, id := range foreign {
-		key, err := w.operationKey(ctx, id)
-		if err != nil {
-			// The rest are looked up again by the next poll.
-			for _, id := range foreign[i:] {
-				delete(w.seen, id)
-			}
-			return err
-		}
-		if key != (registry.Key{}) {
-			w.dirty[key] = time.Time{}
-		}
-	}
-	return nil
-}
-
-// operations lists the successful instance operations of the poll window
-// not seen before, marks them seen and the poll done, queues the services
-// of this cluster's own, and returns the foreign ones.
-func (w *Watcher) operations(ctx context.Context) (foreign []string, err error) {
-	now := w.clock.Now
-	from, full := pollFrom(w.clock, w.lastFull, w.opts)
-	pages := sd.NewListOperationsPaginator(w.b.c, &sd.ListOperationsInput{Filters: []types.OperationFilter{
-		{Name: types.OperationFilterNameStatus, Values: []string{string(types.OperationStatusSuccess)}},
-		{Name: types.OperationFilterNameType, Condition: types.FilterConditionIn, Values: []string{
-			string(types.OperationTypeRegisterInstance), string(types.OperationTypeDeregisterInstance)}},
-		{Name: types.OperationFilterNameUpdateDate, Condition: types.FilterConditionBetween, Values: []string{
-			fmt.Sprint(from.Unix()), fmt.Sprint(now.Add(time.Hour).Unix())}},
-	}})
-	var ids []string
-	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, op := range page.Operations {
-			ids = append(ids, aws.ToString(op.Id))
-		}
-	}
-	for _, id := range ids {
-		if _, done := w.seen[id]; done {
-			continue
-		}
-		w.seen[id] = now
-		if key, own := w.b.takeOwnOp(id); own {
-			// Read back, without polling faster: this cluster's own writes
-			// are read back anyway (Backend.reread), and fast polls during
-			// its bulk export would take the budget its writes need.
-			w.dirty[key] = time.Time{}
-			continue
-		}
-		foreign = append(foreign, id)
-	}
-	w.clock.LastPoll = now
-	if full {
-		w.lastFull = now
-	}
-	// An operation seen more than an overlap (and the second the date
-	// filter rounds down to) ago updated before any later window begins:
-	// none lists it again. (A fast poll's own window is shorter: pruning
-	// by it made the next full poll take operations for new; pruning
-	// without the rounding second made this cluster's own operations
-	// come back as foreign ones, a GetOperation each.)
-	for id, t := range w.seen {
-		if now.Sub(t) > w.opts.Overlap+time.Second {
-			delete(w.seen, id)
-		}
-	}
-	// An operation of ours not seen succeed by now failed, or was missed.
-	w.b.expireOwnOps(now.Add(-10 * w.opts.Overlap))
-	return foreign, nil
-}
-
-// operationKey finds the service a foreign operation changed.
-func (w *Watcher) operationKey(ctx context.Context, opID string) (registry.Key, error) {
-	out, err := w.b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(opID)})
-	if err != nil {
-		return registry.Key{}, err
-	}
-	svcID := out.Operation.Targets[string(types.OperationTargetTypeService)]
-	key, known := w.b.keyOf(svcID)
-	if known {
-		return key, nil
-	}
-	if w.elsewhere[svcID] {
-		return registry.Key{}, nil
-	}
-	svc, err := w.b.c.GetService(ctx, &sd.GetServiceInput{Id: aws.String(svcID)})
-	if isNotFound(err) {
-		return registry.Key{}, nil
-	}
-	if err != nil {
-		return registry.Key{}, err
-	}
-	ns, err := w.namespace(ctx, aws.ToString(svc.Service.NamespaceId))
-	if isNotFound(err) {
-		return registry.Key{}, nil
-	}
-	if err != nil {
-		return registry.Key{}, err
-	}
-	if ns.Type != types.NamespaceTypeHttp {
-		// A DNS registration (clustermap's --cloudmap-dns, ECS): its next
-		// operations cost a GetOperation only.
-		if len(w.elsewhere) >= maxElsewhere {
-			clear(w.elsewhere)
-		}
-		w.elsewhere[svcID] = true
-		return registry.Key{}, nil
-	}
-	key = registry.Key{Namespace: aws.ToString(ns.Name), Name: aws.ToString(svc.Service.Name)}
-	w.b.remember(key, svcID)
-	return key, nil
-}
-
-// maxElsewhere bounds the memory of services outside the MCS namespaces.
-const maxElsewhere = 10000
-
-// namespace reads a namespace by id, once: an id names one namespace for
-// good.
-func (w *Watcher) namespace(ctx context.Context, id string) (*types.Namespace, error) {
-	if ns, ok := w.nsByID[id]; ok {
-		return ns, nil
-	}
-	out, err := w.b.c.GetNamespace(ctx, &sd.GetNamespaceInput{Id: aws.String(id)})
-	if err != nil {
-		return nil, err
-	}
-	w.nsByID[id] = out.Namespace
-	return out.Namespace, nil
 }
 
 // fetchDirty reads the services marked changed whose time has come. A
@@ -682,7 +405,7 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
 	}
 	w.propagated(key, instances)
-	exports := slices.DeleteFunc(Decode(key, instances), func(e registry.Export) bool { return w.stale[e.Cluster] })
+	exports := slices.DeleteFunc(Decode(key, instances), func(e registry.Export) bool { return w.feed.dropped(e.Cluster) })
 	if exports == nil {
 		exports = []registry.Export{}
 	}
