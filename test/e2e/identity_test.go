@@ -23,6 +23,8 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -99,7 +101,12 @@ func TestInvalidIdentityExportsNothing(t *testing.T) {
 		return nil
 	})
 	out, err := c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{NamespaceName: aws.String("ident"), ServiceName: aws.String("web")})
-	if err != nil || len(out.Instances) != 2 { // the service record and one endpoint
-		t.Errorf("Cloud Map after the fix: %v, %d instances", err, len(out.Instances))
+	harness.Must(t, err)
+	var records []cloudmap.Instance
+	for _, in := range out.Instances {
+		records = append(records, cloudmap.Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
+	}
+	if exports := cloudmap.Decode(registry.Key{Namespace: "ident", Name: "web"}, records); len(exports) != 1 || len(exports[0].Endpoints) != 1 {
+		t.Errorf("Cloud Map after the fix: %d instances decode to %+v, want one export of one endpoint", len(records), exports)
 	}
 }

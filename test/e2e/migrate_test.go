@@ -31,6 +31,7 @@ import (
 	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -140,15 +141,17 @@ func TestMigrateFromAWSController(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		var ids []string
+		var records []cloudmap.Instance
 		for _, in := range out.Instances {
-			ids = append(ids, aws.ToString(in.InstanceId))
+			records = append(records, cloudmap.Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
 			if strings.HasPrefix(in.Attributes[cloudmap.AttrController], "aws-cloud-map-mcs-controller") {
 				return fmt.Errorf("the AWS controller's record %s is still there", aws.ToString(in.InstanceId))
 			}
 		}
-		if len(ids) != len(ips)+1 {
-			return fmt.Errorf("instances %v, want %d endpoints and the service record", ids, len(ips))
+		// clustermap's records, in whichever format: the endpoints once.
+		exports := cloudmap.Decode(registry.Key{Namespace: ns, Name: "web"}, records)
+		if len(exports) != 1 || exports[0].Foreign || len(exports[0].Endpoints) != len(ips) {
+			return fmt.Errorf("%d instances decode to %+v, want clustermap's export of %d endpoints", len(records), exports, len(ips))
 		}
 		return nil
 	})

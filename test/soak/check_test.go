@@ -19,6 +19,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	"github.com/clustermap/clustermap/internal/registry"
 	cmschema "github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/internal/replication"
 )
@@ -123,6 +124,7 @@ func (f *fleet) view(ctx context.Context, cl client.Client) (*clusterView, error
 
 // instance is one Cloud Map instance, by service.
 type instance struct {
+	id      string
 	service string
 	attrs   map[string]string
 }
@@ -163,7 +165,7 @@ func (f *fleet) cloudMap(ctx context.Context) (map[string][]instance, error) {
 						return nil, err
 					}
 					for _, in := range ipage.Instances {
-						out[key] = append(out[key], instance{service: aws.ToString(s.Name), attrs: in.Attributes})
+						out[key] = append(out[key], instance{id: aws.ToString(in.Id), service: aws.ToString(s.Name), attrs: in.Attributes})
 					}
 				}
 			}
@@ -253,7 +255,37 @@ func (f *fleet) check(ctx context.Context) counts {
 	// endpoint, every ready endpoint registered.
 	registered := map[string]bool{} // kind/name/ip
 	for key, ins := range cm {
-		ns, _, _ := strings.Cut(key, "/")
+		ns, name, _ := strings.Cut(key, "/")
+		if ns == nsMCS {
+			// MCS records, per endpoint or packed: read as an importer does.
+			var records []cmschema.Instance
+			for _, in := range ins {
+				records = append(records, cmschema.Instance{ID: in.id, Attrs: in.attrs})
+			}
+			for _, e := range cmschema.Decode(registry.Key{Namespace: ns, Name: name}, records) {
+				it, ok := byName[name]
+				desc := fmt.Sprintf("%s of cluster %s", key, e.Cluster)
+				if !ok || !live[it] || f.ids[it.cluster] != e.Cluster {
+					c.strayInstances = append(c.strayInstances, desc+" (no live source)")
+					continue
+				}
+				for _, inv := range e.Invalid {
+					c.strayInstances = append(c.strayInstances, fmt.Sprintf("%s record %s: %s", desc, inv.ID, inv.Reason))
+				}
+				var all []string
+				for _, ips := range views[it.cluster].own[it.kind.namespace()+"/"+it.name] {
+					all = append(all, ips...)
+				}
+				for _, ep := range e.Endpoints {
+					if !slices.Contains(all, ep.IP) {
+						c.strayInstances = append(c.strayInstances, fmt.Sprintf("%s endpoint %s (no such endpoint)", desc, ep.IP))
+						continue
+					}
+					registered[string(it.kind)+"/"+it.name+"/"+ep.IP] = true
+				}
+			}
+			continue
+		}
 		for _, in := range ins {
 			var it item
 			var ok bool

@@ -59,8 +59,9 @@ type Options struct {
 
 // Backend is the Cloud Map Registry of one cluster.
 type Backend struct {
-	c *sd.Client
-	o Options
+	c     *sd.Client
+	o     Options
+	owner ownership
 
 	mu sync.Mutex
 	// Cloud Map names namespaces and services by id, or by ARN (refs),
@@ -93,8 +94,12 @@ type ownOp struct {
 
 // New returns the backend for one cluster of a clusterset.
 func New(c *sd.Client, o Options) *Backend {
+	var owner ownership = tagged{c: c, clusterSet: o.ClusterSet}
+	if o.Owner != "" {
+		owner = requested{account: o.Account, token: creatorMark(o.ClusterSet)}
+	}
 	return &Backend{
-		c: c, o: o,
+		c: c, o: o, owner: owner,
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
 		feed: newChangeLog(), unshared: map[string]time.Time{},
@@ -334,16 +339,8 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 	b.mu.Lock()
 	mine := b.created[svcID]
 	b.mu.Unlock()
-	switch {
-	case mine:
-	case b.shared():
-		// No tags in a shared namespace: the creating account and the
-		// creator request id tell.
-		if !b.madeByUs(svc.Service) {
-			return nil
-		}
-	default:
-		if mine, err = b.createdByUs(ctx, svc.Service.Arn); err != nil || !mine {
+	if !mine {
+		if mine, err = b.owner.createdService(ctx, svc.Service); err != nil || !mine {
 			return err
 		}
 	}
@@ -357,9 +354,7 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 		}
 	}
 	b.forget(key)
-	if b.shared() {
-		// A shared namespace is the owner's to delete, and sits in a RAM
-		// share: clustermap leaves it.
+	if !b.owner.deletesNamespaces() {
 		return nil
 	}
 	nsID := aws.ToString(svc.Service.NamespaceId)
@@ -373,7 +368,7 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 	if aws.ToInt32(ns.Namespace.ServiceCount) > 0 {
 		return nil
 	}
-	if mine, err := b.createdByUs(ctx, ns.Namespace.Arn); err != nil || !mine {
+	if mine, err := b.owner.createdNamespace(ctx, ns.Namespace.Arn); err != nil || !mine {
 		return err
 	}
 	b.mu.Lock()
@@ -385,18 +380,6 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 		return nil
 	}
 	return err
-}
-
-func (b *Backend) createdByUs(ctx context.Context, arn *string) (bool, error) {
-	tags, err := cloudmapclient.Tags(ctx, b.c, arn)
-	if err != nil {
-		return false, err
-	}
-	return cloudmapclient.IsMarked(tags) && tags[TagClusterSet] == b.o.ClusterSet, nil
-}
-
-func (b *Backend) tags() []types.Tag {
-	return cloudmapclient.Marked(types.Tag{Key: aws.String(TagClusterSet), Value: aws.String(b.o.ClusterSet)})
 }
 
 // ownInstances lists this cluster's records of a service.
@@ -454,7 +437,7 @@ func (b *Backend) lookUpNamespace(ctx context.Context, name string) (string, err
 	}
 	if id == "" {
 		out, err := b.c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{
-			Name: aws.String(name), Tags: b.tags(),
+			Name: aws.String(name), Tags: tagged{clusterSet: b.o.ClusterSet}.tags(),
 			Description: aws.String("Kubernetes namespace " + name + ", created by clustermap"),
 		})
 		var exists *types.NamespaceAlreadyExists
@@ -501,12 +484,10 @@ func (b *Backend) ensureService(ctx context.Context, nsID string, key registry.K
 		return id, nil
 	}
 	in := &sd.CreateServiceInput{
-		Name: aws.String(key.Name), NamespaceId: aws.String(nsID), Tags: b.tags(),
+		Name: aws.String(key.Name), NamespaceId: aws.String(nsID),
 		Description: aws.String("Kubernetes Service " + key.String() + ", exported by clustermap"),
 	}
-	if b.shared() {
-		in.Tags, in.CreatorRequestId = nil, aws.String(b.creatorMark())
-	}
+	b.owner.mark(in)
 	out, err := b.c.CreateService(ctx, in)
 	var exists *types.ServiceAlreadyExists
 	switch {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
-	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/registry"
 )
@@ -58,18 +57,12 @@ func idOf(ref string) string {
 }
 
 // creatorMark is the CreatorRequestId of the services clustermap creates
-// in a shared namespace for this clusterset, where tags cannot mark them.
-// Being an idempotency token too, a retried create by the same account
-// returns the service it made.
-func (b *Backend) creatorMark() string {
-	sum := sha256.Sum256([]byte(b.o.ClusterSet))
+// in a shared namespace for a clusterset, where tags cannot mark them
+// (ownership.go). Being an idempotency token too, a retried create by the
+// same account returns the service it made.
+func creatorMark(clusterSet string) string {
+	sum := sha256.Sum256([]byte(clusterSet))
 	return "clustermap-" + hex.EncodeToString(sum[:8])
-}
-
-// madeByUs tells whether this account's clustermap created a service for
-// this clusterset: never what another account or tool created.
-func (b *Backend) madeByUs(svc *types.Service) bool {
-	return aws.ToString(svc.CreatedByAccount) == b.o.Account && aws.ToString(svc.CreatorRequestId) == b.creatorMark()
 }
 
 // The change record. Each cluster keeps one instance, named after it, in
