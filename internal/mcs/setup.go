@@ -94,10 +94,13 @@ func Setup(mgr manager.Manager, o Options) error {
 		if o.Registry != nil {
 			reg = o.Registry(id)
 		} else {
-			formats := &cloudmap.Formats{Cluster: id.ClusterID, PerEndpoint: o.PerEndpointRecords, OnChoice: func(c cloudmap.Choice) {
+			formats := &cloudmap.Formats{Cluster: id.ClusterID, PerEndpoint: o.PerEndpointRecords, OnChoice: func(c cloudmap.Choice, switched bool) {
 				o.Log.Info("endpoint record format", "format", c.String())
 				if o.OnRecordFormat != nil {
 					o.OnRecordFormat(c.String())
+				}
+				if !switched {
+					return
 				}
 				select { // every export is written in the new format
 				case republish <- event.GenericEvent{Object: &mcsv1beta1.ServiceExport{}}:

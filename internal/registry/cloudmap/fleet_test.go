@@ -116,7 +116,11 @@ func (f *fleet) startIn(set, cluster string, version int, perEndpoint bool) *mem
 		},
 	}
 	if version == 0 || version >= packedVersion {
-		m.formats = &Formats{Cluster: cluster, PerEndpoint: perEndpoint, OnChoice: func(c Choice) { m.rechoose <- c }}
+		m.formats = &Formats{Cluster: cluster, PerEndpoint: perEndpoint, OnChoice: func(c Choice, switched bool) {
+			if switched {
+				m.rechoose <- c
+			}
+		}}
 		o.Formats = m.formats
 		sink = m.formats.Tap(sink)
 	}

@@ -2,7 +2,8 @@ package cloudmap
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/clustermap/clustermap/internal/registry"
@@ -21,15 +22,25 @@ type Formats struct {
 	Cluster string
 	// PerEndpoint keeps the per-endpoint format whatever the others read.
 	PerEndpoint bool
-	// OnChoice, when set, hears each new choice (for clustermap status).
-	OnChoice func(Choice)
+	// OnChoice, when set, hears each new choice (for clustermap status);
+	// switched says the format itself changed (every export is written
+	// again then), not only why.
+	OnChoice func(c Choice, switched bool)
 
 	mu sync.Mutex
 	// versions is, per service, each other cluster's record format (0 for
-	// another controller's records).
-	versions map[registry.Key]map[string]int
-	synced   bool
-	last     Choice
+	// another controller's records); exporting counts each other cluster's
+	// services, and old its services per format that reads no packed
+	// records: kept as services are told, so that choosing costs one
+	// look per cluster, not per service.
+	versions  map[registry.Key]map[string]int
+	exporting map[string]int
+	old       map[string]map[int]int
+	synced    bool
+	// last is the choice last made; it stands until what it was made
+	// from changes (stale).
+	last  Choice
+	stale bool
 }
 
 // Choice is how this cluster writes its endpoint records, and why.
@@ -59,7 +70,7 @@ func (f *Formats) Tap(sink registry.Sink) registry.Sink {
 		OnUnreadable: sink.Unreadable,
 		OnSynced: func() {
 			f.mu.Lock()
-			f.synced = true
+			f.synced, f.stale = true, true
 			f.mu.Unlock()
 			f.Choose()
 			sink.Synced()
@@ -76,13 +87,16 @@ func (f *Formats) set(key registry.Key, exports []registry.Export) {
 	}
 	f.mu.Lock()
 	if f.versions == nil {
-		f.versions = map[registry.Key]map[string]int{}
+		f.versions, f.exporting, f.old = map[registry.Key]map[string]int{}, map[string]int{}, map[string]map[int]int{}
 	}
+	f.count(f.versions[key], -1)
+	f.count(v, 1)
 	if len(v) == 0 {
 		delete(f.versions, key)
 	} else {
 		f.versions[key] = v
 	}
+	f.stale = true
 	synced := f.synced
 	f.mu.Unlock()
 	if synced {
@@ -90,15 +104,40 @@ func (f *Formats) set(key registry.Key, exports []registry.Export) {
 	}
 }
 
+// count adds (or with -1 takes away) one service's formats by cluster.
+func (f *Formats) count(byCluster map[string]int, by int) {
+	for cluster, v := range byCluster {
+		if f.exporting[cluster] += by; f.exporting[cluster] == 0 {
+			delete(f.exporting, cluster)
+		}
+		if v >= packedVersion {
+			continue
+		}
+		if f.old[cluster] == nil {
+			f.old[cluster] = map[int]int{}
+		}
+		if f.old[cluster][v] += by; f.old[cluster][v] == 0 {
+			delete(f.old[cluster], v)
+		}
+		if len(f.old[cluster]) == 0 {
+			delete(f.old, cluster)
+		}
+	}
+}
+
 // Choose says how to write endpoint records now.
 func (f *Formats) Choose() Choice {
 	f.mu.Lock()
-	c := f.choose()
+	c := f.last
+	if f.stale || c.Why == "" {
+		c = f.choose()
+	}
 	changed := c != f.last
-	f.last = c
+	switched := c.Packed != f.last.Packed || c.Known != f.last.Known
+	f.last, f.stale = c, false
 	f.mu.Unlock()
 	if changed && f.OnChoice != nil {
-		f.OnChoice(c)
+		f.OnChoice(c, switched)
 	}
 	return c
 }
@@ -110,26 +149,14 @@ func (f *Formats) choose() Choice {
 	if !f.synced {
 		return Choice{Why: "the registry is not read yet: each export keeps the format it has"}
 	}
-	oldest := map[string]int{}
-	for _, byCluster := range f.versions {
-		for cluster, v := range byCluster {
-			if old, ok := oldest[cluster]; !ok || v < old {
-				oldest[cluster] = v
-			}
-		}
-	}
-	clusters := make([]string, 0, len(oldest))
-	for c := range oldest {
-		clusters = append(clusters, c)
-	}
-	sort.Strings(clusters)
-	for _, c := range clusters {
-		switch v := oldest[c]; {
-		case v == 0:
+	if len(f.old) > 0 {
+		// The first by name, in its oldest format: one to name.
+		c := slices.Sorted(maps.Keys(f.old))[0]
+		v := slices.Min(slices.Collect(maps.Keys(f.old[c])))
+		if v == 0 {
 			return Choice{Known: true, Why: fmt.Sprintf("cluster %s writes another controller's records (the AWS Cloud Map MCS controller?), which read only per-endpoint records", c)}
-		case v < packedVersion:
-			return Choice{Known: true, Why: fmt.Sprintf("cluster %s writes record format %d (an older clustermap), which reads only per-endpoint records", c, v)}
 		}
+		return Choice{Known: true, Why: fmt.Sprintf("cluster %s writes record format %d (an older clustermap), which reads only per-endpoint records", c, v)}
 	}
-	return Choice{Packed: true, Known: true, Why: fmt.Sprintf("every other cluster that exports (%d) reads packed records", len(clusters))}
+	return Choice{Packed: true, Known: true, Why: fmt.Sprintf("every other cluster that exports (%d) reads packed records", len(f.exporting))}
 }
