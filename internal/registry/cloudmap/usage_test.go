@@ -24,11 +24,11 @@ func TestUsage(t *testing.T) {
 		have, want int
 		refused    string
 	}{
-		{cart, 100, 300, ""},                                // 900
-		{cart, 100, 401, "would hold 1001 instances"},       // past the service quota
-		{cart, 0, 1001, "would hold 1701 instances"},        // alone past it, whatever was read
-		{web, 0, 199, ""},                                   // namespace at 1,499
-		{web, 0, 201, "namespace shop would hold 1501"},     // past the namespace quota
+		{cart, 100, 300, ""},                            // 900
+		{cart, 100, 401, "would hold 1001 instances"},   // past the service quota
+		{cart, 0, 1001, "would hold 1701 instances"},    // alone past it, whatever was read
+		{web, 0, 199, ""},                               // namespace at 1,499
+		{web, 0, 201, "namespace shop would hold 1501"}, // past the namespace quota
 		{registry.Key{Namespace: "other", Name: "x"}, 0, 900, ""},
 	} {
 		why := u.fits("us-east-1", c.key, c.have, c.want)
