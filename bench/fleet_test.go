@@ -177,7 +177,7 @@ func BenchmarkFleet(b *testing.B) {
 	// bulk export is timed to its last import in the 49 others.
 	seedStart := time.Now()
 	publishAll(ctx, b, s, ms[:len(ms)-1], 0)
-	b.Logf("%d clusters published %d services each in %v", len(ms)-1, s.services, time.Since(seedStart).Round(time.Second))
+	fmt.Printf("fleet: %d clusters published %d services each in %v\n", len(ms)-1, s.services, time.Since(seedStart).Round(time.Second))
 	last := len(ms) - 1
 	lastName := fmt.Sprintf("cluster-%02d", last)
 	bulkStart := time.Now()
@@ -185,6 +185,7 @@ func BenchmarkFleet(b *testing.B) {
 	published := time.Since(bulkStart)
 	bulkDone := waitHeard(b, s, ms[:last], lastName, 0, 15*time.Minute)
 	bulk := bulkDone.Sub(bulkStart)
+	fmt.Printf("fleet: %s's bulk export imported everywhere in %v\n", lastName, bulk.Round(100*time.Millisecond))
 
 	// Idle: every cluster's calls over a window, once the bulk settled.
 	window := time.Minute
