@@ -182,6 +182,16 @@ func (w *Watcher) Start(ctx context.Context) error {
 		case <-time.After(nextWait(w.clock, w.opts)):
 		case key := <-w.b.changed:
 			w.dirty[key] = time.Time{}
+			// A bulk export queues many: all are read in the next pass,
+			// not one pass (and one poll) each.
+			for more := true; more; {
+				select {
+				case key := <-w.b.changed:
+					w.dirty[key] = time.Time{}
+				default:
+					more = false
+				}
+			}
 		case key := <-w.b.checks:
 			w.check(key)
 		}
