@@ -274,3 +274,19 @@ func TestPackedRecordsAreChecked(t *testing.T) {
 func canonical(eps []registry.Endpoint) []registry.Endpoint {
 	return dedupe(append([]registry.Endpoint(nil), eps...))
 }
+
+// Chunks read before their service record (both are written at once)
+// still say their writer reads packed records: the format choice never
+// takes such a cluster for another controller.
+func TestChunksAloneSayPackedFormat(t *testing.T) {
+	e := fleetExport("c1", 2000, true, threePorts...)
+	enc, err := EncodePacked(e, "clustermap test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(enc, ServiceRecordID("set", "c1"))
+	got := Decode(e.Key, instancesOf(enc))
+	if len(got) != 1 || got[0].RecordVersion < packedVersion || len(got[0].Endpoints) != len(e.Endpoints) {
+		t.Fatalf("chunks alone decode to format %d with %d endpoints", got[0].RecordVersion, len(got[0].Endpoints))
+	}
+}

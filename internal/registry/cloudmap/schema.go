@@ -341,6 +341,12 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) []registry.
 				e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
 			}
 		}
+		if a[AttrRecord] == chunkRecord && e.RecordVersion == 0 {
+			// A chunk read before its service record (they are written
+			// at once) still says which format its writer reads: never
+			// another controller's.
+			e.RecordVersion = packedVersion
+		}
 		if a[AttrRecord] == recordValue || a[AttrRecord] == chunkRecord {
 			e.Endpoints = append(e.Endpoints, decodePacked(e, in)...)
 			continue
