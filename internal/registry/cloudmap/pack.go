@@ -436,6 +436,9 @@ func planChunks(es []entry, prev map[string]int, room func(n int) int) (map[int]
 		}
 	}
 	for n, c := range chunks {
+		if fits(n, c) {
+			continue // the common case, in one try
+		}
 		// Outgrown (an entry gained ports, the service record labels):
 		// it keeps what fits.
 		k := fitting(len(c), func(k int) bool { return fits(n, c[:k]) })
@@ -443,22 +446,30 @@ func planChunks(es []entry, prev map[string]int, room func(n int) int) (map[int]
 		chunks[n] = c[:k]
 	}
 	sortEntries(pending)
-	if err := fill(chunks, pending, fits); err != nil {
+	if err := fill(chunks, pending, fits, 0); err != nil {
 		return nil, err
 	}
 	if len(chunks) >= 3 {
+		// Packed afresh only if that takes at most half the chunks: the
+		// packing stops as soon as it would take more.
 		fresh := map[int][]entry{}
-		if err := fill(fresh, es, fits); err == nil && 2*len(fresh) <= len(chunks) {
+		if err := fill(fresh, es, fits, len(chunks)/2); err == nil {
 			return fresh, nil
 		}
 	}
 	return chunks, nil
 }
 
+var errTooMany = errors.New("more chunks than wanted")
+
 // fill adds pending entries to the first chunks with room, opening chunks
-// as needed; empty chunks are dropped.
-func fill(chunks map[int][]entry, pending []entry, fits func(int, []entry) bool) error {
+// as needed; empty chunks are dropped. With most > 0, it gives up
+// (errTooMany) rather than open chunk most+1.
+func fill(chunks map[int][]entry, pending []entry, fits func(int, []entry) bool, most int) error {
 	for n := 1; len(pending) > 0; n++ {
+		if most > 0 && n > most {
+			return errTooMany
+		}
 		if n > MaxInstances {
 			return &LimitError{Reason: fmt.Sprintf("endpoint %s does not fit a Cloud Map instance alone (its ports and names exceed %d characters)", pending[0].addr, maxAttrsLength)}
 		}
