@@ -159,9 +159,16 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	if version == 0 {
 		version = RecordVersion
 	}
-	desired, err := Encode(e, b.o.Controller, version)
-	var limit *LimitError
-	if err != nil && !(errors.As(err, &limit) && b.mayPack(version)) {
+	// The format is known once this cluster's records are read: what no
+	// format can hold (the service record's limits) is refused before.
+	var desired map[string]Attrs
+	var err error
+	if b.mayPack(version) {
+		_, err = serviceRecord(e, b.o.Controller, version)
+	} else {
+		desired, err = Encode(e, b.o.Controller, version)
+	}
+	if err != nil {
 		return err
 	}
 	nsID, err := b.ensureNamespace(ctx, e.Namespace)
@@ -176,12 +183,14 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	if err != nil {
 		return err
 	}
-	if b.packs(version, current) {
-		if desired, err = EncodePacked(e, b.o.Controller, current); err != nil {
-			return err
-		}
-	} else if limit != nil {
-		return limit
+	switch {
+	case b.packs(version, current):
+		desired, err = EncodePacked(e, b.o.Controller, current)
+	case desired == nil:
+		desired, err = Encode(e, b.o.Controller, version)
+	}
+	if err != nil {
+		return err
 	}
 	if len(desired) > len(current) {
 		// Refused before anything is written: never a cluster half
