@@ -90,22 +90,43 @@ type Fullest struct {
 	NamespaceInstances int
 }
 
+// namespaceUse is one namespace's instances, and its fullest service's.
+type namespaceUse struct {
+	instances        int
+	fullest          registry.Key
+	fullestInstances int
+}
+
+// byNamespace is each Region's instances by namespace; callers hold u.mu.
+func (u *Usage) byNamespace() map[string]map[string]namespaceUse {
+	out := map[string]map[string]namespaceUse{}
+	for region, byKey := range u.counts {
+		ns := map[string]namespaceUse{}
+		for k, n := range byKey {
+			use := ns[k.Namespace]
+			use.instances += n
+			if n > use.fullestInstances {
+				use.fullest, use.fullestInstances = k, n
+			}
+			ns[k.Namespace] = use
+		}
+		out[region] = ns
+	}
+	return out
+}
+
 func (u *Usage) fullest() map[string]Fullest {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := map[string]Fullest{}
-	for region, byKey := range u.counts {
+	for region, ns := range u.byNamespace() {
 		var f Fullest
-		ns := map[string]int{}
-		for k, n := range byKey {
-			ns[k.Namespace] += n
-			if n > f.ServiceInstances {
-				f.Service, f.ServiceInstances = k, n
+		for name, use := range ns {
+			if use.fullestInstances > f.ServiceInstances {
+				f.Service, f.ServiceInstances = use.fullest, use.fullestInstances
 			}
-		}
-		for name, n := range ns {
-			if n > f.NamespaceInstances {
-				f.Namespace, f.NamespaceInstances = name, n
+			if use.instances > f.NamespaceInstances {
+				f.Namespace, f.NamespaceInstances = name, use.instances
 			}
 		}
 		out[region] = f
@@ -148,19 +169,10 @@ func (u *Usage) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(quotaDesc, prometheus.GaugeValue, float64(u.NamespaceQuota), "namespace")
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for region, byKey := range u.counts {
-		ns := map[string]int{}
-		top := map[string]registry.Key{}
-		for k, n := range byKey {
-			ns[k.Namespace] += n
-			if t, ok := top[k.Namespace]; !ok || n > byKey[t] {
-				top[k.Namespace] = k
-			}
-		}
-		for name, n := range ns {
-			ch <- prometheus.MustNewConstMetric(namespaceInstancesDesc, prometheus.GaugeValue, float64(n), region, name)
-			k := top[name]
-			ch <- prometheus.MustNewConstMetric(serviceInstancesDesc, prometheus.GaugeValue, float64(byKey[k]), region, name, k.Name)
+	for region, ns := range u.byNamespace() {
+		for name, use := range ns {
+			ch <- prometheus.MustNewConstMetric(namespaceInstancesDesc, prometheus.GaugeValue, float64(use.instances), region, name)
+			ch <- prometheus.MustNewConstMetric(serviceInstancesDesc, prometheus.GaugeValue, float64(use.fullestInstances), region, name, use.fullest.Name)
 		}
 	}
 }
