@@ -5,7 +5,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"sort"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
@@ -140,20 +140,13 @@ func BenchmarkFleet(b *testing.B) {
 	s := shape(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	defer func() { api.Close(); srv.Close() }()
+	srv := cloudmaptest.Start(b, cloudmaplocal.Options{})
 	var ms []*fleetMember
 	for c := range s.clusters {
 		m := &fleetMember{calls: &cloudmapclient.Calls{}, seen: map[registry.Key]map[string]int{}, heard: map[string]time.Time{}}
-		cl, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
-			QPS: 20, Burst: 40, DataQPS: 200, DataBurst: 400, OnCall: m.calls.Record})
-		if err != nil {
-			b.Fatal(err)
-		}
+		co := srv.Shipped()
+		co.OnCall = m.calls.Record
+		cl := srv.Client(b, co)
 		name := fmt.Sprintf("cluster-%02d", c)
 		formats := &cloudmap.Formats{Cluster: name}
 		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: "fleet", Cluster: name, Controller: "clustermap bench", Log: logr.Discard(), Formats: formats, Usage: cloudmap.NewUsage(0)})
@@ -190,6 +183,7 @@ func BenchmarkFleet(b *testing.B) {
 	// Idle: every cluster's calls over a window, once the bulk settled.
 	window := time.Minute
 	if v := os.Getenv("CLUSTERMAP_BENCH_WINDOW"); v != "" {
+		var err error
 		if window, err = time.ParseDuration(v); err != nil {
 			b.Fatal(err)
 		}
@@ -235,7 +229,7 @@ func BenchmarkFleet(b *testing.B) {
 	}
 
 	// Instances against the quotas, as Cloud Map holds them.
-	perService, perNamespace := instanceUsage(ctx, b, api.URL, s)
+	perService, perNamespace := instanceUsage(ctx, b, srv, s)
 	fmt.Printf("Fleet at the shipped defaults (each cluster 20 control-plane + 200 Discover* calls/s, 1.5 s poll, packed records), %d clusters x %d services over %d namespaces, one emulator with quotas and data-plane limits on, %d cores:\n",
 		s.clusters, s.services, s.namespaces, runtimeCores())
 	fmt.Printf("  one cluster's bulk export of %d services: written in %v, imported by all %d others in %v\n", s.services, published.Round(100*time.Millisecond), last, bulk.Round(100*time.Millisecond))
@@ -350,11 +344,8 @@ func sortedKeys(m map[string]float64) []string {
 
 // instanceUsage reads Cloud Map's instances: the fullest service's and
 // the fullest namespace's.
-func instanceUsage(ctx context.Context, b *testing.B, url string, s fleetShape) (perService, perNamespace int) {
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-	if err != nil {
-		b.Fatal(err)
-	}
+func instanceUsage(ctx context.Context, b *testing.B, srv *cloudmaptest.Emulator, s fleetShape) (perService, perNamespace int) {
+	c := srv.Client(b, cloudmapclient.Options{})
 	ns := map[string]int{}
 	for i := range s.services {
 		k := s.key(i)

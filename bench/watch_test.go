@@ -5,7 +5,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -26,7 +25,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
-	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
@@ -48,16 +47,8 @@ func BenchmarkWatcherStorm(b *testing.B) {
 	const ours, foreign, window = 1000, 1000, 10
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{MaxInstancesPerNamespace: 100000})
-	if err != nil {
-		b.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	defer func() { api.Close(); srv.Close() }()
-	setup, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-	if err != nil {
-		b.Fatal(err)
-	}
+	srv := cloudmaptest.Start(b, cloudmaplocal.Options{MaxInstancesPerNamespace: 100000})
+	setup := srv.Client(b, cloudmapclient.Options{})
 	populate := func(nsPrefix, set string, n, perNS int) {
 		for i := 0; i < n; i++ {
 			if i%perNS == 0 {
@@ -90,12 +81,9 @@ func BenchmarkWatcherStorm(b *testing.B) {
 	populate("theirs", "another-set", foreign, 100)
 
 	calls := &cloudmapclient.Calls{}
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
-		QPS: controller.DefaultCloudMapQPS, Burst: controller.DefaultCloudMapBurst,
-		DataQPS: controller.DefaultCloudMapDataQPS, DataBurst: controller.DefaultCloudMapDataBurst, OnCall: calls.Record})
-	if err != nil {
-		b.Fatal(err)
-	}
+	co := srv.Shipped()
+	co.OnCall = calls.Record
+	c := srv.Client(b, co)
 	synced := make(chan struct{})
 	var heard sync.Map
 	reg := cloudmap.New(c, cloudmap.Options{ClusterSet: "set", Cluster: "c2", Controller: "bench", Log: logr.Discard(), Watch: cloudmap.WatchOptions{SweepInterval: 4 * time.Minute}})

@@ -60,6 +60,17 @@ type Options struct {
 	CallTimeout time.Duration
 }
 
+// Shipped call budgets, per controller. Control-plane limits are
+// unpublished: 20 calls/s is the conservative default. Data-plane
+// (Discover*) limits are 1,000 and 3,000 calls/s per account: 200/s leaves
+// room for five clusters at full speed.
+const (
+	DefaultQPS       = 20
+	DefaultBurst     = 40
+	DefaultDataQPS   = 200
+	DefaultDataBurst = 400
+)
+
 // DefaultCallTimeout bounds one attempt of a Cloud Map call: they answer in
 // well under a second, and a hung connection must not stall the change
 // feed or an export for good (the standard retryer tries again).

@@ -18,24 +18,16 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 )
 
 // Discover* calls have a budget of their own: a control-plane budget spent
 // to the last token does not hold them up.
 func TestDataPlaneCallsHaveTheirOwnBudget(t *testing.T) {
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	api := httptest.NewServer(srv.Handler())
-	defer api.Close()
+	api := cloudmaptest.Start(t, cloudmaplocal.Options{})
 	ctx := context.Background()
 	// One control-plane call every 100 s; data-plane calls unlimited.
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials, QPS: 0.01, Burst: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := api.Client(t, cloudmapclient.Options{QPS: 0.01, Burst: 1})
 	if _, err := c.ListNamespaces(ctx, &sd.ListNamespacesInput{}); err != nil {
 		t.Fatal(err) // spends the only token
 	}
@@ -127,13 +119,7 @@ func TestRegionFromInstanceMetadata(t *testing.T) {
 // stand-in instance metadata service) signs, and the emulator, told to
 // accept only that role's key, takes the calls.
 func TestCustomEndpointKeepsTheCredentialChain(t *testing.T) {
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{Credentials: map[string]string{"AKIDINSTANCEROLE": "role-secret"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	api := httptest.NewServer(srv.Handler())
-	defer api.Close()
+	api := cloudmaptest.Start(t, cloudmaplocal.Options{Credentials: map[string]string{"AKIDINSTANCEROLE": "role-secret"}})
 	imds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/latest/api/token":
@@ -169,15 +155,9 @@ func TestCustomEndpointKeepsTheCredentialChain(t *testing.T) {
 // The account the credentials belong to comes from STS GetCallerIdentity,
 // asked at the custom endpoint like Cloud Map, signed (the emulator checks).
 func TestCallerAccount(t *testing.T) {
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{
+	api := cloudmaptest.Start(t, cloudmaplocal.Options{
 		Credentials: map[string]string{"AKIDMEMBER": "s"}, Accounts: map[string]string{"AKIDMEMBER": "222222222222"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	api := httptest.NewServer(srv.Handler())
-	defer api.Close()
 	account, err := cloudmapclient.CallerAccount(context.Background(), cloudmapclient.Options{
 		Endpoint: api.URL, Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDMEMBER", "s", ""),
 	})

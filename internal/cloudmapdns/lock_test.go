@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 )
 
 // memLocks is a LockStore in memory; before runs ahead of each call, so a
@@ -232,20 +232,9 @@ func TestOwners(t *testing.T) {
 // namespace, name; newClient makes an SDK client of it.
 func emulator(t *testing.T, name string) (newClient func() *sd.Client, nsID string) {
 	t.Helper()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	t.Cleanup(api.Close)
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
 	ctx := context.Background()
-	newClient = func() *sd.Client {
-		c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	newClient = func() *sd.Client { return srv.Client(t, cloudmapclient.Options{}) }
 	setup := newClient()
 	op, err := setup.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String(name), Vpc: aws.String("vpc-1")})
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,25 +17,14 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 )
 
 // emulator starts a server on loopback and a real SDK client for it.
 func emulator(t testing.TB, opts cloudmaplocal.Options, co cloudmapclient.Options) (*cloudmaplocal.Server, *sd.Client, string) {
 	t.Helper()
-	srv, err := cloudmaplocal.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { api.Close(); srv.Close() })
-	co.Endpoint = api.URL
-	co.Region = "us-east-1"
-	co.Credentials = cloudmapclient.LocalCredentials
-	c, err := cloudmapclient.New(context.Background(), co)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv, c, api.URL
+	e := cloudmaptest.Start(t, opts)
+	return e.Server, e.Client(t, co), e.URL
 }
 
 // wantErr asserts err is the model error code.

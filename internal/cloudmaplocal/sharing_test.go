@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 )
 
 const (
@@ -35,13 +35,8 @@ const (
 func accountsEmulator(t *testing.T, opts cloudmaplocal.Options) (*cloudmaplocal.Server, string) {
 	t.Helper()
 	opts.Accounts = map[string]string{"AKIDOWNER": ownerAcct, "AKIDCONSUMER": consumerAcct, "AKIDSTRANGER": strangerAcct}
-	srv, err := cloudmaplocal.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { api.Close(); srv.Close() })
-	return srv, api.URL
+	e := cloudmaptest.Start(t, opts)
+	return e.Server, e.URL
 }
 
 // clientAs is a real SDK client signing with an account's key for a Region.

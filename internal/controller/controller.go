@@ -178,15 +178,12 @@ func outsideCluster() bool {
 
 var setRootLogger sync.Once
 
-// Shipped Cloud Map call budgets, per controller. Control-plane limits are
-// unpublished: 20 calls/s is the conservative default. Data-plane
-// (Discover*) limits are 1,000 and 3,000 calls/s per account: 200/s leaves
-// room for five clusters at full speed.
+// Shipped Cloud Map call budgets, per controller (cloudmapclient says why).
 const (
-	DefaultCloudMapQPS       = 20
-	DefaultCloudMapBurst     = 40
-	DefaultCloudMapDataQPS   = 200
-	DefaultCloudMapDataBurst = 400
+	DefaultCloudMapQPS       = cloudmapclient.DefaultQPS
+	DefaultCloudMapBurst     = cloudmapclient.DefaultBurst
+	DefaultCloudMapDataQPS   = cloudmapclient.DefaultDataQPS
+	DefaultCloudMapDataBurst = cloudmapclient.DefaultDataBurst
 )
 
 func restConfig(o Options) (*rest.Config, error) {

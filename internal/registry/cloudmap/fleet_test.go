@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/registrytest"
 )
@@ -25,19 +25,12 @@ import (
 // shipped call budgets, its format choice, and what its watch told.
 type fleet struct {
 	t   *testing.T
-	url string
-	srv *cloudmaplocal.Server
+	srv *cloudmaptest.Emulator
 }
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { api.Close(); srv.Close() })
-	return &fleet{t: t, url: api.URL, srv: srv}
+	return &fleet{t: t, srv: cloudmaptest.Start(t, cloudmaplocal.Options{})}
 }
 
 type member struct {
@@ -90,11 +83,9 @@ func (f *fleet) startIn(set, cluster string, version int, perEndpoint bool) *mem
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(cancel)
 	m := &member{calls: &cloudmapclient.Calls{}, stop: cancel, heard: map[registry.Key][]registry.Export{}, rechoose: make(chan Choice, 16)}
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: f.url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
-		QPS: 20, Burst: 40, DataQPS: 200, DataBurst: 400, OnCall: m.calls.Record})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	co := f.srv.Shipped()
+	co.OnCall = m.calls.Record
+	c := f.srv.Client(f.t, co)
 	o := Options{ClusterSet: set, Cluster: cluster, Controller: "clustermap test", Log: logr.Discard(), RecordVersion: version, Usage: NewUsage(0)}
 	var sink registry.Sink = registry.SinkFuncs{
 		OnSet: func(key registry.Key, e []registry.Export) {
@@ -159,11 +150,7 @@ func (m *member) endpoints(key registry.Key) map[string]int {
 // instances counts what Cloud Map holds in a service, by cluster.
 func (f *fleet) instances(key registry.Key) map[string]int {
 	f.t.Helper()
-	c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: f.url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	out, err := c.DiscoverInstances(context.Background(), &sd.DiscoverInstancesInput{NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), MaxResults: aws.Int32(MaxInstances)})
+	out, err := f.srv.Client(f.t, cloudmapclient.Options{}).DiscoverInstances(context.Background(), &sd.DiscoverInstancesInput{NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), MaxResults: aws.Int32(MaxInstances)})
 	if err != nil {
 		f.t.Fatal(err)
 	}

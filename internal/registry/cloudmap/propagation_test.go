@@ -2,15 +2,14 @@ package cloudmap_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 
-	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
@@ -21,17 +20,9 @@ import (
 func TestPropagationIsMeasuredFromTheExportersWrite(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	defer func() { api.Close(); srv.Close() }()
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
 	backend := func(cluster string, onPropagation func(time.Duration)) *cloudmap.Backend {
-		c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := srv.Client(t, srv.Shipped())
 		return cloudmap.New(c, cloudmap.Options{ClusterSet: "set", Cluster: cluster, Controller: "test", Log: logr.Discard(), OnPropagation: onPropagation})
 	}
 	web, api2 := registry.Key{Namespace: "demo", Name: "web"}, registry.Key{Namespace: "demo", Name: "api"}

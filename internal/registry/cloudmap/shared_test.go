@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
@@ -40,16 +40,13 @@ type member struct {
 	staleEvents []string
 }
 
-func newMember(t *testing.T, ctx context.Context, url, key, account, cluster string, opts ...cloudmap.WatchOptions) *member {
+func newMember(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, key, account, cluster string, opts ...cloudmap.WatchOptions) *member {
 	t.Helper()
 	m := &member{calls: &cloudmapclient.Calls{}, heard: map[registry.Key][]registry.Export{}}
-	var err error
-	m.c, err = cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: url, Region: "us-east-1",
-		Credentials: credentials.NewStaticCredentialsProvider(key, "s", ""),
-		QPS:         20, Burst: 40, DataQPS: 200, DataBurst: 400, OnCall: m.calls.Record})
-	if err != nil {
-		t.Fatal(err)
-	}
+	co := srv.Shipped()
+	co.Credentials = credentials.NewStaticCredentialsProvider(key, "s", "")
+	co.OnCall = m.calls.Record
+	m.c = srv.Client(t, co)
 	o := cloudmap.Options{ClusterSet: "set", Cluster: cluster, Controller: "test", Log: logr.Discard(), Owner: ownerAccount, Account: account,
 		OnStale: func(cluster string, _ time.Time, stale bool) {
 			m.mu.Lock()
@@ -112,20 +109,14 @@ func namespaceARN(t *testing.T, c *sd.Client, name string) string {
 }
 
 // accountsEmulator serves an owner and a member account.
-func accountsEmulator(t *testing.T) (*cloudmaplocal.Server, string) {
+func accountsEmulator(t *testing.T) *cloudmaptest.Emulator {
 	t.Helper()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { api.Close(); srv.Close() })
-	return srv, api.URL
+	return cloudmaptest.Start(t, cloudmaplocal.Options{Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount}})
 }
 
 // shareWithMember waits for the namespaces the owner's first export makes
 // (apps and the change records') and shares them with the member account.
-func shareWithMember(t *testing.T, srv *cloudmaplocal.Server, owner *member) {
+func shareWithMember(t *testing.T, srv *cloudmaptest.Emulator, owner *member) {
 	t.Helper()
 	waitUntil(t, "the owner's change record", func() bool {
 		ns, _ := cloudmapclient.FindOwnedNamespace(context.Background(), owner.c, cloudmap.ChangesNamespace("set"), types.NamespaceTypeHttp, ownerAccount)
@@ -145,9 +136,9 @@ func shareWithMember(t *testing.T, srv *cloudmaplocal.Server, owner *member) {
 func TestClusterSetAcrossAccounts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, url := accountsEmulator(t)
-	east := newMember(t, ctx, url, "AKIDOWNER", ownerAccount, "east")
-	west := newMember(t, ctx, url, "AKIDMEMBER", memberAccount, "west")
+	srv := accountsEmulator(t)
+	east := newMember(t, ctx, srv, "AKIDOWNER", ownerAccount, "east")
+	west := newMember(t, ctx, srv, "AKIDMEMBER", memberAccount, "west")
 	web := registry.Key{Namespace: "apps", Name: "web"}
 	api2 := registry.Key{Namespace: "apps", Name: "api"}
 
@@ -230,7 +221,7 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 func TestStaleClusterExpiry(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, url := accountsEmulator(t)
+	srv := accountsEmulator(t)
 	opts := cloudmap.WatchOptions{Heartbeat: time.Second, StaleAfter: 8 * time.Second}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
@@ -238,9 +229,9 @@ func TestStaleClusterExpiry(t *testing.T) {
 	if err := (cloudmap.WatchOptions{StaleAfter: time.Minute}).Validate(); err == nil {
 		t.Error("an expiry under three shipped heartbeats (10 min) was accepted")
 	}
-	east := newMember(t, ctx, url, "AKIDOWNER", ownerAccount, "east", opts)
+	east := newMember(t, ctx, srv, "AKIDOWNER", ownerAccount, "east", opts)
 	westCtx, stopWest := context.WithCancel(ctx)
-	west := newMember(t, westCtx, url, "AKIDMEMBER", memberAccount, "west", opts)
+	west := newMember(t, westCtx, srv, "AKIDMEMBER", memberAccount, "west", opts)
 	web := registry.Key{Namespace: "apps", Name: "web"}
 	if err := east.b.Publish(ctx, export("east", web, "10.1.0.1")); err != nil {
 		t.Fatal(err)
@@ -253,7 +244,7 @@ func TestStaleClusterExpiry(t *testing.T) {
 	stopWest()
 	waitUntil(t, "the member's exports dropped", func() bool { return slices.Equal(east.clusters(web), []string{"east"}) })
 	// It comes back (a new writer) and writes again.
-	west = newMember(t, ctx, url, "AKIDMEMBER", memberAccount, "west", opts)
+	west = newMember(t, ctx, srv, "AKIDMEMBER", memberAccount, "west", opts)
 	waitUntil(t, "the member's export again", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
 	waitUntil(t, "the owner imports both again", func() bool { return len(east.clusters(web)) == 2 })
 	east.mu.Lock()

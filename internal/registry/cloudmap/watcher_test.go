@@ -3,7 +3,6 @@ package cloudmap_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 )
@@ -22,7 +22,7 @@ import (
 // watched is an emulator with services of this clusterset and of another,
 // and a watcher at the shipped call budgets reading it.
 type watched struct {
-	srv   *cloudmaplocal.Server
+	srv   *cloudmaptest.Emulator
 	setup *sd.Client
 	calls *cloudmapclient.Calls
 	mu    sync.Mutex
@@ -33,33 +33,18 @@ type watched struct {
 func newWatched(t *testing.T, ours, foreign int) *watched {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { api.Close(); srv.Close() })
-	setup, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: api.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+	setup := srv.Client(t, cloudmapclient.Options{})
 	w := &watched{srv: srv, setup: setup, calls: &cloudmapclient.Calls{}, heard: map[registry.Key][]registry.Export{}, svcs: map[registry.Key]string{}}
 	for ns, n := range map[string]int{"ours": ours, "theirs": foreign} {
-		op, err := setup.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(ns)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := cloudmapclient.WaitOperation(ctx, setup, op.OperationId)
-		if err != nil {
-			t.Fatal(err)
-		}
+		nsID := cloudmaptest.Namespace(t, setup, ns)
 		set := "set"
 		if ns == "theirs" {
 			set = "another-set"
 		}
 		for i := 0; i < n; i++ {
 			key := registry.Key{Namespace: ns, Name: fmt.Sprintf("svc-%d", i)}
-			s, err := setup.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(key.Name), NamespaceId: aws.String(o.Targets["NAMESPACE"])})
+			s, err := setup.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(key.Name), NamespaceId: aws.String(nsID)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,15 +68,13 @@ func (w *watched) register(t *testing.T, key registry.Key, set, ip string) {
 
 // start runs a watcher for cluster c2 of clusterset "set", at the shipped
 // budgets, and waits for its first sync.
-func (w *watched) start(t *testing.T, endpoint string) *cloudmap.Backend {
+func (w *watched) start(t *testing.T) *cloudmap.Backend {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: endpoint, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
-		QPS: 20, Burst: 40, DataQPS: 200, DataBurst: 400, OnCall: w.calls.Record})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := w.srv.Shipped()
+	o.OnCall = w.calls.Record
+	c := w.srv.Client(t, o)
 	synced := make(chan struct{})
 	b := cloudmap.New(c, cloudmap.Options{ClusterSet: "set", Cluster: "c2", Controller: "test", Log: logr.Discard()})
 	go func() {
@@ -119,9 +102,7 @@ func (w *watched) start(t *testing.T, endpoint string) *cloudmap.Backend {
 // nothing more.
 func TestCheckReadsAnUnlistedImportAsKnown(t *testing.T) {
 	w := newWatched(t, 2, 0)
-	api := httptest.NewServer(w.srv.Handler())
-	defer api.Close()
-	b := w.start(t, api.URL)
+	b := w.start(t)
 	w.settle(t)
 	gone, nowhere, listed := registry.Key{Namespace: "ours", Name: "gone"}, registry.Key{Namespace: "nowhere", Name: "x"}, registry.Key{Namespace: "ours", Name: "svc-0"}
 	before := w.calls.Snapshot()
@@ -196,9 +177,7 @@ func diff(before, after map[string]float64) map[string]float64 {
 // it again).
 func TestOutageIsReadBackNotRereadEverything(t *testing.T) {
 	w := newWatched(t, 150, 150)
-	api := httptest.NewServer(w.srv.Handler())
-	defer api.Close()
-	w.start(t, api.URL)
+	w.start(t)
 	w.settle(t)
 	w.srv.SetFaults(cloudmaplocal.Faults{Outage: true})
 	time.Sleep(15 * time.Second) // longer than the 10 s overlap
@@ -224,9 +203,7 @@ func TestOutageIsReadBackNotRereadEverything(t *testing.T) {
 // tried again: the change feed goes on (it stalled for good before).
 func TestHungCallsDoNotStallTheFeed(t *testing.T) {
 	w := newWatched(t, 5, 0)
-	api := httptest.NewServer(w.srv.Handler())
-	defer api.Close()
-	w.start(t, api.URL)
+	w.start(t)
 	w.settle(t)
 	w.srv.SetFaults(cloudmaplocal.Faults{Hang: true})
 	time.Sleep(2 * time.Second) // a poll is in flight, and hangs
@@ -247,9 +224,7 @@ func TestHungCallsDoNotStallTheFeed(t *testing.T) {
 // per known service) rather than a GetOperation per operation.
 func TestBurstOfForeignChangesIsCaughtUp(t *testing.T) {
 	w := newWatched(t, 100, 0)
-	api := httptest.NewServer(w.srv.Handler())
-	defer api.Close()
-	w.start(t, api.URL)
+	w.start(t)
 	before := w.calls.Snapshot()
 	for i := 0; i < 100; i++ {
 		w.register(t, registry.Key{Namespace: "ours", Name: fmt.Sprintf("svc-%d", i)}, "set", "10.0.1.1")
@@ -276,9 +251,7 @@ func TestBurstOfForeignChangesIsCaughtUp(t *testing.T) {
 // are eventually consistent, and one stale answer must not remove imports.
 func TestAbsenceIsConfirmedBeforeImportsGo(t *testing.T) {
 	w := newWatched(t, 3, 0)
-	api := httptest.NewServer(w.srv.Handler())
-	defer api.Close()
-	w.start(t, api.URL)
+	w.start(t)
 	key := registry.Key{Namespace: "ours", Name: "svc-1"}
 	if w.endpoints(key) != 1 {
 		t.Fatalf("%s not heard after the sync", key)
@@ -311,9 +284,7 @@ func (w *watched) heardOf(key registry.Key) bool {
 func TestServiceCountIsNotTrusted(t *testing.T) {
 	w := newWatched(t, 5, 0)
 	w.srv.SetFaults(cloudmaplocal.Faults{StaleServiceCounts: true})
-	api := httptest.NewServer(w.srv.Handler())
-	defer api.Close()
-	w.start(t, api.URL)
+	w.start(t)
 	for i := 0; i < 5; i++ {
 		if key := (registry.Key{Namespace: "ours", Name: fmt.Sprintf("svc-%d", i)}); w.endpoints(key) != 1 {
 			t.Errorf("%s not found after the first sync", key)
@@ -326,9 +297,7 @@ func TestServiceCountIsNotTrusted(t *testing.T) {
 // namespace are looked up once, not on every operation.
 func TestDNSRegistrationsAreLookedUpOnce(t *testing.T) {
 	w := newWatched(t, 1, 0)
-	api := httptest.NewServer(w.srv.Handler())
-	defer api.Close()
-	w.start(t, api.URL)
+	w.start(t)
 	ctx := context.Background()
 	op, err := w.setup.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("dns.local"), Vpc: aws.String("vpc-1")})
 	if err != nil {

@@ -1,0 +1,83 @@
+// Package cloudmaptest is the one in-process Cloud Map fixture of the
+// tests: the emulator on a loopback port, with Cloud Map's quotas on unless
+// a test's options change them, and real SDK clients over HTTP to it.
+package cloudmaptest
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+)
+
+// Region is the fixture's default Region.
+const Region = "us-east-1"
+
+// Emulator is a running emulator; it stops when the test ends.
+type Emulator struct {
+	*cloudmaplocal.Server
+	// URL is its API endpoint.
+	URL string
+}
+
+// Start serves an emulator with o (the zero Options: one account, AWS's
+// quotas) until the test ends.
+func Start(t testing.TB, o cloudmaplocal.Options) *Emulator {
+	t.Helper()
+	srv, err := cloudmaplocal.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { api.Close(); srv.Close() })
+	return &Emulator{Server: srv, URL: api.URL}
+}
+
+// Shipped is the client options of a controller at its shipped call
+// budgets, against this emulator: what a test of a promise runs at.
+func (e *Emulator) Shipped() cloudmapclient.Options {
+	return cloudmapclient.Options{Endpoint: e.URL, Region: Region, Credentials: cloudmapclient.LocalCredentials,
+		QPS: cloudmapclient.DefaultQPS, Burst: cloudmapclient.DefaultBurst,
+		DataQPS: cloudmapclient.DefaultDataQPS, DataBurst: cloudmapclient.DefaultDataBurst}
+}
+
+// Client is an SDK client made with o; an empty Endpoint, Region or
+// Credentials is this emulator's. Zero budgets mean unlimited: a client
+// that only arranges a test need not wait on them.
+func (e *Emulator) Client(t testing.TB, o cloudmapclient.Options) *sd.Client {
+	t.Helper()
+	if o.Endpoint == "" {
+		o.Endpoint = e.URL
+	}
+	if o.Region == "" {
+		o.Region = Region
+	}
+	if o.Credentials == nil {
+		o.Credentials = cloudmapclient.LocalCredentials
+	}
+	c, err := cloudmapclient.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Namespace creates an HTTP namespace with c and returns its id.
+func Namespace(t testing.TB, c *sd.Client, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := cloudmapclient.WaitOperation(ctx, c, op.OperationId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.Targets["NAMESPACE"]
+}
