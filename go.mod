@@ -12,8 +12,10 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/servicediscovery v1.40.2
 	github.com/aws/aws-sdk-go-v2/service/sts v1.51.7
 	github.com/aws/smithy-go v1.28.8
+	github.com/creack/pty v1.1.24
 	github.com/dlclark/regexp2 v1.11.5
 	github.com/go-logr/logr v1.4.3
+	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.20.7
 	github.com/miekg/dns v1.1.68
 	github.com/prometheus/client_golang v1.23.2
@@ -85,7 +87,6 @@ require (
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/google/btree v1.1.3 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/gosuri/uitable v0.0.4 // indirect

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -149,7 +150,7 @@ func BenchmarkFleet(b *testing.B) {
 		cl := srv.Client(b, co)
 		name := fmt.Sprintf("cluster-%02d", c)
 		formats := &cloudmap.Formats{Cluster: name}
-		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: "fleet", Cluster: name, Controller: "clustermap bench", Log: logr.Discard(), Formats: formats, Usage: cloudmap.NewUsage(0)})
+		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: "fleet", Cluster: name, Controller: "clustermap bench", Log: benchLog(name), Formats: formats, Usage: cloudmap.NewUsage(0)})
 		sink := formats.Tap(registry.SinkFuncs{OnSet: m.set, OnSynced: func() { m.mu.Lock(); m.synced = true; m.mu.Unlock() }})
 		go func() { _ = m.Watch(ctx, sink) }()
 		ms = append(ms, m)
@@ -220,7 +221,11 @@ func BenchmarkFleet(b *testing.B) {
 					break
 				}
 				if time.Since(start) > 2*time.Minute {
-					b.Fatalf("change %d of %s not heard by cluster-%02d in 2 minutes", n, e.Key, j)
+					m.mu.Lock()
+					seen := m.seen[e.Key]
+					m.mu.Unlock()
+					b.Fatalf("change %d of %s (%d endpoints of %s) not heard by cluster-%02d in 2 minutes; it last heard %v; Cloud Map holds %v",
+						n, e.Key, len(e.Endpoints), e.Cluster, j, seen, holds(ctx, b, srv, e.Key))
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -313,6 +318,29 @@ func waitHeard(b *testing.B, s fleetShape, ms []*fleetMember, cluster string, ex
 		return true
 	})
 	return last
+}
+
+// benchLog writes a cluster's registry log to stderr when
+// CLUSTERMAP_BENCH_LOG is set (errors only: the registry logs little else).
+func benchLog(cluster string) logr.Logger {
+	if os.Getenv("CLUSTERMAP_BENCH_LOG") == "" {
+		return logr.Discard()
+	}
+	return funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, time.Now().Format("15:04:05.000"), cluster, prefix, args) }, funcr.Options{})
+}
+
+// holds is what Cloud Map holds of a service, instances by cluster.
+func holds(ctx context.Context, b *testing.B, srv *cloudmaptest.Emulator, key registry.Key) map[string]int {
+	out, err := srv.Client(b, cloudmapclient.Options{}).DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
+		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), MaxResults: aws.Int32(1000)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, i := range out.Instances {
+		n[i.Attributes[cloudmap.AttrClusterID]]++
+	}
+	return n
 }
 
 func waitAll(b *testing.B, what string, within time.Duration, ok func() bool) {

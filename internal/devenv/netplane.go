@@ -94,22 +94,35 @@ const (
 // test suites do), with stdin when set. The error of a command that ran
 // and failed carries its exit code (k8s.io/client-go/util/exec.ExitError).
 func PodExec(ctx context.Context, c *Cluster, protocol, ns, pod, container string, stdin io.Reader, argv ...string) (stdout, stderr string, err error) {
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return "", "", err
-	}
-	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdin: stdin != nil, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	var ex remotecommand.Executor
-	if protocol == WebSocket {
-		ex, err = remotecommand.NewWebSocketExecutor(c.Config, "GET", req.URL().String())
-	} else {
-		ex, err = remotecommand.NewSPDYExecutor(c.Config, "POST", req.URL())
-	}
+	ex, err := podExecutor(c, protocol, ns, pod, &corev1.PodExecOptions{Container: container, Command: argv, Stdin: stdin != nil, Stdout: true, Stderr: true})
 	if err != nil {
 		return "", "", err
 	}
 	var out, errb bytes.Buffer
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &errb})
 	return out.String(), errb.String(), err
+}
+
+// PodTerminal runs a command as PodExec does, on a terminal (TTY: true,
+// as `kubectl exec -t` and many test suites ask): stdout carries all its
+// output, stdin (when set) is what is typed, and sizes (when set) the
+// client's window sizes.
+func PodTerminal(ctx context.Context, c *Cluster, protocol, ns, pod, container string, stdin io.Reader, stdout io.Writer, sizes remotecommand.TerminalSizeQueue, argv ...string) error {
+	ex, err := podExecutor(c, protocol, ns, pod, &corev1.PodExecOptions{Container: container, Command: argv, Stdin: stdin != nil, Stdout: true, TTY: true})
+	if err != nil {
+		return err
+	}
+	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Tty: true, TerminalSizeQueue: sizes})
+}
+
+func podExecutor(c *Cluster, protocol, ns, pod string, o *corev1.PodExecOptions) (remotecommand.Executor, error) {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").VersionedParams(o, scheme.ParameterCodec)
+	if protocol == WebSocket {
+		return remotecommand.NewWebSocketExecutor(c.Config, "GET", req.URL().String())
+	}
+	return remotecommand.NewSPDYExecutor(c.Config, "POST", req.URL())
 }

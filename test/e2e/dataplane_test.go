@@ -60,6 +60,7 @@ func TestDataplane(t *testing.T) {
 	}
 	d := &dpWorld{world: w, at: w.env.Clusters[1], ns: ns, client: clientPod(t, w, 1, ns, nil)}
 	t.Run("exec runs in the pod, with its network and DNS", d.execSession)
+	t.Run("exec -t gets a terminal", d.terminalSession)
 	t.Run("pods run their commands as their spec says", d.processes)
 	t.Run("only the exporting cluster answers, then both", d.exporters)
 	t.Run("each port reaches the cluster defining it", d.ports)

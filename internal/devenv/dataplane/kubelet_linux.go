@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/creack/pty"
 	"k8s.io/apimachinery/pkg/types"
 	remotecommandconsts "k8s.io/apimachinery/pkg/util/remotecommand"
 	"k8s.io/client-go/tools/remotecommand"
@@ -116,31 +117,92 @@ func (k *Kubelet) exec(w http.ResponseWriter, r *http.Request) {
 // executor runs an exec session's command in the container's target.
 type executor struct{ t Target }
 
-func (e executor) ExecInContainer(ctx context.Context, _ string, _ types.UID, _ string, argv []string, in io.Reader, out, errw io.WriteCloser, tty bool, _ <-chan remotecommand.TerminalSize, _ time.Duration) error {
-	if tty {
-		return errors.New("the dev data plane has no terminals: leave out -t (kubectl exec -i works)")
-	}
+func (e executor) ExecInContainer(ctx context.Context, _ string, _ types.UID, _ string, argv []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
 	if len(argv) == 0 {
 		return errors.New("no command")
 	}
 	cmd := exec.CommandContext(ctx, IPPath(), append([]string{"netns", "exec", e.t.NetNS}, argv...)...)
 	cmd.Env, cmd.Dir = e.t.Env, e.t.Dir
-	if in != nil {
-		cmd.Stdin = in
-	}
-	if out != nil {
-		cmd.Stdout = out
-	}
-	if errw != nil {
-		cmd.Stderr = errw
-	}
 	// The session ends with its command, whether or not the client still
 	// holds stdin open or a child of the command holds stdout.
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	var err error
+	if tty {
+		err = runOnTerminal(cmd, in, out, resize)
+	} else {
+		if in != nil {
+			cmd.Stdin = in
+		}
+		if out != nil {
+			cmd.Stdout = out
+		}
+		if errw != nil {
+			cmd.Stderr = errw
+		}
+		err = cmd.Run()
+	}
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) && exitErr.Exited() {
 		return utilexec.CodeExitError{Err: err, Code: exitErr.ExitCode()}
+	}
+	return err
+}
+
+// runOnTerminal runs cmd as a container runtime runs `exec -t`: in a
+// session of its own whose controlling terminal is a new pseudo-terminal,
+// sized and resized as the client's window is. What the client types goes
+// in; the terminal's output (stderr too, as on any terminal) comes out.
+const firstSizeWait = 250 * time.Millisecond
+
+func runOnTerminal(cmd *exec.Cmd, in io.Reader, out io.Writer, resize <-chan remotecommand.TerminalSize) error {
+	// The client sends its window size as the session opens: the command
+	// starts at it (what it prints first is laid out for it). A client
+	// that sends none gets the conventional 80x24 after a short wait.
+	first := &pty.Winsize{Rows: 24, Cols: 80}
+	select {
+	case size, ok := <-resize:
+		if ok {
+			first = &pty.Winsize{Rows: size.Height, Cols: size.Width}
+		}
+	case <-time.After(firstSizeWait):
+	}
+	ptmx, err := pty.StartWithSize(cmd, first)
+	if err != nil {
+		return err
+	}
+	defer ptmx.Close()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case size, ok := <-resize:
+				if !ok {
+					return
+				}
+				_ = pty.Setsize(ptmx, &pty.Winsize{Rows: size.Height, Cols: size.Width})
+			case <-done:
+				return
+			}
+		}
+	}()
+	if in != nil {
+		go func() { _, _ = io.Copy(ptmx, in) }()
+	}
+	if out == nil {
+		out = io.Discard
+	}
+	copied := make(chan struct{})
+	go func() {
+		// Ends with EIO once the command and every child holding the
+		// terminal are gone, after what they wrote is read.
+		_, _ = io.Copy(out, ptmx)
+		close(copied)
+	}()
+	err = cmd.Wait()
+	select {
+	case <-copied:
+	case <-time.After(cmd.WaitDelay):
 	}
 	return err
 }
