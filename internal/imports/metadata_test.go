@@ -51,13 +51,15 @@ func TestExportable(t *testing.T) {
 func TestPlanFiltersExportedMetadata(t *testing.T) {
 	e := exportWith("c1", mcsv1beta1.ClusterSetIP, "10.0.0.1")
 	e.Labels = map[string]string{"team": "a", LabelManagedBy: "Helm", "app.kubernetes.io/instance": "shop"}
-	e.Annotations = map[string]string{"note": "x", AWSDerivedServiceAnnotation: DerivedName("web"), "meta.helm.sh/release-name": "r"}
+	e.Annotations = map[string]string{"note": "x", AWSDerivedServiceAnnotation: DerivedName("web"), "meta.helm.sh/release-name": "r",
+		DerivedServiceAnnotation: "someone-elses"}
 	d := Plan(registry.Key{Namespace: "ns", Name: "web"}, merge.Merge([]registry.Export{e}))
 	if got := d.Import.Labels; len(got) != 2 || got["team"] != "a" || got[LabelManagedBy] != managedByValue {
 		t.Errorf("labels %v", got)
 	}
-	if got := d.Import.Annotations; len(got) != 1 || got["note"] != "x" {
-		t.Errorf("annotations %v", got)
+	// The upstream derived-service annotation is clustermap's word alone.
+	if got := d.Import.Annotations; len(got) != 2 || got["note"] != "x" || got[DerivedServiceAnnotation] != d.Service.Name {
+		t.Errorf("annotations %v, want note and %s=%s", got, DerivedServiceAnnotation, d.Service.Name)
 	}
 }
 

@@ -46,6 +46,12 @@ func DerivedName(name string) string {
 	return strings.TrimRight(name, "-") + "-mcs-" + hex.EncodeToString(sum[:])[:8]
 }
 
+// DerivedServiceAnnotation names an import's derived Service, where
+// Gateway API implementations that route to a ServiceImport (GEP-1748)
+// find its clusterset IP and endpoints. Exported annotations never carry
+// it (multicluster.kubernetes.io is a denied prefix).
+const DerivedServiceAnnotation = "multicluster.kubernetes.io/derived-service"
+
 // Desired is what one cluster should hold for one imported service.
 type Desired struct {
 	Import *mcsv1beta1.ServiceImport
@@ -75,6 +81,10 @@ func Plan(key registry.Key, m merge.Result) Desired {
 	if m.Spec.Type == mcsv1beta1.ClusterSetIP && len(m.Spec.Ports) > 0 {
 		d.Service = derivedService(key, m, labels)
 		sliceOwner = d.Service.Name
+		if si.Annotations == nil {
+			si.Annotations = map[string]string{}
+		}
+		si.Annotations[DerivedServiceAnnotation] = d.Service.Name
 	}
 	for _, e := range m.Exports {
 		d.Slices = append(d.Slices, slicesOf(key, e, m.Spec, sliceOwner, d.Service != nil)...)

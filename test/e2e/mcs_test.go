@@ -77,6 +77,9 @@ func (w *world) clusterSetIP(t *testing.T) {
 			if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: imports.DerivedName(name)}, derived); err != nil {
 				return err
 			}
+			if got := si.Annotations[imports.DerivedServiceAnnotation]; got != derived.Name {
+				return fmt.Errorf("%s is %q, want the derived Service %s (Gateway API implementations look there)", imports.DerivedServiceAnnotation, got, derived.Name)
+			}
 			if len(si.Spec.IPs) != 1 || len(si.Spec.IPFamilies) != 1 || !reflect.DeepEqual(si.Spec.IPs, derived.Spec.ClusterIPs) || derived.Spec.Selector != nil {
 				return fmt.Errorf("ips %v, ipFamilies %v, derived Service %v selector %v", si.Spec.IPs, si.Spec.IPFamilies, derived.Spec.ClusterIPs, derived.Spec.Selector)
 			}
