@@ -148,12 +148,14 @@ func (e executor) ExecInContainer(ctx context.Context, _ string, _ types.UID, _ 
 	return err
 }
 
+// firstSizeWait bounds the wait for the window size a client sends as an
+// exec session opens.
+const firstSizeWait = 250 * time.Millisecond
+
 // runOnTerminal runs cmd as a container runtime runs `exec -t`: in a
 // session of its own whose controlling terminal is a new pseudo-terminal,
 // sized and resized as the client's window is. What the client types goes
 // in; the terminal's output (stderr too, as on any terminal) comes out.
-const firstSizeWait = 250 * time.Millisecond
-
 func runOnTerminal(cmd *exec.Cmd, in io.Reader, out io.Writer, resize <-chan remotecommand.TerminalSize) error {
 	// The client sends its window size as the session opens: the command
 	// starts at it (what it prints first is laid out for it). A client
