@@ -55,9 +55,13 @@ func (d *dpWorld) terminalSession(t *testing.T) {
 			done <- devenv.PodTerminal(ctx, d.at, proto, d.ns, d.client, "client", in, term, sizes,
 				"sh", "-c", "stty size; while read line; do stty size; done; exit 9")
 		}()
-		term.waitFor(t, "33 101", nil)
+		// Each size is awaited with a line typed now and then: the first
+		// may land just after the command started (it is sent as the
+		// session opens, and a loaded node may start the command first).
+		newline := func() { _, _ = io.WriteString(typed, "\n") }
+		term.waitFor(t, "33 101", newline)
 		sizes.ch <- remotecommand.TerminalSize{Width: 132, Height: 50}
-		term.waitFor(t, "50 132", func() { _, _ = io.WriteString(typed, "\n") })
+		term.waitFor(t, "50 132", newline)
 		_, _ = io.WriteString(typed, "\x04") // ^D: end of input, on a terminal
 		err = <-done
 		_ = typed.Close()
@@ -76,13 +80,14 @@ func (d *dpWorld) terminalSession(t *testing.T) {
 	defer ptmx.Close()
 	term := &watched{}
 	go func() { _, _ = io.Copy(term, ptmx) }()
-	_, _ = io.WriteString(ptmx, "stty size; echo $((6*7))\r")
-	term.waitFor(t, "30 90", nil)
+	_, _ = io.WriteString(ptmx, "echo $((6*7))\r")
 	term.waitFor(t, "42", nil)
+	size := func() { _, _ = io.WriteString(ptmx, "stty size\r") }
+	term.waitFor(t, "30 90", size)
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
-	term.waitFor(t, "40 120", func() { _, _ = io.WriteString(ptmx, "stty size\r") })
+	term.waitFor(t, "40 120", size)
 	_, _ = io.WriteString(ptmx, "exit 5\r")
 	err = cmd.Wait()
 	var exitErr *exec.ExitError
