@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
@@ -75,15 +74,7 @@ func (p pairSetup) share(ctx context.Context, b *testing.B, cm *devenv.CloudMap,
 		b.Fatal(err)
 	}
 	for _, name := range append(namespaces, cloudmap.ChangesNamespace(devenv.DefaultClusterSet)) {
-		out, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(name)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		op, err := cloudmapclient.WaitOperation(ctx, c, out.OperationId)
-		if err != nil {
-			b.Fatal(err)
-		}
-		arn := "arn:aws:servicediscovery:us-east-1:" + ownerAccount + ":namespace/" + op.Targets["NAMESPACE"]
+		arn := "arn:aws:servicediscovery:us-east-1:" + ownerAccount + ":namespace/" + cloudmaptest.Namespace(b, c, name)
 		if err := cm.Share(arn, memberAccount); err != nil {
 			b.Fatal(err)
 		}

@@ -326,7 +326,9 @@ func benchLog(cluster string) logr.Logger {
 	if os.Getenv("CLUSTERMAP_BENCH_LOG") == "" {
 		return logr.Discard()
 	}
-	return funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, time.Now().Format("15:04:05.000"), cluster, prefix, args) }, funcr.Options{})
+	return funcr.New(func(prefix, args string) {
+		fmt.Fprintln(os.Stderr, time.Now().Format("15:04:05.000"), cluster, prefix, args)
+	}, funcr.Options{})
 }
 
 // holds is what Cloud Map holds of a service, instances by cluster.
