@@ -97,7 +97,9 @@ func (d *dpWorld) terminalSession(t *testing.T) {
 }
 
 // sizeQueue hands client-go the window sizes a test sends.
-type sizeQueue struct{ ch chan remotecommand.TerminalSize }
+type sizeQueue struct {
+	ch chan remotecommand.TerminalSize
+}
 
 func (q *sizeQueue) Next() *remotecommand.TerminalSize {
 	s, ok := <-q.ch
