@@ -41,6 +41,7 @@ func newRoot() *cobra.Command {
 		newDNS(),
 		newStatus(),
 		newUninstall(),
+		newPeerKubeconfig(),
 	)
 	return root
 }

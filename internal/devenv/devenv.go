@@ -27,6 +27,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
+	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/replication"
 )
 
 // Defaults of a development environment.
@@ -530,32 +532,15 @@ func (e *Env) StartCluster(ctx context.Context, c *Cluster) error {
 	return nil
 }
 
-// WriteKubeconfig writes a kubeconfig reaching only cluster c to path.
-func (e *Env) WriteKubeconfig(c *Cluster, path string) error {
-	all, err := clientcmd.LoadFromFile(e.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	ctx, ok := all.Contexts[c.ID]
-	if !ok {
-		return fmt.Errorf("no context %s in %s", c.ID, e.Kubeconfig)
-	}
-	one := clientcmdapi.NewConfig()
-	one.Clusters[ctx.Cluster] = all.Clusters[ctx.Cluster]
-	one.AuthInfos[ctx.AuthInfo] = all.AuthInfos[ctx.AuthInfo]
-	one.Contexts[c.ID] = ctx
-	one.CurrentContext = c.ID
-	// Certificates inline: a peer kubeconfig may read no local file.
-	if err := clientcmdapi.FlattenConfig(one); err != nil {
-		return err
-	}
-	return clientcmd.WriteToFile(*one, path)
-}
-
 // PeerDirs writes, for every cluster, a directory under root holding the
 // kubeconfigs of the other clusters, named <id>.yaml: what
-// `controller --syndicate --peers-dir` reads. It returns them by cluster id.
-func (e *Env) PeerDirs(root string) (map[string]string, error) {
+// `controller --syndicate --peers-dir` reads. Each grants what access says
+// (For and Namespace filled in), as `clustermap peer-kubeconfig` does, for
+// a day. It returns them by cluster id.
+func (e *Env) PeerDirs(ctx context.Context, root string, access replication.PeerAccess) (map[string]string, error) {
+	if access.Namespace == "" {
+		access.Namespace = kube.DefaultStatusNamespace
+	}
 	dirs := map[string]string{}
 	for _, c := range e.Clusters {
 		dir := filepath.Join(root, c.ID)
@@ -563,10 +548,16 @@ func (e *Env) PeerDirs(root string) (map[string]string, error) {
 			return nil, err
 		}
 		for _, peer := range e.Clusters {
-			if peer != c {
-				if err := e.WriteKubeconfig(peer, filepath.Join(dir, peer.ID+".yaml")); err != nil {
-					return nil, err
-				}
+			if peer == c {
+				continue
+			}
+			access.For = c.ID
+			data, _, err := replication.IssuePeerKubeconfig(ctx, peer.Config, peer.ID, "", access, 24*time.Hour)
+			if err != nil {
+				return nil, fmt.Errorf("access of %s to %s: %w", c.ID, peer.ID, err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, peer.ID+".yaml"), data, 0o600); err != nil {
+				return nil, err
 			}
 		}
 		dirs[c.ID] = dir

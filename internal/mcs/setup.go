@@ -108,7 +108,8 @@ func Setup(mgr manager.Manager, o Options) error {
 				}
 			}}
 			sink = formats.Tap(view)
-			reg = cloudMapRegistry(o, id, formats, staleEvents(mgr.GetAPIReader(), o.Recorder))
+			reg = cloudMapRegistry(o, id, formats, staleEvents(mgr.GetAPIReader(), o.Recorder),
+				writerMark(ctx, mgr.GetAPIReader(), o.Log), duplicateEvents(mgr.GetAPIReader(), o.Recorder, id.ClusterID))
 		}
 		if o.OnIdentity != nil {
 			o.OnIdentity(id)
@@ -136,11 +137,16 @@ func Setup(mgr manager.Manager, o Options) error {
 
 // cloudMapRegistry is the home Region's Cloud Map, or with several
 // Regions, every Region's read together and the home one written.
-func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onStale func(string, time.Time, bool)) registry.Registry {
+func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onStale func(string, time.Time, bool),
+	writer string, onDuplicate func(registry.Key, string)) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
 		bo := cloudmap.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, Controller: o.Controller, Log: o.Log.WithName("cloudmap").WithValues("region", region),
 			RecordVersion: o.RecordVersion, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch, OnStale: onStale,
-			OnPropagation: func(took time.Duration) { telemetry.Propagated(region, took) }}
+			OnPropagation: func(took time.Duration) { telemetry.Propagated(region, took) },
+			Writer:        writer, OnDuplicate: func(key registry.Key, other string) {
+				telemetry.DuplicateClusterID(region)
+				onDuplicate(key, other)
+			}}
 		if o.OnRead != nil {
 			bo.OnRead = func(err error) { o.OnRead(region, err) }
 		}
@@ -178,6 +184,34 @@ func staleEvents(c client.Reader, rec record.EventRecorder) func(string, time.Ti
 		rec.Eventf(cp, corev1.EventTypeNormal, "ClusterExportsRestored", "cluster %s writes its change record again: its exports are imported again", cluster)
 	}
 }
+
+// writerMark is this installation's mark on its records, from the
+// kube-system namespace's UID; none (no duplicate check) when unreadable.
+func writerMark(ctx context.Context, c client.Reader, log logr.Logger) string {
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns); err != nil || ns.UID == "" {
+		log.Error(err, "reading the kube-system namespace's UID: a second cluster using this cluster's id will not be detected")
+		return ""
+	}
+	return cloudmap.WriterMark(string(ns.UID))
+}
+
+// duplicateEvents tells, on this cluster's ClusterProperty, that another
+// cluster writes records under this cluster's id.
+func duplicateEvents(c client.Reader, rec record.EventRecorder, cluster string) func(registry.Key, string) {
+	return func(key registry.Key, other string) {
+		cp := &aboutv1alpha1.ClusterProperty{}
+		if c.Get(context.Background(), client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp) != nil {
+			return
+		}
+		rec.Eventf(cp, corev1.EventTypeWarning, ReasonDuplicateClusterID,
+			"another cluster (installation %s) writes Cloud Map records under this cluster's id %s (seen on %s): the two overwrite each other's exports; give each cluster its own id.k8s.io ClusterProperty (docs/troubleshooting.md)",
+			other, cluster, key)
+	}
+}
+
+// ReasonDuplicateClusterID is the Event of a cluster id two clusters use.
+const ReasonDuplicateClusterID = "DuplicateClusterID"
 
 // identityPoll is how often the ClusterProperties are read until valid.
 const identityPoll = 2 * time.Second

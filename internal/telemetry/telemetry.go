@@ -34,11 +34,15 @@ var (
 		// the exporter's change record too.
 		Buckets: []float64{0.5, 1, 2, 3, 5, 7.5, 10, 15, 30, 60, 120, 300},
 	}, []string{"region"})
+	duplicates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "clustermap_mcs_duplicate_cluster_id_total",
+		Help: "Times another cluster's records were found under this cluster's id (two clusters share the id), by Region; reported at most every 10 minutes per service.",
+	}, []string{"region"})
 )
 
 // Collectors are the metrics, for registration.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{calls, lastSync, limitWait, propagation}
+	return []prometheus.Collector{calls, lastSync, limitWait, propagation, duplicates}
 }
 
 // Modes that sync with Cloud Map.
@@ -61,6 +65,10 @@ func Synced(mode, region string, at time.Time) {
 func LimitWait(region, plane string, waited time.Duration) {
 	limitWait.WithLabelValues(plane, region).Observe(waited.Seconds())
 }
+
+// DuplicateClusterID records another cluster's records under this
+// cluster's id.
+func DuplicateClusterID(region string) { duplicates.WithLabelValues(region).Inc() }
 
 // Propagated records how long an export record took to reach this cluster.
 func Propagated(region string, took time.Duration) {

@@ -27,6 +27,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -47,17 +48,17 @@ func TestDataplane(t *testing.T) {
 	w.connect(t)
 	t.Cleanup(w.startControllers(t, nil))
 	// Beside MCS, replication of one namespace between the same clusters.
-	dirs, err := w.env.PeerDirs(t.TempDir())
-	harness.Must(t, err)
-	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
-		w.asPeer(o, dirs)
-		o.MCS, o.Syndicate, o.CreateNamespaces, o.Namespaces = false, true, false, []string{"dp-syn"}
-	}))
 	const ns = "dp"
 	for _, cl := range w.clients {
 		namespace(t, cl, ns)
 		namespace(t, cl, "dp-syn")
 	}
+	dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"dp-syn"}})
+	harness.Must(t, err)
+	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
+		w.asPeer(o, dirs)
+		o.MCS, o.Syndicate, o.CreateNamespaces, o.Namespaces = false, true, false, []string{"dp-syn"}
+	}))
 	d := &dpWorld{world: w, at: w.env.Clusters[1], ns: ns, client: clientPod(t, w, 1, ns, nil)}
 	t.Run("exec runs in the pod, with its network and DNS", d.execSession)
 	t.Run("exec -t gets a terminal", d.terminalSession)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/internal/devenv/supervise"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -229,7 +230,7 @@ func TestMonitoringNamesRealMetrics(t *testing.T) {
 	const ns = "mon"
 	w.allNamespaces(t, ns)
 	dir := t.TempDir()
-	peers, err := w.env.PeerDirs(filepath.Join(dir, "peers"))
+	peers, err := w.env.PeerDirs(context.Background(), filepath.Join(dir, "peers"), replication.PeerAccess{})
 	harness.Must(t, err)
 	env := []string{"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local"}
 	bin := filepath.Join(devenv.BinDir(), "clustermap")

@@ -31,7 +31,8 @@ import (
 // peer as down, not gone) and syncs it once it answers.
 func TestSyndicatePeerDownAtStart(t *testing.T) {
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
-	dirs, err := w.env.PeerDirs(t.TempDir())
+	w.allNamespaces(t, "web")
+	dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"web"}})
 	harness.Must(t, err)
 	const grace = 3 * time.Second // short, so that a wrong deletion shows within the test
 	tune := func(o *controller.Options) {
@@ -41,7 +42,6 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 	}
 	ctx := context.Background()
 	stop := w.startControllers(t, tune)
-	w.allNamespaces(t, "web")
 	one, two := w.clients[0], w.clients[1]
 	app(t, one, "web", "from1", 2, false, httpPort(80, 8080))
 	app(t, two, "web", "from2", 2, false, httpPort(80, 8080))

@@ -30,14 +30,14 @@ func TestSyndicateFamilies(t *testing.T) {
 		t.Run(fam, func(t *testing.T) {
 			w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, IPFamily: fam}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
 			w.connect(t)
-			dirs, err := w.env.PeerDirs(t.TempDir())
+			w.allNamespaces(t, "web")
+			dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"web"}})
 			harness.Must(t, err)
 			t.Cleanup(w.startControllers(t, func(o *controller.Options) {
 				w.asPeer(o, dirs)
 				o.MCS, o.Syndicate = false, true
 				o.Namespaces = []string{"web"}
 			}))
-			w.allNamespaces(t, "web")
 			app(t, w.clients[0], "web", "fam", 2, false, httpPort(80, 8080))
 			want := podAddressesByFamily(t, w.clients[0], "web", "fam", 2)
 			if len(want) != 1 {

@@ -33,7 +33,12 @@ import (
 // each with the others' kubeconfigs in its peers directory.
 func TestSyndicate(t *testing.T) {
 	w := worldWithoutControllers(t, 3, cloudmaplocal.Options{})
-	dirs, err := w.env.PeerDirs(t.TempDir())
+	for _, ns := range []string{"web", "mig", "ns-in", "ns-out", "private"} {
+		w.allNamespaces(t, ns)
+	}
+	// Each controller reaches its peers with the access
+	// `clustermap peer-kubeconfig` grants for the namespaces it replicates.
+	dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"web", "mig", "ns-in"}})
 	harness.Must(t, err)
 	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
 		w.asPeer(o, dirs)
@@ -41,9 +46,6 @@ func TestSyndicate(t *testing.T) {
 		o.Namespaces = []string{"web", "mig", "ns-in", "private"}
 		o.ExcludeNamespaces = append(o.ExcludeNamespaces, "private")
 	}))
-	for _, ns := range []string{"web", "mig", "ns-in", "ns-out", "private"} {
-		w.allNamespaces(t, ns)
-	}
 	t.Run("replication, scaling, deletion", w.replicate)
 	t.Run("a dual-stack Service", w.dualStackReplica)
 	t.Run("name clash", w.nameClash)

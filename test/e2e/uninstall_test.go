@@ -46,7 +46,8 @@ func runCLI(t *testing.T, args ...string) string {
 // clusters or in Cloud Map.
 func TestUninstall(t *testing.T) {
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
-	dirs, err := w.env.PeerDirs(t.TempDir())
+	w.allNamespaces(t, "shop")
+	dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"shop"}})
 	harness.Must(t, err)
 	stop := w.startControllers(t, func(o *controller.Options) {
 		w.asPeer(o, dirs)
@@ -64,7 +65,6 @@ func TestUninstall(t *testing.T) {
 	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("apps")})
 	harness.Must(t, err)
 	waitOp(t, c, op.OperationId)
-	w.allNamespaces(t, "shop")
 
 	// MCS: web exported from cluster-1 (and, by replication, a replica of
 	// it in cluster-2); Cloud Map DNS: api from cluster-2.

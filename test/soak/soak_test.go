@@ -32,6 +32,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/internal/devenv/supervise"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
@@ -190,7 +191,7 @@ func start(t *testing.T, s settings) *fleet {
 	// The controllers: the real binary, every mode, at the shipped
 	// defaults (call budgets, drift period, grace period), two replicas
 	// per cluster under leader election as the chart runs them.
-	peers, err := env.PeerDirs(filepath.Join(dir, "peers"))
+	peers, err := env.PeerDirs(context.Background(), filepath.Join(dir, "peers"), replication.PeerAccess{})
 	harness.Must(t, err)
 	awsEnv := []string{"AWS_ACCESS_KEY_ID=soak", "AWS_SECRET_ACCESS_KEY=soak", "AWS_REGION=us-east-1"}
 	for _, c := range env.Clusters {

@@ -55,6 +55,11 @@ type Options struct {
 	// OnPropagation, when set, hears how long another cluster's
 	// registration took to be read here (from AttrWritten).
 	OnPropagation func(time.Duration)
+	// Writer is this installation's mark (WriterMark) on its service
+	// records; OnDuplicate, when set, hears of another installation's
+	// records under this cluster's id (identity.go). No mark, no check.
+	Writer      string
+	OnDuplicate func(key registry.Key, otherWriter string)
 }
 
 // Backend is the Cloud Map Registry of one cluster.
@@ -85,6 +90,9 @@ type Backend struct {
 	// unshared are the namespaces a member last found not shared with it.
 	unshared  map[string]time.Time
 	nsLookups singleflight.Group
+	// duplicates are when another installation's records under this
+	// cluster's id were last reported, by service.
+	duplicates map[registry.Key]time.Time
 }
 
 type ownOp struct {
@@ -183,6 +191,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	if err != nil {
 		return err
 	}
+	b.checkWriter(e.Key, maps.Values(current))
 	switch {
 	case b.packs(version, current):
 		desired, err = EncodePacked(e, b.o.Controller, current)
@@ -191,6 +200,9 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	}
 	if err != nil {
 		return err
+	}
+	if rec := desired[ServiceRecordID(b.o.ClusterSet, b.o.Cluster)]; rec != nil && b.o.Writer != "" {
+		rec[AttrWriter] = b.o.Writer
 	}
 	if len(desired) > len(current) {
 		// Refused before anything is written: never a cluster half

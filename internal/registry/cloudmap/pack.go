@@ -403,12 +403,12 @@ func joinParts(a Attrs) string {
 // Cloud Map's limits per instance (characters and attributes): each part
 // costs its key besides its value.
 func room(base Attrs) int {
-	used := len(AttrWritten) + 13 // added at registration
+	used := registrationLength
 	for k, v := range base {
 		used += len(k) + len(v)
 	}
 	best := 0
-	for k := 1; k <= min(maxParts, maxAttrs-len(base)-1); k++ {
+	for k := 1; k <= min(maxParts, maxAttrs-len(base)-registrationAttrs); k++ {
 		best = max(best, min(k*partLength, maxAttrsLength-used-k*len(packedKeys[0])))
 	}
 	return best

@@ -96,7 +96,7 @@ var ourKeys = append([]string{
 	AttrServiceProtocol, AttrServiceType, AttrExportCreationTime, AttrRecord, AttrServicePorts,
 	AttrSessionAffinity, AttrSessionAffinityTime, AttrIPFamilies, AttrInternalTrafficPolicy,
 	AttrTrafficDistribution, AttrExportedLabels, AttrExportedAnnotations, AttrRecordVersion,
-	AttrServing, AttrTerminating, AttrZone, AttrEndpointFormat,
+	AttrServing, AttrTerminating, AttrZone, AttrEndpointFormat, AttrWriter,
 }, packedKeys...)
 
 // Cloud Map limits on instance attributes.
@@ -282,7 +282,7 @@ func serviceRecord(e registry.Export, controller string, version int) (Attrs, er
 }
 
 func checkLimits(a Attrs) error {
-	total := len(AttrWritten) + 13 // added at registration (Unix ms: 13 digits)
+	total := registrationLength
 	for k, v := range a {
 		if len(v) > maxValueLength {
 			return &LimitError{Reason: fmt.Sprintf("%s is %d characters; Cloud Map allows %d per attribute value (export fewer or shorter labels or annotations)", k, len(v), maxValueLength)}
@@ -294,6 +294,14 @@ func checkLimits(a Attrs) error {
 	}
 	return nil
 }
+
+// registrationLength and registrationAttrs are what is added to an
+// instance's attributes as it is registered: the time (Unix ms, 13 digits)
+// and, on the service record, the writer's mark.
+const (
+	registrationLength = len(AttrWritten) + 13 + len(AttrWriter) + writerMarkLength
+	registrationAttrs  = 2
+)
 
 // Instance is a Cloud Map instance as discovered.
 type Instance struct {

@@ -414,6 +414,13 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 	for i, in := range out.Instances {
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
 	}
+	w.b.checkWriter(key, func(yield func(Attrs) bool) {
+		for _, in := range instances {
+			if !yield(in.Attrs) {
+				return
+			}
+		}
+	})
 	w.propagated(key, instances)
 	exports := slices.DeleteFunc(Decode(key, instances), func(e registry.Export) bool { return w.feed.dropped(e.Cluster) })
 	if exports == nil {

@@ -1,0 +1,74 @@
+package cloudmap
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"iter"
+	"time"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// Two clusters configured with the same cluster id write the same
+// instance ids and overwrite each other's exports. The service record
+// names the installation that wrote it (a hash of its kube-system
+// namespace's UID, which no two clusters share): a record under this
+// cluster's id by another installation is a duplicate id, reported on
+// both clusters, since each reads the other's writes.
+
+// AttrWriter is the writing installation, on the service record.
+const AttrWriter = "CLUSTERMAP_WRITER"
+
+// writerMarkLength is a mark's length in hex characters.
+const writerMarkLength = 12
+
+// WriterMark is an installation's mark from its kube-system UID.
+func WriterMark(uid string) string {
+	sum := sha256.Sum256([]byte(uid))
+	return hex.EncodeToString(sum[:])[:writerMarkLength]
+}
+
+// duplicateReportEvery spaces the reports of one duplicate on one service.
+const duplicateReportEvery = 10 * time.Minute
+
+// otherWriter is the mark of another installation on this cluster's
+// service record among records, if any.
+func (b *Backend) otherWriter(records iter.Seq[Attrs]) string {
+	if b.o.Writer == "" {
+		return ""
+	}
+	for a := range records {
+		if a[AttrClusterID] == b.o.Cluster && a[AttrClusterSetID] == b.o.ClusterSet && a[AttrRecord] == recordValue &&
+			a[AttrWriter] != "" && a[AttrWriter] != b.o.Writer {
+			return a[AttrWriter]
+		}
+	}
+	return ""
+}
+
+// checkWriter reports another installation's records under this
+// cluster's id, at most once per duplicateReportEvery for a service.
+func (b *Backend) checkWriter(key registry.Key, records iter.Seq[Attrs]) {
+	other := b.otherWriter(records)
+	if other == "" {
+		return
+	}
+	b.mu.Lock()
+	if b.duplicates == nil {
+		b.duplicates = map[registry.Key]time.Time{}
+	}
+	last, seen := b.duplicates[key]
+	report := !seen || time.Since(last) >= duplicateReportEvery
+	if report {
+		b.duplicates[key] = time.Now()
+	}
+	b.mu.Unlock()
+	if !report {
+		return
+	}
+	b.o.Log.Error(nil, "another cluster writes Cloud Map records under this cluster's id: two clusters share it and overwrite each other's exports; give each its own id (the id.k8s.io ClusterProperty, or --cluster-name)",
+		"cluster", b.o.Cluster, "service", key.String(), "otherInstallation", other, "thisInstallation", b.o.Writer)
+	if b.o.OnDuplicate != nil {
+		b.o.OnDuplicate(key, other)
+	}
+}

@@ -1,0 +1,104 @@
+package cloudmap_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+// Two clusters given the same id: each reports the other, whether they
+// export the same Service (and overwrite each other's records) or
+// different ones (and would merge into one cluster in every import).
+func TestDuplicateClusterIDReportedOnBoth(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		keyA, keyB registry.Key
+	}{
+		{"the same Service", registry.Key{Namespace: "web", Name: "api"}, registry.Key{Namespace: "web", Name: "api"}},
+		{"different Services", registry.Key{Namespace: "web", Name: "api"}, registry.Key{Namespace: "web", Name: "db"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+			var mu sync.Mutex
+			reports := map[string][]string{}
+			start := func(uid string) *cloudmap.Backend {
+				mark := cloudmap.WriterMark(uid)
+				b := cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
+					Writer: mark, OnDuplicate: func(key registry.Key, other string) {
+						mu.Lock()
+						defer mu.Unlock()
+						reports[mark] = append(reports[mark], fmt.Sprintf("%s by %s", key, other))
+					}})
+				go func() { _ = b.Watch(ctx, registry.SinkFuncs{}) }()
+				return b
+			}
+			a, b := start("uid-a"), start("uid-b")
+			markA, markB := cloudmap.WriterMark("uid-a"), cloudmap.WriterMark("uid-b")
+			if err := a.Publish(ctx, export("c1", tc.keyA, "10.0.0.1")); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Publish(ctx, export("c1", tc.keyB, "10.0.0.2")); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				mu.Lock()
+				gotA, gotB := slices.Clone(reports[markA]), slices.Clone(reports[markB])
+				mu.Unlock()
+				wantA, wantB := fmt.Sprintf("%s by %s", tc.keyB, markB), fmt.Sprintf("%s by %s", tc.keyA, markA)
+				if slices.Contains(gotA, wantA) && slices.Contains(gotB, wantB) {
+					if len(gotA) != 1 || len(gotB) != 1 {
+						t.Errorf("a duplicate is reported once per service per %v: A %v, B %v", 10*time.Minute, gotA, gotB)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("reports: A %v (want %q), B %v (want %q)", gotA, wantA, gotB, wantB)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// One installation rereading its own records reports nothing.
+func TestOwnRecordsAreNoDuplicate(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+	reported := make(chan string, 10)
+	b := cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
+		Writer: cloudmap.WriterMark("uid-a"), OnDuplicate: func(key registry.Key, other string) { reported <- other }})
+	heard := make(chan struct{}, 10)
+	go func() {
+		_ = b.Watch(ctx, registry.SinkFuncs{OnSet: func(registry.Key, []registry.Export) { heard <- struct{}{} }})
+	}()
+	key := registry.Key{Namespace: "web", Name: "api"}
+	for _, ip := range []string{"10.0.0.1", "10.0.0.2"} {
+		if err := b.Publish(ctx, export("c1", key, ip)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-heard:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the watcher never read the export")
+	}
+	select {
+	case other := <-reported:
+		t.Fatalf("own records reported as written by %s", other)
+	default:
+	}
+}
