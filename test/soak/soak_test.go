@@ -32,9 +32,9 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/internal/devenv/supervise"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/test/harness"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )

@@ -21,7 +21,7 @@ import (
 // different ones (and would merge into one cluster in every import).
 func TestDuplicateClusterIDReportedOnBoth(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
+		name       string
 		keyA, keyB registry.Key
 	}{
 		{"the same Service", registry.Key{Namespace: "web", Name: "api"}, registry.Key{Namespace: "web", Name: "api"}},
