@@ -66,7 +66,9 @@ unsharing cuts consumers off and deletes nothing.
 
 Where the AWS docs are silent this emulator takes the strict reading:
   - a consumer may change or remove only what its account created (the
-    owner anything): AccessDeniedException otherwise;
+    owner anything): AccessDeniedException otherwise (--permissive-sharing
+    takes the loose reading: anyone may, and a re-registered instance
+    becomes the registrant's);
   - a consumer's ListOperations omits even its own operations on a shared
     namespace (read them with GetOperation and OwnerAccount);
   - GetOperation answers only the caller's own operations;
@@ -146,6 +148,7 @@ Where the AWS docs are silent this emulator takes the strict reading:
 	f.StringVar(&opts.Region, "region", "us-east-1", "Region of unsigned requests (signed ones are served in the Region they are signed for)")
 	f.StringVar(&opts.Account, "account", "123456789012", "account of every access key --access-key does not name")
 	f.StringSliceVar(&accounts, "access-key", nil, "ACCESS_KEY_ID=ACCOUNT_ID: the account a key belongs to (repeatable)")
+	f.BoolVar(&opts.PermissiveSharing, "permissive-sharing", false, "let any account of a shared namespace change or remove what another created in it (the loose reading; default strict)")
 	f.DurationVar(&opts.OperationDelay, "operation-delay", 0, "time asynchronous operations stay SUBMITTED/PENDING")
 	f.IntVar(&opts.MaxNamespaces, "max-namespaces", 50, "namespace quota")
 	f.IntVar(&opts.MaxInstancesPerNamespace, "max-instances-per-namespace", 2000, "instances-per-namespace quota")

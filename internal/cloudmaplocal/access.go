@@ -56,9 +56,10 @@ func (s *region) service(idOrARN, account string) (*serviceRec, *namespaceRec, e
 // mayChange reports whether account may change or remove what createdBy
 // made in ns: the namespace's owner may change anything in it, others
 // only what they made themselves (the docs are silent on a consumer
-// changing another account's resources: strict reading).
-func mayChange(ns *namespaceRec, createdBy, account string) bool {
-	return ns.Owner == account || createdBy == account
+// changing another account's resources: strict reading), or anything with
+// PermissiveSharing.
+func (s *region) mayChange(ns *namespaceRec, createdBy, account string) bool {
+	return s.opts.PermissiveSharing || ns.Owner == account || createdBy == account
 }
 
 func accessDenied(account, action, arn string) *apiError {

@@ -124,7 +124,7 @@ func (s *region) RegisterInstance(ctx context.Context, in *RegisterInstanceReque
 		if err := s.checkInstanceQuota(svc); err != nil {
 			return nil, err
 		}
-	} else if !mayChange(ns, existing.CreatedBy, who) {
+	} else if !s.mayChange(ns, existing.CreatedBy, who) {
 		return nil, accessDenied(who, "RegisterInstance", svc.Arn+"/"+in.InstanceId)
 	}
 	health := "HEALTHY"
@@ -153,7 +153,7 @@ func (s *region) DeregisterInstance(ctx context.Context, in *DeregisterInstanceR
 	if inst == nil {
 		return nil, errorf("InstanceNotFound", "Instance %s not found in service %s", in.InstanceId, svc.Id)
 	}
-	if !mayChange(ns, inst.CreatedBy, who) {
+	if !s.mayChange(ns, inst.CreatedBy, who) {
 		return nil, accessDenied(who, "DeregisterInstance", svc.Arn+"/"+in.InstanceId)
 	}
 	op := s.startOperation(who, ns, "DEREGISTER_INSTANCE",
@@ -360,7 +360,7 @@ func (s *region) UpdateInstanceCustomHealthStatus(ctx context.Context, in *Updat
 	if err != nil {
 		return nil, err
 	}
-	if !mayChange(ns, inst.CreatedBy, who) {
+	if !s.mayChange(ns, inst.CreatedBy, who) {
 		return nil, accessDenied(who, "UpdateInstanceCustomHealthStatus", svc.Arn+"/"+inst.Id)
 	}
 	if svc.HealthCheckCustomConfig == nil {

@@ -32,6 +32,11 @@ type Options struct {
 	Account string
 	// Accounts maps access key ids to the account they belong to.
 	Accounts map[string]string
+	// PermissiveSharing lets any account with access to a shared namespace
+	// change or remove what another account created in it (re-registering
+	// an instance makes it the registrant's): the loose reading of what
+	// the docs leave open, where the strict one (the default) refuses.
+	PermissiveSharing bool
 	// OperationDelay is how long asynchronous operations stay SUBMITTED or
 	// PENDING before they succeed or fail; 0 completes them at once.
 	OperationDelay time.Duration

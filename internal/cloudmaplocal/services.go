@@ -186,7 +186,7 @@ func (s *region) UpdateService(ctx context.Context, in *UpdateServiceRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if !mayChange(ns, svc.CreatedBy, who) {
+	if !s.mayChange(ns, svc.CreatedBy, who) {
 		return nil, accessDenied(who, "UpdateService", svc.Arn)
 	}
 	if s.shared(ns.Id) {
@@ -250,7 +250,7 @@ func (s *region) DeleteService(ctx context.Context, in *DeleteServiceRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if !mayChange(ns, svc.CreatedBy, who) {
+	if !s.mayChange(ns, svc.CreatedBy, who) {
 		return nil, accessDenied(who, "DeleteService", svc.Arn)
 	}
 	if n := len(svc.Instances); n > 0 {
@@ -288,7 +288,7 @@ func (s *region) UpdateServiceAttributes(ctx context.Context, in *UpdateServiceA
 	if err != nil {
 		return nil, err
 	}
-	if !mayChange(ns, svc.CreatedBy, who) {
+	if !s.mayChange(ns, svc.CreatedBy, who) {
 		return nil, accessDenied(who, "UpdateServiceAttributes", svc.Arn)
 	}
 	merged := map[string]string{}
@@ -310,7 +310,7 @@ func (s *region) DeleteServiceAttributes(ctx context.Context, in *DeleteServiceA
 	if err != nil {
 		return nil, err
 	}
-	if !mayChange(ns, svc.CreatedBy, who) {
+	if !s.mayChange(ns, svc.CreatedBy, who) {
 		return nil, accessDenied(who, "DeleteServiceAttributes", svc.Arn)
 	}
 	for _, k := range in.Attributes {

@@ -109,7 +109,7 @@ func Setup(mgr manager.Manager, o Options) error {
 			}}
 			sink = formats.Tap(view)
 			reg = cloudMapRegistry(o, id, formats, staleEvents(mgr.GetAPIReader(), o.Recorder),
-				writerMark(ctx, mgr.GetAPIReader(), o.Log), duplicateEvents(mgr.GetAPIReader(), o.Recorder, id.ClusterID))
+				writerMark(ctx, mgr.GetAPIReader(), o.Log), identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID})
 		}
 		if o.OnIdentity != nil {
 			o.OnIdentity(id)
@@ -138,15 +138,17 @@ func Setup(mgr manager.Manager, o Options) error {
 // cloudMapRegistry is the home Region's Cloud Map, or with several
 // Regions, every Region's read together and the home one written.
 func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onStale func(string, time.Time, bool),
-	writer string, onDuplicate func(registry.Key, string)) registry.Registry {
+	writer string, events identityEvents) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
 		bo := cloudmap.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, Controller: o.Controller, Log: o.Log.WithName("cloudmap").WithValues("region", region),
 			RecordVersion: o.RecordVersion, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch, OnStale: onStale,
 			OnPropagation: func(took time.Duration) { telemetry.Propagated(region, took) },
 			Writer:        writer, OnDuplicate: func(key registry.Key, other string) {
 				telemetry.DuplicateClusterID(region)
-				onDuplicate(key, other)
-			}}
+				events.duplicate(key, other)
+			},
+			OnForeignRecord: events.foreign,
+		}
 		if o.OnRead != nil {
 			bo.OnRead = func(err error) { o.OnRead(region, err) }
 		}
@@ -196,22 +198,41 @@ func writerMark(ctx context.Context, c client.Reader, log logr.Logger) string {
 	return cloudmap.WriterMark(string(ns.UID))
 }
 
-// duplicateEvents tells, on this cluster's ClusterProperty, that another
-// cluster writes records under this cluster's id.
-func duplicateEvents(c client.Reader, rec record.EventRecorder, cluster string) func(registry.Key, string) {
-	return func(key registry.Key, other string) {
-		cp := &aboutv1alpha1.ClusterProperty{}
-		if c.Get(context.Background(), client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp) != nil {
-			return
-		}
-		rec.Eventf(cp, corev1.EventTypeWarning, ReasonDuplicateClusterID,
-			"another cluster (installation %s) writes Cloud Map records under this cluster's id %s (seen on %s): the two overwrite each other's exports; give each cluster its own id.k8s.io ClusterProperty (docs/troubleshooting.md)",
-			other, cluster, key)
-	}
+// identityEvents tell, on this cluster's ClusterProperty, of records whose
+// writer is not who they claim.
+type identityEvents struct {
+	c       client.Reader
+	rec     record.EventRecorder
+	cluster string
 }
 
-// ReasonDuplicateClusterID is the Event of a cluster id two clusters use.
-const ReasonDuplicateClusterID = "DuplicateClusterID"
+// Events of records whose writer is not who they claim.
+const (
+	ReasonDuplicateClusterID   = "DuplicateClusterID"
+	ReasonForeignRecordRefused = "ForeignRecordRefused"
+)
+
+func (ev identityEvents) warn(reason, format string, args ...any) {
+	cp := &aboutv1alpha1.ClusterProperty{}
+	if ev.c.Get(context.Background(), client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp) != nil {
+		return
+	}
+	ev.rec.Eventf(cp, corev1.EventTypeWarning, reason, format, args...)
+}
+
+// duplicate: another cluster writes records under this cluster's id.
+func (ev identityEvents) duplicate(key registry.Key, other string) {
+	ev.warn(ReasonDuplicateClusterID,
+		"another cluster (installation %s) writes Cloud Map records under this cluster's id %s (seen on %s): the two overwrite each other's exports; give each cluster its own id.k8s.io ClusterProperty (docs/troubleshooting.md)",
+		other, ev.cluster, key)
+}
+
+// foreign: another account's records under a cluster bound to an account.
+func (ev identityEvents) foreign(f cloudmap.ForeignRecord) {
+	ev.warn(ReasonForeignRecordRefused,
+		"records of cluster %s on %s were created by AWS account %s, but that cluster's records are created by account %s: refused, not imported; account %s writes under a name not its own (a misconfigured cluster id, or a hostile member) (docs/troubleshooting.md)",
+		f.Cluster, f.Key, f.CreatedBy, f.Bound, f.CreatedBy)
+}
 
 // identityPoll is how often the ClusterProperties are read until valid.
 const identityPoll = 2 * time.Second

@@ -60,6 +60,9 @@ type Options struct {
 	// records under this cluster's id (identity.go). No mark, no check.
 	Writer      string
 	OnDuplicate func(key registry.Key, otherWriter string)
+	// OnForeignRecord, when set, hears of records refused across accounts
+	// because another account created them (accounts.go).
+	OnForeignRecord func(ForeignRecord)
 }
 
 // Backend is the Cloud Map Registry of one cluster.
@@ -90,9 +93,11 @@ type Backend struct {
 	// unshared are the namespaces a member last found not shared with it.
 	unshared  map[string]time.Time
 	nsLookups singleflight.Group
-	// duplicates are when another installation's records under this
-	// cluster's id were last reported, by service.
-	duplicates map[registry.Key]time.Time
+	// reported are when each identity problem was last reported
+	// (identity.go); bound is the account each cluster's records must be
+	// created by, across accounts (accounts.go).
+	reported map[string]time.Time
+	bound    map[string]string
 }
 
 type ownOp struct {
@@ -283,6 +288,10 @@ func (b *Backend) packs(version int, current map[string]Attrs) bool {
 
 // deregister removes instances; one already gone is fine.
 func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key, ids []string) error {
+	ids, err := b.ownedOnly(ctx, key, ids)
+	if err != nil {
+		return err
+	}
 	return cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
 		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i])})
 		var missing *types.InstanceNotFound

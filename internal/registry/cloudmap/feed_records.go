@@ -62,6 +62,15 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 	if err != nil {
 		return err
 	}
+	var clusters []string
+	for _, in := range out.Instances {
+		if c := in.Attributes[AttrClusterID]; c != "" && c != f.b.o.Cluster {
+			clusters = append(clusters, c)
+		}
+	}
+	if err := f.b.bindRecords(ctx, clusters); err != nil {
+		return err
+	}
 	defer f.judgeStale(now)
 	for _, in := range out.Instances {
 		cluster := in.Attributes[AttrClusterID]

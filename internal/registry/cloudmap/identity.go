@@ -28,8 +28,24 @@ func WriterMark(uid string) string {
 	return hex.EncodeToString(sum[:])[:writerMarkLength]
 }
 
-// duplicateReportEvery spaces the reports of one duplicate on one service.
-const duplicateReportEvery = 10 * time.Minute
+// reportEvery spaces the reports of one identity problem (a duplicate on
+// one service, one account's records under another's cluster).
+const reportEvery = 10 * time.Minute
+
+// due reports whether the problem what was not reported in the last
+// reportEvery, and notes it as reported now.
+func (b *Backend) due(what string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.reported == nil {
+		b.reported = map[string]time.Time{}
+	}
+	if last, ok := b.reported[what]; ok && time.Since(last) < reportEvery {
+		return false
+	}
+	b.reported[what] = time.Now()
+	return true
+}
 
 // otherWriter is the mark of another installation on this cluster's
 // service record among records, if any.
@@ -50,20 +66,7 @@ func (b *Backend) otherWriter(records iter.Seq[Attrs]) string {
 // cluster's id, at most once per duplicateReportEvery for a service.
 func (b *Backend) checkWriter(key registry.Key, records iter.Seq[Attrs]) {
 	other := b.otherWriter(records)
-	if other == "" {
-		return
-	}
-	b.mu.Lock()
-	if b.duplicates == nil {
-		b.duplicates = map[registry.Key]time.Time{}
-	}
-	last, seen := b.duplicates[key]
-	report := !seen || time.Since(last) >= duplicateReportEvery
-	if report {
-		b.duplicates[key] = time.Now()
-	}
-	b.mu.Unlock()
-	if !report {
+	if other == "" || !b.due("duplicate "+key.String()) {
 		return
 	}
 	b.o.Log.Error(nil, "another cluster writes Cloud Map records under this cluster's id: two clusters share it and overwrite each other's exports; give each its own id (the id.k8s.io ClusterProperty, or --cluster-name)",

@@ -38,6 +38,7 @@ type member struct {
 	mu          sync.Mutex
 	heard       map[registry.Key][]registry.Export
 	staleEvents []string
+	foreign     []cloudmap.ForeignRecord
 }
 
 func newMember(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, key, account, cluster string, opts ...cloudmap.WatchOptions) *member {
@@ -52,6 +53,11 @@ func newMember(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, ke
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			m.staleEvents = append(m.staleEvents, fmt.Sprintf("%s:%v", cluster, stale))
+		},
+		OnForeignRecord: func(f cloudmap.ForeignRecord) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.foreign = append(m.foreign, f)
 		}}
 	if len(opts) > 0 {
 		o.Watch = opts[0]

@@ -414,6 +414,9 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 	for i, in := range out.Instances {
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
 	}
+	if instances, err = w.b.refuseForeign(ctx, key, instances); err != nil {
+		return nil, 0, err
+	}
 	w.b.checkWriter(key, func(yield func(Attrs) bool) {
 		for _, in := range instances {
 			if !yield(in.Attrs) {

@@ -1,0 +1,126 @@
+package cloudmap_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+const hostileAccount = "333333333333"
+
+// A member of the clusterset's share writes records under other clusters'
+// names: new instances in strict sharing, and over theirs where sharing
+// lets any account change any instance. Importers refuse every record
+// whose creator (CreatedByAccount) is not the account its cluster is bound
+// to, report it, and keep importing the real clusters' records.
+func TestHostileMemberIsRefused(t *testing.T) {
+	for _, permissive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("permissive sharing %v", permissive), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			srv := cloudmaptest.Start(t, cloudmaplocal.Options{PermissiveSharing: permissive,
+				Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount, "AKIDHOSTILE": hostileAccount}})
+			east := newMember(t, ctx, srv, "AKIDOWNER", ownerAccount, "east")
+			west := newMember(t, ctx, srv, "AKIDMEMBER", memberAccount, "west")
+			web := registry.Key{Namespace: "apps", Name: "web"}
+			if err := east.b.Publish(ctx, export("east", web, "10.1.0.1")); err != nil {
+				t.Fatal(err)
+			}
+			shareWithMember(t, srv, east)
+			for _, ns := range []string{"apps", cloudmap.ChangesNamespace("set")} {
+				if err := srv.Share(namespaceARN(t, east.c, ns), hostileAccount); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitUntil(t, "west's export", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
+			waitUntil(t, "east imports west", func() bool { return len(east.clusters(web)) == 2 })
+
+			// The hostile account: a new endpoint record claiming west,
+			// one claiming east, and, where sharing allows it, west's
+			// own service record rewritten to lead elsewhere.
+			co := srv.Shipped()
+			co.Credentials = credentials.NewStaticCredentialsProvider("AKIDHOSTILE", "s", "")
+			hostile := srv.Client(t, co)
+			svcs, err := hostile.ListServices(ctx, &sd.ListServicesInput{Filters: []types.ServiceFilter{
+				{Name: types.ServiceFilterNameNamespaceId, Values: []string{namespaceARN(t, east.c, "apps")}}}})
+			if err != nil || len(svcs.Services) != 1 {
+				t.Fatalf("the hostile member lists %v (%v)", svcs, err)
+			}
+			svcARN := svcs.Services[0].Arn
+			forge := func(id, cluster, ip string) error {
+				_, err := hostile.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svcARN, InstanceId: aws.String(id), Attributes: map[string]string{
+					cloudmap.AttrIPv4: ip, cloudmap.AttrPort: "8080", cloudmap.AttrEndpointPortName: "http", cloudmap.AttrEndpointProtocol: "TCP",
+					cloudmap.AttrServicePort: "80", cloudmap.AttrServicePortName: "http", cloudmap.AttrServiceProtocol: "TCP",
+					cloudmap.AttrReady: "true", cloudmap.AttrClusterID: cluster, cloudmap.AttrClusterSetID: "set", cloudmap.AttrServiceType: "ClusterSetIP",
+				}})
+				return err
+			}
+			if err := forge("forged-west", "west", "10.9.9.1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := forge("forged-east", "east", "10.9.9.2"); err != nil {
+				t.Fatal(err)
+			}
+			overwrote := false
+			recordID := cloudmap.ServiceRecordID("set", "west")
+			if err := forge(recordID, "west", "10.9.9.3"); err == nil {
+				overwrote = true
+			} else if permissive {
+				t.Fatalf("permissive sharing refused the overwrite: %v", err)
+			}
+			// west and east change their exports: both importers read web
+			// again, hostile records included.
+			if err := west.b.Publish(ctx, export("west", web, "10.2.0.2")); err != nil && !overwrote {
+				t.Fatal(err)
+			}
+			if err := east.b.Publish(ctx, export("east", web, "10.1.0.2")); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []*member{east, west} {
+				waitUntil(t, "both importers read the changes", func() bool {
+					return slices.Contains(m.ips(web), "10.1.0.2") && (overwrote || slices.Contains(m.ips(web), "10.2.0.2"))
+				})
+				for _, ip := range []string{"10.9.9.1", "10.9.9.2", "10.9.9.3"} {
+					if slices.Contains(m.ips(web), ip) {
+						t.Errorf("a forged record was imported: %s in %v", ip, m.ips(web))
+					}
+				}
+				m.mu.Lock()
+				var reported []string
+				for _, f := range m.foreign {
+					reported = append(reported, fmt.Sprintf("%s by %s not %s", f.Cluster, f.CreatedBy, f.Bound))
+				}
+				m.mu.Unlock()
+				for _, want := range []string{"west by " + hostileAccount + " not " + memberAccount, "east by " + hostileAccount + " not " + ownerAccount} {
+					if !slices.Contains(reported, want) {
+						t.Errorf("reported %v, want %q among them", reported, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// ips are the ready endpoint addresses this member heard for key.
+func (m *member) ips(key registry.Key) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, e := range m.heard[key] {
+		for _, ep := range e.Endpoints {
+			out = append(out, ep.IP)
+		}
+	}
+	return out
+}
