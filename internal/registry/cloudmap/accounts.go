@@ -24,7 +24,7 @@ import (
 // ForeignRecord says a record of cluster was created by account
 // createdBy, not by the account the cluster is bound to.
 type ForeignRecord struct {
-	Key                      registry.Key
+	Key                       registry.Key
 	Cluster, CreatedBy, Bound string
 }
 
