@@ -111,6 +111,7 @@ imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 	f.StringVar(&o.ClusterName, "cluster-name", "", "this cluster's name on Cloud Map instances (default: the cluster.clusterset.k8s.io ClusterProperty, else kube-system's UID)")
 	f.Int64Var(&o.DNSTTL, "dns-ttl", 10, "TTL in seconds of the DNS records of Cloud Map services clustermap creates")
 	f.DurationVar(&o.DriftPeriod, "drift-period", time.Minute, "how often registered instances are re-read from Cloud Map and repaired")
+	f.StringSliceVar(&o.CloudMapDNSNamespaces, "cloudmap-dns-namespaces", nil, "the only Cloud Map namespaces (by name) --cloudmap-dns registers in (default: any); match the IAM policy's")
 	f.BoolVar(&o.Syndicate, "syndicate", false, "replicate Services and their endpoints straight to the peer clusters in --peers-dir")
 	f.StringVar(&o.PeersDir, "peers-dir", "/etc/kubeconfigs", "directory of peer kubeconfig files, one per peer, named after the peer's --cluster-name")
 	f.BoolVar(&o.CreateNamespaces, "create-namespaces", false, "let replication create a namespace a peer lacks")

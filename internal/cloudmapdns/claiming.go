@@ -136,7 +136,7 @@ func (r *Reconciler) abandoned(ctx context.Context, c Claim, target Target) bool
 	case err != nil:
 		return false
 	}
-	in := Intend(holder, r.Namespaces(ns), r.remembered(key))
+	in := Intend(holder, r.Namespaces(ns), r.CloudMapNamespaces, r.remembered(key))
 	return in.Target != target && !slices.Contains(in.Withdraw, target)
 }
 
@@ -160,6 +160,14 @@ func (r *Reconciler) withdraw(ctx context.Context, svc *corev1.Service, had Targ
 	r.mu.Unlock()
 	ns, err := r.namespace(ctx, had.Namespace)
 	if errors.Is(err, ErrNamespaceNotFound) {
+		if t, ok := ParseTarget(svc.Annotations[AnnotationRegistered]); ok && t == had {
+			// Registered there, and Cloud Map keeps a namespace while it
+			// has services: it is looked for in the wrong place (Region,
+			// account, credentials). Letting go would leave the records
+			// to be resolved for ever.
+			return fmt.Errorf("%w: %s holds this Service's registration, but this controller cannot find it: Cloud Map keeps a namespace while it has services, so it is most likely looked for in the wrong Region or account; held until it can be withdrawn (if the namespace is gone for good, remove the finalizer %s)",
+				ErrNamespaceNotFound, had.Namespace, Finalizer)
+		}
 		return nil
 	}
 	if err != nil {

@@ -217,12 +217,17 @@ type Intent struct {
 	ClearCondition bool
 }
 
-// Intend decides from the Service, whether its namespace is in scope, and
+// Intend decides from the Service, whether its namespace is in scope, the
+// Cloud Map namespaces registrations are allowed in (any when none), and
 // where it is known to be registered: the annotation clustermap writes
 // (it survives restarts) and, if any, where memory says (it covers the
 // annotation's removal by a user).
-func Intend(svc *corev1.Service, inScope bool, remembered *Target) Intent {
+func Intend(svc *corev1.Service, inScope bool, allowed []string, remembered *Target) Intent {
 	target, annotated, invalid := TargetOf(svc)
+	if invalid == nil && annotated && len(allowed) > 0 && !slices.Contains(allowed, target.Namespace) {
+		invalid = fmt.Errorf("annotation %s=%q names a Cloud Map namespace this controller may not register in (--cloudmap-dns-namespaces: %s); use one of those, or ask for the namespace to be added",
+			AnnotationNamespace, target.Namespace, strings.Join(allowed, ", "))
+	}
 	var in Intent
 	if annotated && invalid == nil && svc.DeletionTimestamp == nil && inScope {
 		in.Target = target

@@ -114,6 +114,7 @@ func TestIntend(t *testing.T) {
 		finalizer  bool
 		condition  bool
 		remembered *Target
+		allowed    []string
 		want       Intent
 		invalid    bool
 	}{
@@ -127,6 +128,9 @@ func TestIntend(t *testing.T) {
 		{name: "namespace out of scope", ann: withAnn(map[string]string{AnnotationRegistered: "ns/web"}), want: Intent{Withdraw: []Target{here}}},
 		{name: "invalid", ann: map[string]string{AnnotationHostname: "web", AnnotationRegistered: "ns/web"}, inScope: true, want: Intent{Withdraw: []Target{here}}, invalid: true},
 		{name: "never annotated", inScope: true, want: Intent{}},
+		{name: "an allowed Cloud Map namespace", ann: ann, inScope: true, allowed: []string{"other", "ns"}, want: Intent{Target: here}},
+		{name: "a Cloud Map namespace not allowed", ann: ann, inScope: true, allowed: []string{"other"}, want: Intent{}, invalid: true},
+		{name: "registered where no longer allowed", ann: withAnn(map[string]string{AnnotationRegistered: "ns/web"}), inScope: true, allowed: []string{"other"}, want: Intent{Withdraw: []Target{here}}, invalid: true},
 		{name: "waiting, finalizer on", ann: ann, inScope: true, finalizer: true, want: Intent{Target: here}},
 		{name: "deleted between its claim and the record of it", ann: ann, inScope: true, finalizer: true, deleting: true, want: Intent{Withdraw: []Target{here}}},
 	} {
@@ -140,7 +144,7 @@ func TestIntend(t *testing.T) {
 		if c.condition {
 			svc.Status.Conditions = []metav1.Condition{{Type: ConditionRegistered}}
 		}
-		got := Intend(svc, c.inScope, c.remembered)
+		got := Intend(svc, c.inScope, c.allowed, c.remembered)
 		if (got.Invalid != nil) != c.invalid {
 			t.Errorf("%s: invalid %v", c.name, got.Invalid)
 		}

@@ -79,6 +79,9 @@ type Reconciler struct {
 	DriftPeriod time.Duration
 	Recorder    record.EventRecorder
 	Namespaces  func(string) bool
+	// CloudMapNamespaces, when set, are the only Cloud Map namespaces
+	// Services may be registered in.
+	CloudMapNamespaces []string
 	// OnRead, when set, hears how each read of a service's instances went.
 	OnRead func(error)
 
@@ -176,7 +179,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	owners := Owners(r.Cluster, svc)
-	in := Intend(svc, r.Namespaces(svc.Namespace), r.remembered(req.NamespacedName))
+	in := Intend(svc, r.Namespaces(svc.Namespace), r.CloudMapNamespaces, r.remembered(req.NamespacedName))
 	for _, t := range in.Withdraw {
 		if err := r.withdraw(ctx, svc, t, owners); err != nil {
 			r.report(ctx, svc, metav1.ConditionFalse, ReasonCloudMapError, fmt.Sprintf("deregistering from %s: %v", t, err))

@@ -23,8 +23,11 @@ type Options struct {
 	TTL         int64
 	DriftPeriod time.Duration
 	Namespaces  func(string) bool
-	Recorder    record.EventRecorder
-	Metrics     prometheus.Registerer
+	// CloudMapNamespaces, when set, are the only Cloud Map namespaces
+	// Services may be registered in.
+	CloudMapNamespaces []string
+	Recorder           record.EventRecorder
+	Metrics            prometheus.Registerer
 	// OnRead, when set, hears how each read of a registered service's
 	// instances went.
 	OnRead func(error)
@@ -41,5 +44,5 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (string, error) 
 	kube.Register(o.Metrics, Metrics()...)
 	o.Log.Info("registering annotated Services in Cloud Map", "cluster", cluster)
 	return cluster, (&Reconciler{Client: mgr.GetClient(), CloudMap: o.CloudMap, Cluster: cluster, TTL: o.TTL, DriftPeriod: o.DriftPeriod,
-		Recorder: o.Recorder, Namespaces: o.Namespaces, OnRead: o.OnRead}).SetupWithManager(mgr)
+		Recorder: o.Recorder, Namespaces: o.Namespaces, CloudMapNamespaces: o.CloudMapNamespaces, OnRead: o.OnRead}).SetupWithManager(mgr)
 }

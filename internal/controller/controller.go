@@ -103,6 +103,9 @@ type Options struct {
 	ClusterName string
 	DNSTTL      int64
 	DriftPeriod time.Duration
+	// CloudMapDNSNamespaces, when set, are the only Cloud Map namespaces
+	// the Cloud Map DNS mode registers in.
+	CloudMapDNSNamespaces []string
 
 	// Syndicate replicates Services straight to the peers whose kubeconfigs
 	// are in PeersDir.
@@ -292,7 +295,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.CloudMapDNS {
 		cluster, err := cloudmapdns.Setup(ctx, mgr, cloudmapdns.Options{CloudMap: sd, ClusterName: o.ClusterName, TTL: o.DNSTTL, DriftPeriod: o.DriftPeriod,
-			Namespaces: inScope, Recorder: recorder, Metrics: metrics.Registry, Log: log,
+			Namespaces: inScope, CloudMapNamespaces: o.CloudMapDNSNamespaces, Recorder: recorder, Metrics: metrics.Registry, Log: log,
 			OnRead: func(err error) {
 				if err == nil {
 					telemetry.Synced(telemetry.ModeCloudMapDNS, sd.Options().Region, time.Now())

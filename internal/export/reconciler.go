@@ -51,6 +51,14 @@ type Reconciler struct {
 	// Republish, when set, says every export must be published again (the
 	// record format changed).
 	Republish <-chan event.GenericEvent
+	// Orphans, when set, names services the registry holds records of
+	// this installation for (Orphaned), which a ServiceExport no longer
+	// asks for: they are withdrawn (orphans.go).
+	Orphans  <-chan event.GenericEvent
+	Orphaned func(registry.Key) bool
+	// APIReader confirms at the API server that a ServiceExport is gone
+	// before its orphaned records are withdrawn.
+	APIReader client.Reader
 }
 
 // SetupWithManager watches ServiceExports and the Services and
@@ -88,6 +96,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})
 		b = b.WatchesRawSource(source.Channel(r.Republish, every))
 	}
+	if r.Orphans != nil {
+		b = b.WatchesRawSource(source.Channel(r.Orphans, &handler.EnqueueRequestForObject{}))
+	}
 	return b.
 		Named("serviceexport").
 		// Failed publishes retry at most 10 s apart, so that exports catch up
@@ -110,8 +121,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	se := &mcsv1beta1.ServiceExport{}
-	if err := r.Client.Get(ctx, req.NamespacedName, se); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	if err := r.Client.Get(ctx, req.NamespacedName, se); apierrors.IsNotFound(err) {
+		return r.withdrawOrphan(ctx, reg, registry.Key{Namespace: req.Namespace, Name: req.Name})
+	} else if err != nil {
+		return reconcile.Result{}, err
 	}
 	key := registry.Key{Namespace: se.Namespace, Name: se.Name}
 	// Conditions unchanged from what was read are not written again.

@@ -83,6 +83,7 @@ func Setup(mgr manager.Manager, o Options) error {
 	}
 	gate := &clusterid.Gate{}
 	view := imports.NewView()
+	orphans := &export.OrphanTap{Cache: mgr.GetClient(), InScope: o.Namespaces, Orphans: make(chan event.GenericEvent, 1024)}
 	republish := make(chan event.GenericEvent, 1)
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		id, err := waitIdentity(ctx, mgr.GetAPIReader(), o.Recorder, o.Log)
@@ -107,9 +108,11 @@ func Setup(mgr manager.Manager, o Options) error {
 				default:
 				}
 			}}
-			sink = formats.Tap(view)
+			writer := writerMark(ctx, mgr.GetAPIReader(), o.Log)
+			orphans.Cluster, orphans.Writer = id.ClusterID, writer
+			sink = orphans.Sink(formats.Tap(view))
 			reg = cloudMapRegistry(o, id, formats, staleEvents(mgr.GetAPIReader(), o.Recorder),
-				writerMark(ctx, mgr.GetAPIReader(), o.Log), identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID})
+				writer, identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID})
 		}
 		if o.OnIdentity != nil {
 			o.OnIdentity(id)
@@ -120,7 +123,8 @@ func Setup(mgr manager.Manager, o Options) error {
 	})); err != nil {
 		return err
 	}
-	if err := (&export.Reconciler{Client: mgr.GetClient(), Gate: gate, Recorder: o.Recorder, Namespaces: o.Namespaces, Republish: republish}).SetupWithManager(mgr); err != nil {
+	if err := (&export.Reconciler{Client: mgr.GetClient(), Gate: gate, Recorder: o.Recorder, Namespaces: o.Namespaces, Republish: republish,
+		Orphans: orphans.Orphans, Orphaned: orphans.Orphaned, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&imports.Reconciler{Client: mgr.GetClient(), Gate: gate, View: view, Recorder: o.Recorder, Namespaces: o.Namespaces}).SetupWithManager(mgr); err != nil {

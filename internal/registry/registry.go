@@ -49,6 +49,9 @@ type Export struct {
 	// Newer, when set, says the records are in a format newer than this
 	// release knows: read as far as it could.
 	Newer string
+	// Writer is the installation that wrote the export's service record
+	// (a mark no two clusters share), when it says.
+	Writer string
 }
 
 // InvalidRecord is a registry record that was skipped, and why.

@@ -375,5 +375,8 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, w client.Client, ns st
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=endpoints,verbs=delete
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// Creating namespaces (--create-namespaces) is granted apart, only where
+// that flag is set: the chart's syndicate.createNamespaces, the kustomize
+// component syndicate-create-namespaces.
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete

@@ -262,30 +262,11 @@ func accountsValues(t *testing.T, ch *chart.Chart) {
 // scenarios.
 func (w *world) asServiceAccount(t *testing.T, ch *chart.Chart) {
 	ctx := context.Background()
-	objs, err := render(ch, map[string]any{"region": "us-east-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	configs := map[string]*rest.Config{} // by apiserver
-	for i, cl := range w.clients {
-		harness.Must(t, applyAll(ctx, cl, objs))
-		c := w.env.Clusters[i]
-		cs := kubernetes.NewForConfigOrDie(c.Config)
-		tok, err := cs.CoreV1().ServiceAccounts(releaseNS).CreateToken(ctx, release, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sa := rest.AnonymousClientConfig(c.Config)
-		sa.BearerToken = tok.Status.Token
-		configs[c.Config.Host] = sa
-		if i == 0 {
-			leastPrivilege(t, sa)
-		}
-	}
+	asSA, configs := w.chartServiceAccount(t, ch, map[string]any{"region": "us-east-1"})
+	leastPrivilege(t, configs[w.env.Clusters[0].Config.Host])
 	calls := &cloudmapclient.Calls{}
 	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
-		o.Config = configs[o.Config.Host]
-		o.LeaderElect, o.LeaderElectionNamespace = true, releaseNS
+		asSA(o)
 		o.OnCloudMapCall = calls.Record
 	}))
 	t.Run("ClusterSetIP export is imported into every cluster", w.clusterSetIP)
@@ -311,14 +292,39 @@ func (w *world) asServiceAccount(t *testing.T, ch *chart.Chart) {
 	})
 }
 
+// chartServiceAccount applies the chart rendered with values (its RBAC,
+// ServiceAccount, Deployment) to every cluster and returns an option that
+// runs a controller authenticated as the chart's ServiceAccount only (a
+// TokenRequest token, no client certificate), electing its leader in the
+// release's namespace as the chart does, and those configs by apiserver:
+// a mode's e2e run with it proves the chart grants what the mode does.
+func (w *world) chartServiceAccount(t *testing.T, ch *chart.Chart, values map[string]any) (func(*controller.Options), map[string]*rest.Config) {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := render(ch, values)
+	harness.Must(t, err)
+	configs := map[string]*rest.Config{}
+	for i, cl := range w.clients {
+		namespace(t, cl, releaseNS)
+		harness.Must(t, applyAll(ctx, cl, objs))
+		c := w.env.Clusters[i]
+		cs := kubernetes.NewForConfigOrDie(c.Config)
+		tok, err := cs.CoreV1().ServiceAccounts(releaseNS).CreateToken(ctx, release, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7200)}}, metav1.CreateOptions{})
+		harness.Must(t, err)
+		sa := rest.AnonymousClientConfig(c.Config)
+		sa.BearerToken = tok.Status.Token
+		configs[c.Config.Host] = sa
+	}
+	return func(o *controller.Options) {
+		o.Config = configs[o.Config.Host]
+		o.LeaderElect, o.LeaderElectionNamespace = true, releaseNS
+	}, configs
+}
+
 // leastPrivilege asks the apiserver what the MCS-only ServiceAccount may do.
 func leastPrivilege(t *testing.T, sa *rest.Config) {
 	t.Helper()
-	cs := kubernetes.NewForConfigOrDie(sa)
-	for _, c := range []struct {
-		attrs authzv1.ResourceAttributes
-		want  bool
-	}{
+	checkAccess(t, sa, []access{
 		{authzv1.ResourceAttributes{Verb: "create", Resource: "namespaces"}, false},
 		{authzv1.ResourceAttributes{Verb: "delete", Resource: "endpoints", Namespace: "default"}, false},
 		{authzv1.ResourceAttributes{Verb: "list", Resource: "pods"}, false},
@@ -329,7 +335,20 @@ func leastPrivilege(t *testing.T, sa *rest.Config) {
 		{authzv1.ResourceAttributes{Verb: "create", Group: "multicluster.x-k8s.io", Resource: "serviceimports", Namespace: "default"}, true},
 		{authzv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: releaseNS}, true},
 		{authzv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"}, false},
-	} {
+	})
+}
+
+// access is an action and whether a ServiceAccount may take it.
+type access struct {
+	attrs authzv1.ResourceAttributes
+	want  bool
+}
+
+// checkAccess asks the apiserver what sa may do.
+func checkAccess(t *testing.T, sa *rest.Config, checks []access) {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(sa)
+	for _, c := range checks {
 		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(),
 			&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &c.attrs}}, metav1.CreateOptions{})
 		if err != nil {

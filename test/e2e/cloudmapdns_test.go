@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	sdtypes "github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -34,19 +35,34 @@ type dnsWorld struct {
 	c            *sd.Client
 	privateNS    string // Cloud Map namespace ids
 	httpNS       string
+	notAllowedNS string
 	ecsServiceID string
 	ecs          map[string]cloudmapdns.Attrs
 }
 
 const driftPeriod = 2 * time.Second
 
+// The controllers run as the chart's ServiceAccount for this mode alone,
+// limited to the Cloud Map namespaces the scenarios use.
 func TestCloudMapDNS(t *testing.T) {
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
-	start := func() func() {
+	asSA, configs := w.chartServiceAccount(t, loadChart(t), map[string]any{"region": "us-east-1",
+		"mcs": map[string]any{"enabled": false}, "cloudmapDNS": map[string]any{"enabled": true}})
+	checkAccess(t, configs[w.env.Clusters[0].Config.Host], []access{
+		{authzv1.ResourceAttributes{Verb: "create", Resource: "namespaces"}, false},
+		{authzv1.ResourceAttributes{Verb: "list", Resource: "pods"}, false},
+		{authzv1.ResourceAttributes{Verb: "create", Group: "multicluster.x-k8s.io", Resource: "serviceimports", Namespace: "default"}, false},
+		{authzv1.ResourceAttributes{Verb: "update", Resource: "services", Namespace: "default"}, true},
+	})
+	startIn := func(region string) func() {
 		return w.startControllers(t, func(o *controller.Options) {
+			asSA(o)
 			o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, driftPeriod
+			o.CloudMapDNSNamespaces = []string{"test-namespace", "http-ns", "no-such-namespace"}
+			o.Region = region
 		})
 	}
+	start := func() func() { return startIn("") }
 	stop := start()
 	t.Cleanup(func() { stop() })
 	d := &dnsWorld{world: w, c: w.cloudMap(t)}
@@ -61,6 +77,9 @@ func TestCloudMapDNS(t *testing.T) {
 	t.Run("bad input", d.badInput)
 	t.Run("withdrawal after a restart", func(t *testing.T) {
 		d.afterRestart(t, func() { stop(); stop = start() })
+	})
+	t.Run("a deletion during a restart in the wrong Region is held", func(t *testing.T) {
+		d.wrongRegion(t, func(region string) { stop(); stop = startIn(region) })
 	})
 	t.Run("claims are exclusive", d.exclusive)
 	t.Run("a lost claim", d.lostClaim)
@@ -80,6 +99,10 @@ func (d *dnsWorld) ecsNamespace(t *testing.T) {
 	hop, err := d.c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("http-ns")})
 	harness.Must(t, err)
 	d.httpNS = waitOp(t, d.c, hop.OperationId)["NAMESPACE"]
+	// One the controllers are not allowed to register in.
+	nop, err := d.c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("not-allowed-ns")})
+	harness.Must(t, err)
+	d.notAllowedNS = waitOp(t, d.c, nop.OperationId)["NAMESPACE"]
 	svc, err := d.c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("nginx-service"), NamespaceId: aws.String(d.privateNS),
 		DnsConfig: &sdtypes.DnsConfig{RoutingPolicy: sdtypes.RoutingPolicyMultivalue, DnsRecords: []sdtypes.DnsRecord{{Type: sdtypes.RecordTypeA, TTL: aws.Int64(60)}}}})
 	harness.Must(t, err)
@@ -394,6 +417,7 @@ func (d *dnsWorld) badInput(t *testing.T) {
 		{"bad-host", map[string]string{cloudmapdns.AnnotationNamespace: "test-namespace", cloudmapdns.AnnotationHostname: "-bad.host"}, "InvalidAnnotation", "is not a valid hostname"},
 		{"only-ns", map[string]string{cloudmapdns.AnnotationNamespace: "test-namespace"}, "InvalidAnnotation", cloudmapdns.AnnotationHostname + " is missing"},
 		{"only-host", map[string]string{cloudmapdns.AnnotationHostname: "only-host"}, "InvalidAnnotation", cloudmapdns.AnnotationNamespace + " is missing"},
+		{"not-allowed", map[string]string{cloudmapdns.AnnotationNamespace: "not-allowed-ns", cloudmapdns.AnnotationHostname: "elsewhere"}, "InvalidAnnotation", "--cloudmap-dns-namespaces: test-namespace, http-ns"},
 	}
 	for _, c := range cases {
 		app(t, cl, "bad", c.name, 1, true, httpPort(80, 8080))
@@ -410,6 +434,9 @@ func (d *dnsWorld) badInput(t *testing.T) {
 			t.Errorf("a Cloud Map service %s was created from bad input", name)
 		}
 	}
+	if id := d.lookupService(t, d.notAllowedNS, "elsewhere"); id != "" {
+		t.Errorf("a Cloud Map service was created in a namespace not allowed")
+	}
 }
 
 // afterRestart: a controller that restarted knows nothing of what it
@@ -421,6 +448,35 @@ func (d *dnsWorld) afterRestart(t *testing.T, restart func()) {
 	restart()
 	removeAnnotations(t, cl, "web", "late", cloudmapdns.AnnotationNamespace, cloudmapdns.AnnotationHostname)
 	d.withdrawn(t, cl, "web", "late", d.privateNS, "late")
+}
+
+// wrongRegion: a controller restarted in a Region where the registration's
+// namespace is not found holds a deleted Service's finalizer (Cloud Map
+// keeps a namespace while it has services: it is looked for in the wrong
+// place) rather than leave its records for ever; restarted right, it
+// withdraws them and lets the Service go.
+func (d *dnsWorld) wrongRegion(t *testing.T, restartIn func(region string)) {
+	cl := d.clients[0]
+	id, _, _ := d.registeredApp(t, cl, "moved")
+	restartIn("eu-west-1")
+	harness.Must(t, cl.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "moved"}}))
+	harness.Eventually(t, importDeadline, "the held withdrawal said", serviceCondition(cl, "web", "moved", "False/"+cloudmapdns.ReasonCloudMapError))
+	harness.Eventually(t, 5*time.Second, "its Event", wantEvent(cl, "web", "moved", cloudmapdns.ReasonCloudMapError, corev1.EventTypeWarning, "wrong Region"))
+	time.Sleep(3 * time.Second)
+	if got := d.lookupService(t, d.privateNS, "moved"); got != id {
+		t.Fatalf("the registration went while the controller looked in the wrong Region (service %q, want %q)", got, id)
+	}
+	restartIn("")
+	harness.Eventually(t, importDeadline, "withdrawn and let go", func() error {
+		if got := d.lookupService(t, d.privateNS, "moved"); got != "" {
+			return fmt.Errorf("service %s still there", got)
+		}
+		err := cl.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "moved"}, &corev1.Service{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the Service is still there: %v", err)
+		}
+		return nil
+	})
 }
 
 // registeredApp deploys web/name with 2 pods, registered in the private

@@ -57,7 +57,9 @@ func TestKustomizeApplies(t *testing.T) {
 		k["ClusterRole/clustermap-edit"] != 1 || k["ClusterRole/clustermap-view"] != 1 || k["Deployment"] != 1 || k["ConfigMap"] != 1 {
 		t.Errorf("config/default (MCS) is missing pieces: %v", k)
 	}
-	if k := apply("../../config/examples/all-modes", client.DryRunAll); k["ClusterRole"] != 5 || k["ClusterRoleBinding"] != 3 { // each mode's, and the two aggregated into edit/admin and view
+	// Each mode's, namespace creation's, and the two aggregated into
+	// edit/admin and view.
+	if k := apply("../../config/examples/all-modes", client.DryRunAll); k["ClusterRole"] != 6 || k["ClusterRoleBinding"] != 4 || k["ClusterRole/clustermap-syndicate-create-namespaces"] != 1 {
 		t.Errorf("every mode should bring its ClusterRole and binding: %v", k)
 	}
 	if k := apply("../../config/examples/cloudmap-dns-only", client.DryRunAll); k["ClusterRole"] != 3 || k["ClusterRole/clustermap-cloudmap-dns"] != 1 || k["ClusterRole/clustermap-mcs"] != 0 {

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"testing"
@@ -10,7 +11,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
@@ -92,4 +97,42 @@ func TestRestartReadingTheWrongPlaceKeepsImports(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The exporter restarted with a wrong Region: billing's ServiceExport,
+	// deleted meanwhile, is withdrawn there (where its records are not)
+	// and let go. Its records in the right Region stay, and every importer
+	// keeps importing them, until the exporter, restarted right, finds its
+	// own records of a service no ServiceExport asks for, and withdraws
+	// them.
+	stop()
+	exporterHost := w.env.Clusters[0].Config.Host
+	stop = w.startControllers(t, func(o *controller.Options) {
+		if o.Config.Host == exporterHost {
+			o.Region = "eu-west-1"
+		}
+	})
+	exporter := w.clients[0]
+	harness.Must(t, exporter.Delete(context.Background(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "billing"}}))
+	harness.Eventually(t, importDeadline, "billing's ServiceExport let go in the wrong Region", func() error {
+		err := exporter.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "billing"}, &mcsv1beta1.ServiceExport{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	if _, err := getImport(importer, ns, "billing"); err != nil {
+		t.Fatalf("billing's records are still in the right Region, but its import went: %v", err)
+	}
+	stop()
+	stop = w.startControllers(t, nil)
+	harness.Eventually(t, importDeadline, "billing's orphaned records withdrawn, its import gone", func() error {
+		if _, err := getImport(importer, ns, "billing"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("import still there: %v", err)
+		}
+		return nil
+	})
+	if _, err := getImport(importer, ns, "orders"); err != nil {
+		t.Errorf("orders, still exported, lost its import: %v", err)
+	}
 }

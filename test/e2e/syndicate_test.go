@@ -15,6 +15,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,8 +41,21 @@ func TestSyndicate(t *testing.T) {
 	// `clustermap peer-kubeconfig` grants for the namespaces it replicates.
 	dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"web", "mig", "ns-in"}})
 	harness.Must(t, err)
+	// Locally, the chart's ServiceAccount for this mode alone, without
+	// namespace creation.
+	asSA, configs := w.chartServiceAccount(t, loadChart(t), map[string]any{"mcs": map[string]any{"enabled": false}, "syndicate": map[string]any{"enabled": true}})
+	checkAccess(t, configs[w.env.Clusters[0].Config.Host], []access{
+		{authzv1.ResourceAttributes{Verb: "create", Resource: "namespaces"}, false},
+		{authzv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "web"}, false},
+		{authzv1.ResourceAttributes{Verb: "create", Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "web"}, true},
+	})
 	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
-		w.asPeer(o, dirs)
+		w.asPeer(o, dirs) // before asSA: it finds the cluster by its admin config
+		asSA(o)
+		// No leader election: "peer down" stops a cluster's apiserver, and
+		// its controller would lose its lease and exit (as it should),
+		// ending the test's controllers.
+		o.LeaderElect = false
 		o.MCS, o.Syndicate, o.CreateNamespaces, o.PeerGrace = false, true, false, 3*time.Second
 		o.Namespaces = []string{"web", "mig", "ns-in", "private"}
 		o.ExcludeNamespaces = append(o.ExcludeNamespaces, "private")

@@ -224,6 +224,21 @@ func (f *fleet) check(ctx context.Context) counts {
 			}
 		}
 	}
+	// No import from a cluster that does not export it, nor of an address
+	// the hostile writer forged.
+	for j, v := range views {
+		for key, ips := range v.imported {
+			name, src, _ := strings.Cut(strings.TrimPrefix(key, nsMCS+"/"), "@")
+			if it, ok := byName[name]; ok && it.kind == kindMCS && f.ids[it.cluster] != src {
+				c.mismatched = append(c.mismatched, fmt.Sprintf("%s imported in cluster %d from %s, which does not export it", it, j, src))
+			}
+			for _, ip := range ips {
+				if forgedAddress(ip) {
+					c.mismatched = append(c.mismatched, fmt.Sprintf("%s in cluster %d serves the forged address %s", key, j, ip))
+				}
+			}
+		}
+	}
 	for _, it := range f.w.endedItems() {
 		key := it.kind.namespace() + "/" + it.name
 		for j, v := range views {
@@ -260,7 +275,9 @@ func (f *fleet) check(ctx context.Context) counts {
 			// MCS records, per endpoint or packed: read as an importer does.
 			var records []cmschema.Instance
 			for _, in := range ins {
-				records = append(records, cmschema.Instance{ID: in.id, Attrs: in.attrs})
+				if !strings.HasPrefix(in.id, forgedPrefix) {
+					records = append(records, cmschema.Instance{ID: in.id, Attrs: in.attrs})
+				}
 			}
 			for _, e := range cmschema.Decode(registry.Key{Namespace: ns, Name: name}, records) {
 				it, ok := byName[name]

@@ -4,9 +4,11 @@
 // controller binary in all three modes (MCS, Cloud Map DNS registration,
 // syndication) under bulk exports and pod churn, while controllers are
 // killed, an apiserver restarts, the Cloud Map emulator stops and comes
-// back from its data directory, every call is throttled, then hangs, and a
-// member cluster stops. It counts what was lost or left behind and how long the
-// fleet takes to converge after the last fault.
+// back from its data directory, every call is throttled, then hangs, a
+// member cluster stops, a cluster's controllers restart in a wrong Region,
+// then with a Region down, and a hostile writer forges records. It counts
+// what was lost or left behind and how long the fleet takes to converge
+// after the last fault.
 //
 // `make test` runs a short campaign; `make soak` (CLUSTERMAP_SOAK=full)
 // the full one.
@@ -45,6 +47,7 @@ type settings struct {
 	mcs, syn, dns                      int // initial services of each kind per cluster
 	kills                              int
 	emulatorDown, throttle, memberDown time.Duration
+	wrongRegion, regionDown            time.Duration
 	converge                           time.Duration // the promise
 	churnEvery, exportEvery            time.Duration // a Deployment scaled; a Service published or withdrawn
 }
@@ -52,9 +55,11 @@ type settings struct {
 var (
 	short = settings{clusters: 2, mcs: 6, syn: 3, dns: 3, kills: 5,
 		emulatorDown: 20 * time.Second, throttle: 20 * time.Second, memberDown: 20 * time.Second,
+		wrongRegion: 15 * time.Second, regionDown: 15 * time.Second,
 		converge: 30 * time.Second, churnEvery: 700 * time.Millisecond, exportEvery: 2 * time.Second}
 	full = settings{clusters: 3, mcs: 30, syn: 10, dns: 10, kills: 20,
 		emulatorDown: 5 * time.Minute, throttle: 2 * time.Minute, memberDown: 2 * time.Minute,
+		wrongRegion: 2 * time.Minute, regionDown: 2 * time.Minute,
 		converge: 30 * time.Second, churnEvery: 500 * time.Millisecond, exportEvery: 3 * time.Second}
 )
 
@@ -96,7 +101,7 @@ func TestFaultCampaign(t *testing.T) {
 	stopChurn := f.churn(t)
 	stopMonitor := f.monitor(t)
 	faultsStart := time.Now()
-	killsDone := f.killAtRandom(t, s.kills, s.emulatorDown+s.throttle+s.throttle/2+s.memberDown+30*time.Second)
+	killsDone := f.killAtRandom(t, s.kills, s.emulatorDown+s.throttle+s.throttle/2+s.memberDown+s.wrongRegion+s.regionDown+30*time.Second)
 	phase := func(name string, fn func()) {
 		began := time.Now()
 		fn()
@@ -109,6 +114,25 @@ func TestFaultCampaign(t *testing.T) {
 	// the controllers give up on them (10 s an attempt).
 	phase("every call hangs", func() { f.fault(t, `{"hang": true}`, s.throttle/2) })
 	phase("member cluster stopped", func() { f.stopMember(t, 0, s.memberDown) })
+	// What a wrong Region reads is nothing: its imports must stay, and
+	// what it withdraws meanwhile (where its records are not) is withdrawn
+	// where they are once it is right again.
+	phase("restart in a wrong Region", func() {
+		f.restartWith(t, len(f.ids)-1, s.wrongRegion, []string{"AWS_REGION=" + wrongRegion}, nil)
+	})
+	// Reading a second Region that is down: creations and updates from the
+	// home Region go on.
+	phase("a Region down at restart", func() {
+		put := f.faults(t)
+		put(`{"outage": true, "regions": ["` + downRegion + `"]}`)
+		f.restartWith(t, 0, s.regionDown, nil, []string{"--regions", "us-east-1," + downRegion})
+		put(`{}`)
+	})
+	// A writer of the account forges records into every exported service:
+	// invalid ones under the exporter's name, and ones under another
+	// cluster's name with ids not its own. None may be imported; they stay
+	// to the end of the campaign.
+	phase("a hostile writer's records", func() { f.forge(t) })
 	<-killsDone
 	lastFault := time.Now()
 	stopChurn()
@@ -289,9 +313,41 @@ func (f *fleet) stopEmulator(t *testing.T, d time.Duration) {
 	harness.Must(t, harness.WaitListening(ctx, strings.TrimPrefix(f.cmURL, "http://")))
 }
 
+// Regions of the faults: one restarted into (nothing of the clusterset is
+// there), one read beside the home Region while it is down.
+const wrongRegion, downRegion = "eu-west-1", "ap-south-1"
+
+// restartWith restarts cluster i's controllers with env and args added,
+// runs them so for d, and restarts them as they were.
+func (f *fleet) restartWith(t *testing.T, i int, d time.Duration, env, args []string) {
+	ps := f.ctrls[i]
+	type was struct{ env, argv []string }
+	before := make([]was, len(ps))
+	for j, p := range ps {
+		p.Stop()
+		before[j] = was{p.Env, p.Argv}
+		p.Env, p.Argv = append(slices.Clone(p.Env), env...), append(slices.Clone(p.Argv), args...)
+		p.Start()
+	}
+	time.Sleep(d)
+	for j, p := range ps {
+		p.Stop()
+		p.Env, p.Argv = before[j].env, before[j].argv
+		p.Start()
+	}
+}
+
 // fault sets the emulator's faults (JSON) for d.
 func (f *fleet) fault(t *testing.T, faults string, d time.Duration) {
-	put := func(body string) {
+	put := f.faults(t)
+	put(faults)
+	time.Sleep(d)
+	put(`{}`)
+}
+
+// faults sets the emulator's faults (JSON).
+func (f *fleet) faults(t *testing.T) func(string) {
+	return func(body string) {
 		req, err := http.NewRequest(http.MethodPut, f.cmAdmin+"/faults", bytes.NewBufferString(body))
 		harness.Must(t, err)
 		resp, err := http.DefaultClient.Do(req)
@@ -301,9 +357,6 @@ func (f *fleet) fault(t *testing.T, faults string, d time.Duration) {
 			t.Fatalf("PUT /faults: %s", resp.Status)
 		}
 	}
-	put(faults)
-	time.Sleep(d)
-	put(`{}`)
 }
 
 type callCount struct {

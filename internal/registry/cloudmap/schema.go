@@ -312,11 +312,20 @@ type Instance struct {
 // Decode groups a service's instances into exports, one per cluster. An
 // instance without a cluster or clusterset id is not part of any export.
 func Decode(key registry.Key, instances []Instance) []registry.Export {
-	return decodeAt(key, instances, time.Now())
+	exports, _ := decodeAt(key, instances, time.Now())
+	return exports
 }
 
-func decodeAt(key registry.Key, instances []Instance, now time.Time) []registry.Export {
+// decodeAt is Decode at a time; it also returns the records that make no
+// export: a cluster is exporting only by a record of its that is accepted
+// (its service record or a chunk, whose ids must be its own, or an
+// endpoint record that decodes), so that records of nothing (refused as
+// not their cluster's, or as invalid) cannot keep an import alive, or win
+// its conflicts.
+func decodeAt(key registry.Key, instances []Instance, now time.Time) ([]registry.Export, []registry.InvalidRecord) {
 	byCluster := map[string]*registry.Export{}
+	accepted := map[string]bool{}
+	refused := map[string][]registry.InvalidRecord{}
 	get := func(a Attrs) *registry.Export {
 		c := a[AttrClusterID]
 		e := byCluster[c]
@@ -328,16 +337,27 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) []registry.
 	}
 	for _, in := range instances {
 		a := in.Attrs
-		if a[AttrClusterID] == "" || a[AttrClusterSetID] == "" || len(validation.IsValidLabelValue(a[AttrClusterID])) > 0 {
+		cluster := a[AttrClusterID]
+		if cluster == "" || a[AttrClusterSetID] == "" || len(validation.IsValidLabelValue(cluster)) > 0 {
 			// No cluster this export could be told apart as (its id names
 			// EndpointSlices and labels them): nobody's.
 			continue
 		}
-		e := get(a)
 		if why := idMismatch(in.ID, a); why != "" {
-			e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: why})
+			refused[cluster] = append(refused[cluster], registry.InvalidRecord{ID: in.ID, Reason: why})
 			continue
 		}
+		packed := a[AttrRecord] == recordValue || a[AttrRecord] == chunkRecord
+		var ep registry.Endpoint
+		if !packed {
+			var err error
+			if ep, err = decodeEndpoint(a); err != nil {
+				refused[cluster] = append(refused[cluster], registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
+				continue
+			}
+		}
+		e := get(a)
+		accepted[cluster] = true
 		if ms, err := strconv.ParseInt(a[AttrExportCreationTime], 10, 64); err == nil && (e.Created.IsZero() || time.UnixMilli(ms).Before(e.Created)) {
 			e.Created = time.UnixMilli(ms)
 		}
@@ -345,6 +365,7 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) []registry.
 			e.Type = mcsv1beta1.ServiceImportType(a[AttrServiceType])
 		}
 		if a[AttrRecord] == recordValue {
+			e.Writer = a[AttrWriter]
 			if err := decodeRecord(e, a); err != nil {
 				e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
 			}
@@ -355,17 +376,21 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) []registry.
 			// another controller's.
 			e.RecordVersion = packedVersion
 		}
-		if a[AttrRecord] == recordValue || a[AttrRecord] == chunkRecord {
+		if packed {
 			e.Endpoints = append(e.Endpoints, decodePacked(e, in)...)
-			continue
-		}
-		ep, err := decodeEndpoint(a)
-		if err != nil {
-			e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
 			continue
 		}
 		e.Endpoints = append(e.Endpoints, ep)
 	}
+	var orphans []registry.InvalidRecord
+	for cluster, records := range refused {
+		if accepted[cluster] {
+			byCluster[cluster].Invalid = append(byCluster[cluster].Invalid, records...)
+		} else {
+			orphans = append(orphans, records...)
+		}
+	}
+	sort.Slice(orphans, func(i, j int) bool { return orphans[i].ID < orphans[j].ID })
 	out := make([]registry.Export, 0, len(byCluster))
 	for _, e := range byCluster {
 		if created, ok := saneCreation(e.Created, now); !ok {
@@ -381,7 +406,7 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) []registry.
 		out = append(out, *e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
-	return out
+	return out, orphans
 }
 
 // decodePacked reads the endpoints a service record or chunk packs, each

@@ -314,15 +314,24 @@ func TestDecodeChecksWhoWrote(t *testing.T) {
 	weird := maps.Clone(instances[0].Attrs)
 	weird[AttrClusterID] = "not a label value!"
 	instances = append(instances, Instance{ID: "weird", Attrs: weird})
-	out := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now)
-	if len(out) != 2 || out[0].Cluster != "c1" || out[1].Cluster != "c2" {
+	out, impostors := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now)
+	// c2's records are all impostors: no export of c2 (it would keep an
+	// import alive, and win conflicts, with records of nothing).
+	if len(out) != 1 || out[0].Cluster != "c1" {
 		t.Fatalf("exports %+v", out)
 	}
 	if len(out[0].Invalid) != 0 || len(out[0].Endpoints) != len(sampleExport("c1").Endpoints) {
 		t.Errorf("c1: invalid %v, %d endpoints", out[0].Invalid, len(out[0].Endpoints))
 	}
-	if len(out[1].Endpoints) != 0 || len(out[1].Invalid) != good {
-		t.Errorf("c2 under c1's ids: %d endpoints, invalid %v", len(out[1].Endpoints), out[1].Invalid)
+	if len(impostors) != good {
+		t.Errorf("c2 under c1's ids: impostors %v, want its %d records", impostors, good)
+	}
+	// Beside a record of its own, a cluster's impostors are said on its
+	// export.
+	own := encoded(t, sampleExport("c2"))
+	out, impostors = decodeAt(registry.Key{Namespace: "ns", Name: "web"}, append(instances, own...), now)
+	if len(out) != 2 || out[1].Cluster != "c2" || len(out[1].Invalid) != good || len(impostors) != 0 {
+		t.Errorf("c2 with records of its own: exports %+v, impostors %v", out, impostors)
 	}
 
 	for _, c := range []struct {
@@ -336,13 +345,41 @@ func TestDecodeChecksWhoWrote(t *testing.T) {
 	} {
 		e := sampleExport("c1")
 		e.Created = c.created
-		got := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, encoded(t, e), now)[0]
+		decoded, _ := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, encoded(t, e), now)
+		got := decoded[0]
 		if c.sane && (!got.Created.Equal(c.created.Truncate(time.Millisecond)) || len(got.Invalid) != 0) {
 			t.Errorf("created %v: decoded %v, invalid %v", c.created, got.Created, got.Invalid)
 		}
 		if !c.sane && (!got.Created.Equal(now) || len(got.Invalid) != 1) {
 			t.Errorf("created %v: decoded %v (want now), invalid %v", c.created, got.Created, got.Invalid)
 		}
+	}
+}
+
+// Records that are refused make no export: a cluster with only invalid
+// records is exporting nothing (no import kept alive by them), and a
+// refused record's creation time wins no conflict for its cluster.
+func TestRefusedRecordsMakeNoExport(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	forged := func(id, cluster, ip, created string) Instance {
+		return Instance{ID: id, Attrs: Attrs{AttrIPv4: ip, AttrPort: "80", AttrClusterID: cluster, AttrClusterSetID: "set",
+			AttrExportCreationTime: created, AttrServiceType: "ClusterSetIP"}}
+	}
+	instances := encoded(t, sampleExport("c1"))
+	want := sampleExport("c1").Created.UnixMilli()
+	instances = append(instances,
+		forged("loopback-c2", "c2", "127.0.0.1", "1577836800001"),
+		forged("metadata-c2", "c2", "169.254.169.254", "1577836800001"),
+		forged("loopback-c1", "c1", "127.0.0.1", "1577836800001"))
+	out, refused := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now)
+	if len(out) != 1 || out[0].Cluster != "c1" {
+		t.Fatalf("exports %+v, want c1's only", out)
+	}
+	if out[0].Created.UnixMilli() != want || len(out[0].Invalid) != 1 {
+		t.Errorf("c1: created %v (want %v), invalid %v", out[0].Created, time.UnixMilli(want), out[0].Invalid)
+	}
+	if len(refused) != 2 {
+		t.Errorf("refused records of no export %v, want c2's two", refused)
 	}
 }
 

@@ -425,7 +425,13 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		}
 	})
 	w.propagated(key, instances)
-	exports := slices.DeleteFunc(Decode(key, instances), func(e registry.Export) bool { return w.feed.dropped(e.Cluster) })
+	decoded, refused := decodeAt(key, instances, time.Now())
+	if len(refused) > 0 && w.b.due("refused "+key.String()) {
+		// Records of no export: no import here to say it on.
+		w.b.o.Log.Error(nil, "refused records that make no export: they are not the cluster's they claim (their instance ids are another's), or invalid; a forged or corrupted record: deregister it",
+			"service", key.String(), "records", refused)
+	}
+	exports := slices.DeleteFunc(decoded, func(e registry.Export) bool { return w.feed.dropped(e.Cluster) })
 	if exports == nil {
 		exports = []registry.Export{}
 	}
