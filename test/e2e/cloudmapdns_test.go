@@ -59,7 +59,9 @@ func TestCloudMapDNS(t *testing.T) {
 			asSA(o)
 			o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, driftPeriod
 			o.CloudMapDNSNamespaces = []string{"test-namespace", "http-ns", "no-such-namespace"}
-			o.Region = region
+			if region != "" {
+				o.Region = region
+			}
 		})
 	}
 	start := func() func() { return startIn("") }
@@ -457,21 +459,21 @@ func (d *dnsWorld) afterRestart(t *testing.T, restart func()) {
 // withdraws them and lets the Service go.
 func (d *dnsWorld) wrongRegion(t *testing.T, restartIn func(region string)) {
 	cl := d.clients[0]
-	id, _, _ := d.registeredApp(t, cl, "moved")
+	id, _, _ := d.registeredApp(t, cl, "relocated")
 	restartIn("eu-west-1")
-	harness.Must(t, cl.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "moved"}}))
-	harness.Eventually(t, importDeadline, "the held withdrawal said", serviceCondition(cl, "web", "moved", "False/"+cloudmapdns.ReasonCloudMapError))
-	harness.Eventually(t, 5*time.Second, "its Event", wantEvent(cl, "web", "moved", cloudmapdns.ReasonCloudMapError, corev1.EventTypeWarning, "wrong Region"))
+	harness.Must(t, cl.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "relocated"}}))
+	harness.Eventually(t, importDeadline, "the held withdrawal said", serviceCondition(cl, "web", "relocated", "False/"+cloudmapdns.ReasonCloudMapError))
+	harness.Eventually(t, 5*time.Second, "its Event", wantEvent(cl, "web", "relocated", cloudmapdns.ReasonCloudMapError, corev1.EventTypeWarning, "wrong Region"))
 	time.Sleep(3 * time.Second)
-	if got := d.lookupService(t, d.privateNS, "moved"); got != id {
+	if got := d.lookupService(t, d.privateNS, "relocated"); got != id {
 		t.Fatalf("the registration went while the controller looked in the wrong Region (service %q, want %q)", got, id)
 	}
 	restartIn("")
 	harness.Eventually(t, importDeadline, "withdrawn and let go", func() error {
-		if got := d.lookupService(t, d.privateNS, "moved"); got != "" {
+		if got := d.lookupService(t, d.privateNS, "relocated"); got != "" {
 			return fmt.Errorf("service %s still there", got)
 		}
-		err := cl.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "moved"}, &corev1.Service{})
+		err := cl.Get(context.Background(), client.ObjectKey{Namespace: "web", Name: "relocated"}, &corev1.Service{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the Service is still there: %v", err)
 		}
