@@ -33,7 +33,8 @@ func BenchmarkSyndicate(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	env := harness.Clusters(b, 3)
-	dirs, err := env.PeerDirs(b.TempDir())
+	// Peers reach each other as `clustermap peer-kubeconfig` grants, every namespace.
+	dirs, err := env.PeerDirs(ctx, b.TempDir(), replication.PeerAccess{})
 	if err != nil {
 		b.Fatal(err)
 	}
