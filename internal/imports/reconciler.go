@@ -497,7 +497,11 @@ func (r *Reconciler) reportInvalid(si *mcsv1beta1.ServiceImport, key registry.Ke
 	var msgs []said
 	for _, e := range exports {
 		for _, inv := range e.Invalid {
-			msgs = append(msgs, said{"InvalidRecord", fmt.Sprintf("cluster %s exports a record that was skipped: instance %s: %s (fix or deregister that instance)", e.Cluster, inv.ID, inv.Reason)})
+			cluster, exportsNothing := e.Cluster, ""
+			if inv.Cluster != "" {
+				cluster, exportsNothing = inv.Cluster, " (the cluster exports nothing else here, so it is not among the exporters)"
+			}
+			msgs = append(msgs, said{"InvalidRecord", fmt.Sprintf("cluster %s exports a record that was skipped: instance %s: %s (fix or deregister that instance)%s", cluster, inv.ID, inv.Reason, exportsNothing)})
 		}
 		if e.Newer != "" {
 			msgs = append(msgs, said{"NewerRecordFormat", fmt.Sprintf("cluster %s writes %s: imported as far as this release can read it; upgrade clustermap in this cluster", e.Cluster, e.Newer)})

@@ -57,6 +57,9 @@ type Export struct {
 // InvalidRecord is a registry record that was skipped, and why.
 type InvalidRecord struct {
 	ID, Reason string
+	// Cluster, when set, is the cluster the record claims, which exports
+	// nothing here: its records are said on another cluster's export.
+	Cluster string
 }
 
 // Endpoint is one address and port of an exported service; the registry

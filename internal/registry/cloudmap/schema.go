@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -317,7 +318,8 @@ func Decode(key registry.Key, instances []Instance) []registry.Export {
 }
 
 // decodeAt is Decode at a time; it also returns the records that make no
-// export: a cluster is exporting only by a record of its that is accepted
+// export when no export is left to say them on: a cluster is exporting
+// only by a record of its that is accepted
 // (its service record or a chunk, whose ids must be its own, or an
 // endpoint record that decodes), so that records of nothing (refused as
 // not their cluster's, or as invalid) cannot keep an import alive, or win
@@ -386,11 +388,20 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) ([]registry
 	for cluster, records := range refused {
 		if accepted[cluster] {
 			byCluster[cluster].Invalid = append(byCluster[cluster].Invalid, records...)
-		} else {
-			orphans = append(orphans, records...)
+			continue
+		}
+		for _, r := range records {
+			r.Cluster = cluster
+			orphans = append(orphans, r)
 		}
 	}
 	sort.Slice(orphans, func(i, j int) bool { return orphans[i].ID < orphans[j].ID })
+	// Said on the first export, if any, naming the cluster they claim.
+	if len(byCluster) > 0 && len(orphans) > 0 {
+		first := slices.Min(slices.Collect(maps.Keys(byCluster)))
+		byCluster[first].Invalid = append(byCluster[first].Invalid, orphans...)
+		orphans = nil
+	}
 	out := make([]registry.Export, 0, len(byCluster))
 	for _, e := range byCluster {
 		if created, ok := saneCreation(e.Created, now); !ok {

@@ -316,15 +316,21 @@ func TestDecodeChecksWhoWrote(t *testing.T) {
 	instances = append(instances, Instance{ID: "weird", Attrs: weird})
 	out, impostors := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now)
 	// c2's records are all impostors: no export of c2 (it would keep an
-	// import alive, and win conflicts, with records of nothing).
-	if len(out) != 1 || out[0].Cluster != "c1" {
-		t.Fatalf("exports %+v", out)
+	// import alive, and win conflicts, with records of nothing); they are
+	// said on c1's export, naming c2.
+	if len(out) != 1 || out[0].Cluster != "c1" || len(impostors) != 0 {
+		t.Fatalf("exports %+v, left %v", out, impostors)
 	}
-	if len(out[0].Invalid) != 0 || len(out[0].Endpoints) != len(sampleExport("c1").Endpoints) {
+	if len(out[0].Endpoints) != len(sampleExport("c1").Endpoints) || len(out[0].Invalid) != good {
 		t.Errorf("c1: invalid %v, %d endpoints", out[0].Invalid, len(out[0].Endpoints))
 	}
-	if len(impostors) != good {
-		t.Errorf("c2 under c1's ids: impostors %v, want its %d records", impostors, good)
+	for _, inv := range out[0].Invalid {
+		if inv.Cluster != "c2" {
+			t.Errorf("a refused record of c2 said as %+v", inv)
+		}
+	}
+	if _, left := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances[good:], now); len(left) != good {
+		t.Errorf("with no export to say them on, %d refused records are returned, want %d", len(left), good)
 	}
 	// Beside a record of its own, a cluster's impostors are said on its
 	// export.
@@ -371,15 +377,24 @@ func TestRefusedRecordsMakeNoExport(t *testing.T) {
 		forged("loopback-c2", "c2", "127.0.0.1", "1577836800001"),
 		forged("metadata-c2", "c2", "169.254.169.254", "1577836800001"),
 		forged("loopback-c1", "c1", "127.0.0.1", "1577836800001"))
-	out, refused := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now)
+	out, _ := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now)
 	if len(out) != 1 || out[0].Cluster != "c1" {
 		t.Fatalf("exports %+v, want c1's only", out)
 	}
-	if out[0].Created.UnixMilli() != want || len(out[0].Invalid) != 1 {
-		t.Errorf("c1: created %v (want %v), invalid %v", out[0].Created, time.UnixMilli(want), out[0].Invalid)
+	if out[0].Created.UnixMilli() != want {
+		t.Errorf("c1: created %v, want %v", out[0].Created, time.UnixMilli(want))
 	}
-	if len(refused) != 2 {
-		t.Errorf("refused records of no export %v, want c2's two", refused)
+	var c1, c2 int
+	for _, inv := range out[0].Invalid {
+		switch inv.Cluster {
+		case "":
+			c1++
+		case "c2":
+			c2++
+		}
+	}
+	if c1 != 1 || c2 != 2 {
+		t.Errorf("invalid %v: want c1's loopback record and c2's two, naming c2", out[0].Invalid)
 	}
 }
 
