@@ -72,35 +72,28 @@ func TestPeerKubeconfig(t *testing.T) {
 	harness.Must(t, err)
 
 	// What replication does in the namespace granted, and nothing more.
-	can := func(verb, group, resource, ns string) bool {
-		t.Helper()
-		r, err := as.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Namespace: ns, Name: map[bool]string{true: ns}[resource == "namespaces"]}}}, metav1.CreateOptions{})
-		harness.Must(t, err)
-		return r.Status.Allowed
-	}
-	for _, want := range []struct {
-		verb, group, resource, ns string
-		allowed                   bool
-	}{
-		{"watch", "", "services", "web", true},
-		{"create", "", "services", "web", true},
-		{"delete", "discovery.k8s.io", "endpointslices", "web", true},
-		{"update", "discovery.k8s.io", "endpointslices", "web", true},
-		{"delete", "", "endpoints", "web", true},
-		{"get", "", "namespaces", "web", true},
-		{"list", "", "services", "other", false},
-		{"list", "", "services", "", false},
-		{"get", "", "secrets", "web", false},
-		{"list", "", "pods", "web", false},
-		{"create", "", "namespaces", "", false},
-		{"get", "", "namespaces", "other", false},
-		{"create", "rbac.authorization.k8s.io", "rolebindings", "web", false},
-	} {
-		if got := can(want.verb, want.group, want.resource, want.ns); got != want.allowed {
-			t.Errorf("%s %s.%s in %q: allowed %v, want %v", want.verb, want.resource, want.group, want.ns, got, want.allowed)
+	review := func(verb, group, resource, ns string, allowed bool) access {
+		a := authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Namespace: ns}
+		if resource == "namespaces" {
+			a.Name = ns
 		}
+		return access{a, allowed}
 	}
+	checkAccess(t, cfg, []access{
+		review("watch", "", "services", "web", true),
+		review("create", "", "services", "web", true),
+		review("delete", "discovery.k8s.io", "endpointslices", "web", true),
+		review("update", "discovery.k8s.io", "endpointslices", "web", true),
+		review("delete", "", "endpoints", "web", true),
+		review("get", "", "namespaces", "web", true),
+		review("list", "", "services", "other", false),
+		review("list", "", "services", "", false),
+		review("get", "", "secrets", "web", false),
+		review("list", "", "pods", "web", false),
+		review("create", "", "namespaces", "", false),
+		review("get", "", "namespaces", "other", false),
+		review("create", "rbac.authorization.k8s.io", "rolebindings", "web", false),
+	})
 	// Real calls agree with the reviews.
 	if _, err := as.CoreV1().Services("web").List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("listing Services in web: %v", err)
@@ -118,10 +111,11 @@ func TestPeerKubeconfig(t *testing.T) {
 	harness.Must(t, err)
 	as, err = kubernetes.NewForConfig(cfg)
 	harness.Must(t, err)
-	if !can("list", "", "services", "other") || !can("create", "", "namespaces", "") || can("get", "", "secrets", "web") {
-		t.Errorf("granted for all namespaces with --create-namespaces: list services in other %v, create namespaces %v, get secrets %v",
-			can("list", "", "services", "other"), can("create", "", "namespaces", ""), can("get", "", "secrets", "web"))
-	}
+	checkAccess(t, cfg, []access{ // granted for all namespaces with --create-namespaces
+		review("list", "", "services", "other", true),
+		review("create", "", "namespaces", "", true),
+		review("get", "", "secrets", "web", false),
+	})
 	if rbs, err := admin.RbacV1().RoleBindings("web").List(ctx, metav1.ListOptions{}); err != nil || len(rbs.Items) != 0 {
 		t.Errorf("the binding in web should be gone once access covers every namespace: %v %v", rbs, err)
 	}
