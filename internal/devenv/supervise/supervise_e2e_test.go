@@ -63,6 +63,8 @@ func TestRestartKillStopStart(t *testing.T) {
 		Log: qlog, Grace: 300 * time.Millisecond}
 	q.Start()
 	eventually(t, "started", func() bool { return q.Starts() == 1 })
+	// Killed before it says "ready", the first run would never say it.
+	eventually(t, "the first run said ready", ready(1))
 	q.Kill()
 	eventually(t, "started again after Kill", func() bool { return q.Starts() == 2 })
 	eventually(t, "SIGTERM ignored by the second run", ready(2))
