@@ -16,6 +16,7 @@ import (
 
 	cmdns "github.com/clustermap/clustermap/internal/dns"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/version"
 )
 
 func newDNS() *cobra.Command {
@@ -42,6 +43,7 @@ its informers synced) and metrics (/metrics) are on --health-address.`,
 				return fmt.Errorf("reaching the cluster: %w (pass --kubeconfig and --context, or run in a cluster)", err)
 			}
 			reg := prometheus.NewRegistry()
+			reg.MustRegister(version.BuildInfo("dns"))
 			srv, err := cmdns.Start(ctx, cfg, listen, zone, ttl, reg)
 			if err != nil {
 				return fmt.Errorf("%w (choose another address with --listen)", err)

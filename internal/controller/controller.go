@@ -256,6 +256,7 @@ func Run(ctx context.Context, o Options) error {
 	var sd *servicediscovery.Client
 	var regions []mcs.Region
 	var account string
+	kube.Register(metrics.Registry, version.BuildInfo("controller"))
 	if o.MCS || o.CloudMapDNS {
 		kube.Register(metrics.Registry, telemetry.Collectors()...)
 		co := cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, Credentials: o.CloudMapCredentials, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,

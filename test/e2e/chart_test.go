@@ -559,3 +559,49 @@ func loadObjects(t *testing.T, dir string, n int) []*unstructured.Unstructured {
 	}
 	return objs
 }
+
+// Every series scraped through the chart's ServiceMonitors carries the
+// cluster's name in `cluster`, which the alerts aggregate by: from
+// serviceMonitor.cluster, else the cluster id, else nothing (left to
+// Prometheus's external labels).
+func TestChartClusterLabel(t *testing.T) {
+	ch := loadChart(t)
+	for _, c := range []struct {
+		what             string
+		clusterID, label string
+		want             string
+	}{
+		{"the cluster id by default", "cluster-7", "", "cluster-7"},
+		{"serviceMonitor.cluster over the id", "cluster-7", "prod-east-7", "prod-east-7"},
+		{"neither: no label", "", "", ""},
+	} {
+		v := modeValues(true, false, false, true)
+		v["clusterProperties"] = map[string]any{"clusterId": c.clusterID}
+		v["serviceMonitor"] = map[string]any{"enabled": true, "cluster": c.label}
+		objs, err := render(ch, v)
+		harness.Must(t, err)
+		monitors := 0
+		for _, u := range objs {
+			if u.GetKind() != "ServiceMonitor" {
+				continue
+			}
+			monitors++
+			endpoints, _, _ := unstructured.NestedSlice(u.Object, "spec", "endpoints")
+			var got []any
+			for _, e := range endpoints {
+				rl, _, _ := unstructured.NestedSlice(e.(map[string]any), "relabelings")
+				got = append(got, rl...)
+			}
+			var want []any
+			if c.want != "" {
+				want = []any{map[string]any{"action": "replace", "targetLabel": "cluster", "replacement": c.want}}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: ServiceMonitor %s relabels %v, want %v", c.what, u.GetName(), got, want)
+			}
+		}
+		if monitors != 2 {
+			t.Errorf("%s: %d ServiceMonitors, want the controller's and the DNS server's", c.what, monitors)
+		}
+	}
+}

@@ -77,5 +77,11 @@ spec:
   endpoints:
   - port: metrics
     interval: {{ .root.Values.serviceMonitor.interval }}
+    {{- with .root.Values.serviceMonitor.cluster | default .root.Values.clusterProperties.clusterId }}
+    relabelings:
+    - action: replace
+      targetLabel: cluster
+      replacement: {{ . | quote }}
+    {{- end }}
 {{- end }}
 {{- end -}}
