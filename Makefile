@@ -18,7 +18,7 @@ all: build
 
 ## tools: build the pinned kube-apiserver, kube-proxy, etcd, kwok, controller-gen, staticcheck,
 ## kubectl, govulncheck and its database (from the pinned golang.org/x/vulndb),
-## promtool and a PromQL checker (Prometheus), cyclonedx-gomod (the SBOM) into
+## promtool and a PromQL checker (Prometheus), kustomize, CoreDNS, cyclonedx-gomod (the SBOM) into
 ## ./bin, and the Prometheus Operator's and mcs-api v0.1.0's CRDs into
 ## bin/crds for the tests; install the Debian packages the data plane and its pods use (nftables, dnsutils, curl, socat, netcat-openbsd)
 tools:

@@ -25,6 +25,8 @@ build() {
 	fi
 	local ver
 	ver=$(cd "$dir" && go list -m -f '{{.Version}}' "$mod")
+	# A tool built from a main package of ours is rebuilt when that changes.
+	[[ -z "${OWN:-}" ]] || ver="$ver+$(cat "$dir/$OWN" | sha256sum | cut -c1-12)"
 	local todo=()
 	for spec in "$@"; do
 		local name=${spec%%=*}
@@ -53,7 +55,8 @@ build "$tools" k8s.io/kubernetes \
 build "$tools" go.etcd.io/etcd/server/v3 etcd=go.etcd.io/etcd/server/v3
 build "$tools" sigs.k8s.io/controller-tools controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
 build "$tools/kwok" sigs.k8s.io/kwok kwok=sigs.k8s.io/kwok/cmd/kwok kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
-build "$tools/coredns" github.com/coredns/coredns coredns=github.com/clustermap/clustermap/hack/tools/coredns
+build "$tools/kustomize" sigs.k8s.io/kustomize/kustomize/v5 kustomize=sigs.k8s.io/kustomize/kustomize/v5
+OWN=main.go build "$tools/coredns" github.com/coredns/coredns coredns=github.com/clustermap/clustermap/hack/tools/coredns
 build "$tools/lint" honnef.co/go/tools staticcheck=honnef.co/go/tools/cmd/staticcheck
 build "$tools/vuln" golang.org/x/vuln govulncheck=golang.org/x/vuln/cmd/govulncheck
 build "$tools/sbom" github.com/CycloneDX/cyclonedx-gomod cyclonedx-gomod=github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
