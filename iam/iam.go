@@ -93,8 +93,12 @@ type Row struct {
 	Modes  []string
 }
 
-// WhenDNS marks extras needed in DNS namespaces only.
-const WhenDNS = "DNS namespaces"
+// When an extra action is needed: in DNS namespaces only; or for
+// resources created with tags (the modes marked on that row send them).
+const (
+	WhenDNS  = "DNS namespaces"
+	WhenTags = "tags on creation"
+)
 
 var code = regexp.MustCompile("`([^`]+)`")
 

@@ -3,6 +3,7 @@ package iam
 import (
 	"maps"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -29,7 +30,8 @@ func TestPoliciesMatchTheTable(t *testing.T) {
 			t.Errorf("the table names %s, which is no Cloud Map operation", r.Action)
 		}
 		for _, e := range r.Extra {
-			if service, _, _ := strings.Cut(e, ":"); service == "servicediscovery" || !strings.Contains(e, ":") {
+			// Tagging is Cloud Map's own, an extra of tagged creation.
+			if service, _, _ := strings.Cut(e, ":"); (service == "servicediscovery" && e != "servicediscovery:TagResource") || !strings.Contains(e, ":") {
 				t.Errorf("%s: extra action %q should be another service's", r.Action, e)
 			}
 		}
@@ -48,7 +50,7 @@ func TestPoliciesMatchTheTable(t *testing.T) {
 			want["servicediscovery:"+r.Action] = true
 			for _, e := range r.Extra {
 				switch {
-				case r.When == "", r.When == WhenDNS && slices.Contains(dnsModes, mode):
+				case r.When == "", r.When == WhenTags, r.When == WhenDNS && slices.Contains(dnsModes, mode):
 					want[e] = true
 				default:
 					never[e] = true
@@ -92,5 +94,26 @@ func TestTableParses(t *testing.T) {
 	if len(register) < 2 || !slices.Contains(register[0].Extra, "route53:CreateHealthCheck") || register[0].When != WhenDNS ||
 		!slices.Equal(register[0].Modes, Modes) {
 		t.Errorf("RegisterInstance rows %+v", register)
+	}
+}
+
+// TestPoliciesNameNoPartition: every ARN a policy names, as a resource or
+// in a condition, matches in every AWS partition (aws, aws-cn,
+// aws-us-gov, ...).
+func TestPoliciesNameNoPartition(t *testing.T) {
+	for _, mode := range Modes {
+		raw, err := files.ReadFile(mode + ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		arns := regexp.MustCompile(`"arn:([^:"]*):`).FindAllStringSubmatch(string(raw), -1)
+		if len(arns) == 0 {
+			t.Errorf("iam/%s.json names no ARN: the check reads nothing", mode)
+		}
+		for _, m := range arns {
+			if m[1] != "*" {
+				t.Errorf("iam/%s.json names partition %q: the policy fails in the others (use arn:*:)", mode, m[1])
+			}
+		}
 	}
 }

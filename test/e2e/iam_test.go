@@ -34,10 +34,13 @@ func checkPolicy(t *testing.T, mode string, calls map[string]float64) {
 	p := loadPolicy(t, mode)
 	rows, err := iam.Table()
 	harness.Must(t, err)
-	inTable := map[string]bool{}
+	inTable, extra := map[string]bool{}, map[string]bool{}
 	for _, r := range rows {
 		if slices.Contains(r.Modes, mode) {
 			inTable[r.Action] = true
+			for _, e := range r.Extra {
+				extra[e] = true // servicediscovery:TagResource: tagged creation's, never called itself
+			}
 		}
 	}
 	for _, op := range slices.Sorted(maps.Keys(inTable)) {
@@ -56,7 +59,7 @@ func checkPolicy(t *testing.T, mode string, calls map[string]float64) {
 	for _, s := range p.Statement {
 		for _, a := range s.Actions() {
 			op, isCloudMap := strings.CutPrefix(a, "servicediscovery:")
-			if isCloudMap && (strings.ContainsAny(op, "*?") || calls[op] == 0) {
+			if isCloudMap && !extra[a] && (strings.ContainsAny(op, "*?") || calls[op] == 0) {
 				t.Errorf("iam/%s.json allows %s, which the %s e2e never called", mode, a, mode)
 			}
 		}
