@@ -26,11 +26,15 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -113,7 +117,8 @@ func applyAll(ctx context.Context, cl client.Client, objs []*unstructured.Unstru
 func modeValues(mcs, cmdns, synd, dns bool) map[string]any {
 	return map[string]any{"region": "us-east-1", "mcs": map[string]any{"enabled": mcs}, "cloudmapDNS": map[string]any{"enabled": cmdns},
 		"syndicate": map[string]any{"enabled": synd}, "dns": map[string]any{"enabled": dns},
-		"serviceMonitor": map[string]any{"enabled": true}, "serviceAccount": map[string]any{"roleArn": "arn:aws:iam::123456789012:role/clustermap"}}
+		"serviceMonitor": map[string]any{"enabled": true}, "serviceAccount": map[string]any{"roleArn": "arn:aws:iam::123456789012:role/clustermap"},
+		"networkPolicy": map[string]any{"enabled": true}}
 }
 
 func TestChart(t *testing.T) {
@@ -604,4 +609,101 @@ func TestChartClusterLabel(t *testing.T) {
 			t.Errorf("%s: %d ServiceMonitors, want the controller's and the DNS server's", c.what, monitors)
 		}
 	}
+}
+
+// The chart's defaults for where its pods run and what reaches them: both
+// Deployments spread over zones and nodes (each constraint selecting its
+// own pods) at system-cluster-critical priority; image.digest pins the
+// image; the optional NetworkPolicies select each Deployment's pods and
+// name only ports their containers have.
+func TestChartPodDefaults(t *testing.T) {
+	ch := loadChart(t)
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	v := modeValues(true, false, false, true)
+	v["image"] = map[string]any{"repository": "registry.example/clustermap", "digest": digest}
+	v["networkPolicy"] = map[string]any{"enabled": true}
+	objs, err := render(ch, v)
+	harness.Must(t, err)
+	pods := map[string]corev1.PodTemplateSpec{}
+	var policies []*unstructured.Unstructured
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "Deployment":
+			d := &appsv1.Deployment{}
+			harness.Must(t, runtimeConvert(u, d))
+			pods[d.Name] = d.Spec.Template
+			spec := d.Spec.Template.Spec
+			if spec.PriorityClassName != "system-cluster-critical" {
+				t.Errorf("%s: priorityClassName %q, want system-cluster-critical", d.Name, spec.PriorityClassName)
+			}
+			var keys []string
+			for _, c := range spec.TopologySpreadConstraints {
+				sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+				harness.Must(t, err)
+				if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+					t.Errorf("%s: the %s spread constraint does not select its pods", d.Name, c.TopologyKey)
+				}
+				keys = append(keys, c.TopologyKey)
+			}
+			if !slices.Equal(keys, []string{"topology.kubernetes.io/zone", "kubernetes.io/hostname"}) {
+				t.Errorf("%s: spread over %v, want zones then nodes", d.Name, keys)
+			}
+			if img := spec.Containers[0].Image; img != "registry.example/clustermap@"+digest {
+				t.Errorf("%s: image %s, want it by digest", d.Name, img)
+			}
+		case "NetworkPolicy":
+			policies = append(policies, u)
+		}
+	}
+	if len(pods) != 2 || len(policies) != 2 {
+		t.Fatalf("%d Deployments and %d NetworkPolicies, want the controller's and the DNS server's", len(pods), len(policies))
+	}
+	for _, u := range policies {
+		np := &networkingv1.NetworkPolicy{}
+		harness.Must(t, runtimeConvert(u, np))
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		harness.Must(t, err)
+		var selected []string
+		for name, tmpl := range pods {
+			if sel.Matches(labels.Set(tmpl.Labels)) {
+				selected = append(selected, name)
+				ports := map[string]bool{}
+				for _, p := range tmpl.Spec.Containers[0].Ports {
+					ports[p.Name] = true
+				}
+				for _, in := range np.Spec.Ingress {
+					for _, p := range in.Ports {
+						if p.Port.Type == intstr.String && !ports[p.Port.StrVal] {
+							t.Errorf("NetworkPolicy %s admits port %q, which %s has not", np.Name, p.Port.StrVal, name)
+						}
+					}
+				}
+			}
+		}
+		if len(selected) != 1 || len(np.Spec.Egress) < 2 {
+			t.Errorf("NetworkPolicy %s selects %v (want one Deployment's pods), egress %v", np.Name, selected, np.Spec.Egress)
+		}
+	}
+
+	// Off: no policy; [] and "": no spread, the default priority.
+	v = modeValues(true, false, false, true)
+	v["topologySpreadConstraints"] = []any{}
+	v["priorityClassName"] = ""
+	objs, err = render(ch, v)
+	harness.Must(t, err)
+	for _, u := range objs {
+		if u.GetKind() == "NetworkPolicy" {
+			t.Errorf("NetworkPolicy %s rendered while networkPolicy.enabled is false", u.GetName())
+		}
+		if u.GetName() == release+"-controller" && u.GetKind() == "Deployment" {
+			spec, _, _ := unstructured.NestedMap(u.Object, "spec", "template", "spec")
+			if spec["priorityClassName"] != nil || spec["topologySpreadConstraints"] != nil {
+				t.Errorf("the controller keeps priority %v and spread %v when both are unset", spec["priorityClassName"], spec["topologySpreadConstraints"])
+			}
+		}
+	}
+}
+
+func runtimeConvert(u *unstructured.Unstructured, into any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
 }

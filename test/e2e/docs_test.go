@@ -237,6 +237,22 @@ func TestInstallDocs(t *testing.T) {
 		}
 	}
 
+	// The controller's pods are admitted at the chart's default priority,
+	// system-cluster-critical, outside kube-system.
+	harness.Eventually(t, time.Minute, "a controller pod", func() error {
+		pods := &corev1.PodList{}
+		if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/name": "clustermap-controller"}); err != nil {
+			return err
+		}
+		if len(pods.Items) == 0 {
+			return fmt.Errorf("none: see the ReplicaSet's events")
+		}
+		if p := pods.Items[0].Spec.PriorityClassName; p != "system-cluster-critical" {
+			return fmt.Errorf("pod %s has priority class %q", pods.Items[0].Name, p)
+		}
+		return nil
+	})
+
 	upgrade := func(set ...string) (*helmrelease.Release, error) {
 		up := action.NewUpgrade(cfg)
 		up.Namespace, up.ReuseValues = ns, true

@@ -20,7 +20,11 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- end -}}
 
 {{- define "clustermap.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{- define "clustermap.serviceAccountName" -}}
@@ -83,5 +87,20 @@ spec:
       targetLabel: cluster
       replacement: {{ . | quote }}
     {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* egress: the cluster's DNS, HTTPS to anywhere (API servers on 443 or
+6443, Cloud Map and STS endpoints, syndicate peers), and what
+networkPolicy.extraEgress adds. */}}
+{{- define "clustermap.egress" -}}
+- ports:
+  - {port: 53, protocol: UDP}
+  - {port: 53, protocol: TCP}
+- ports:
+  - {port: 443, protocol: TCP}
+  - {port: 6443, protocol: TCP}
+{{- with .Values.networkPolicy.extraEgress }}
+{{ toYaml . }}
 {{- end }}
 {{- end -}}
