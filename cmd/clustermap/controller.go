@@ -96,6 +96,7 @@ imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 	f.DurationVar(&o.Watch.StaleAfter, "stale-cluster-expiry", 0, "across accounts: stop importing the exports of a cluster whose change record is older than this (it lost access, or is gone); at least 30m, three heartbeats (default 0: never)")
 	f.DurationVar(&o.Watch.SweepInterval, "sweep-period", 0, "how often every known service's revision is checked, a safety net (default 6h)")
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "metrics address (0 turns it off)")
+	f.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve /metrics over HTTPS, only to callers the API server authenticates and allows get on the non-resource URL /metrics (the chart's metrics-reader ClusterRole)")
 	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health probe address (0 turns it off)")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect a leader, for several replicas")
 	f.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", controller.DefaultLeaseDuration, "how long standbys wait before replacing a leader that stopped renewing")

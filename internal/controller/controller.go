@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
@@ -66,7 +65,10 @@ type Options struct {
 	// attempt) besides the metric: benchmarks count calls per cluster.
 	OnCloudMapCall func(operation string, err error)
 
-	MetricsAddr, ProbeAddr  string
+	MetricsAddr, ProbeAddr string
+	// MetricsSecure serves /metrics over HTTPS to clients the API server
+	// authenticates and authorizes (get on the non-resource URL /metrics).
+	MetricsSecure           bool
 	LeaderElect             bool
 	LeaderElectionNamespace string
 	// Lease timing; zero means the Default* values.
@@ -218,7 +220,7 @@ func Run(ctx context.Context, o Options) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  kube.Scheme(),
 		Logger:                  log,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                 kube.MetricsServing(o.MetricsAddr, o.MetricsSecure),
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        LeaderElectionID,
@@ -391,6 +393,9 @@ func holderName() string {
 }
 
 // What every mode needs (each mode's role adds its own, make generate):
-// Events, and this cluster's name from its ClusterProperty.
+// Events, this cluster's name from its ClusterProperty, and the reviews
+// that guard /metrics (--metrics-secure).
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=about.k8s.io,resources=clusterproperties,verbs=get
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create

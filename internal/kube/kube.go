@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
@@ -85,4 +87,16 @@ func Register(reg prometheus.Registerer, cs ...prometheus.Collector) {
 			panic(err)
 		}
 	}
+}
+
+// MetricsServing is how /metrics is served: plain HTTP, or with secure
+// HTTPS (a self-signed certificate) to callers the API server authenticates
+// (TokenReview) and authorizes (SubjectAccessReview), as kube-state-metrics
+// and the kubelet do.
+func MetricsServing(addr string, secure bool) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: addr, SecureServing: secure}
+	if secure {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }

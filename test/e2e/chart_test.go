@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,6 +180,7 @@ func everyMode(t *testing.T, w *world, ch *chart.Chart) {
 			want = append(want, "clustermap-dns")
 		}
 		want = append(want, "clustermap-edit", "clustermap-view") // aggregated into edit, admin, view
+		want = append(want, "clustermap-metrics-reader")          // /metrics behind authorization (metricsSecure)
 		sort.Strings(want)
 		sort.Strings(roles)
 		if !slices.Equal(roles, want) {
@@ -267,13 +269,29 @@ func accountsValues(t *testing.T, ch *chart.Chart) {
 // scenarios.
 func (w *world) asServiceAccount(t *testing.T, ch *chart.Chart) {
 	ctx := context.Background()
-	asSA, configs := w.chartServiceAccount(t, ch, map[string]any{"region": "us-east-1"})
+	asSA, configs := w.chartServiceAccount(t, ch, map[string]any{"region": "us-east-1",
+		"metricsReaders": []any{map[string]any{"name": metricsReader, "namespace": releaseNS}}})
 	leastPrivilege(t, configs[w.env.Clusters[0].Config.Host])
 	calls := &cloudmapclient.Calls{}
+	var mu sync.Mutex
+	metricsAddrs := map[string]string{}
 	t.Cleanup(w.startControllers(t, func(o *controller.Options) {
+		host := o.Config.Host
 		asSA(o)
 		o.OnCloudMapCall = calls.Record
+		// /metrics as the chart serves it (metricsSecure), each on its own port.
+		mu.Lock()
+		metricsAddrs[host] = harness.FreeAddr(t)
+		o.MetricsAddr, o.MetricsSecure = metricsAddrs[host], true
+		mu.Unlock()
 	}))
+	t.Run("/metrics answers only the readers the API server allows", func(t *testing.T) {
+		c := w.env.Clusters[0]
+		mu.Lock()
+		addr := metricsAddrs[c.Config.Host]
+		mu.Unlock()
+		checkSecureMetrics(t, kubernetes.NewForConfigOrDie(c.Config), addr, "controller")
+	})
 	t.Run("ClusterSetIP export is imported into every cluster", w.clusterSetIP)
 	t.Run("headless export keeps hostnames", w.headless)
 	t.Run("port and type conflicts: the oldest wins", w.conflicts)
@@ -689,6 +707,7 @@ func TestChartPodDefaults(t *testing.T) {
 	v = modeValues(true, false, false, true)
 	v["topologySpreadConstraints"] = []any{}
 	v["priorityClassName"] = ""
+	v["networkPolicy"] = map[string]any{"enabled": false}
 	objs, err = render(ch, v)
 	harness.Must(t, err)
 	for _, u := range objs {

@@ -81,6 +81,14 @@ spec:
   endpoints:
   - port: metrics
     interval: {{ .root.Values.serviceMonitor.interval }}
+    {{- if .root.Values.metricsSecure }}
+    # Prometheus's own token, which the API server reviews; the serving
+    # certificate is self-signed.
+    scheme: https
+    bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+    tlsConfig:
+      insecureSkipVerify: true
+    {{- end }}
     {{- with .root.Values.serviceMonitor.cluster | default .root.Values.clusterProperties.clusterId }}
     relabelings:
     - action: replace
