@@ -8,6 +8,9 @@
 //     clustermap-<version>-image-linux-<arch>.tar: docker load tarballs;
 //   - clustermap-<chart version>.tgz: the chart, appVersion and default
 //     image tag <version>;
+//   - clustermap-<version>-crds.yaml: the chart's CRDs alone, for kubectl
+//     apply --server-side before an upgrade and for GitOps tools that
+//     manage CRDs apart from the chart;
 //   - clustermap-<version>.cdx.json: the CycloneDX SBOM of the binary's Go
 //     modules, by cyclonedx-gomod;
 //   - RELEASE_NOTES.md: the version's CHANGELOG.md section;
@@ -94,6 +97,9 @@ func run(version, out, tools string) error {
 	if err := packageChart(out, version); err != nil {
 		return err
 	}
+	if err := crdAsset(filepath.Join(out, "clustermap-"+version+"-crds.yaml")); err != nil {
+		return err
+	}
 	// The SBOM of the shipped binary (its embedded module list): every
 	// platform's build has the same modules.
 	fmt.Println("release: SBOM")
@@ -178,6 +184,24 @@ func packageChart(out, version string) error {
 		fmt.Println("release: chart", file)
 	}
 	return err
+}
+
+// crdAsset writes the chart's CRDs as one YAML stream, in name order.
+func crdAsset(file string) error {
+	paths, err := filepath.Glob("charts/clustermap/crds/*.yaml")
+	if err != nil || len(paths) == 0 {
+		return fmt.Errorf("the chart's CRDs (charts/clustermap/crds): %v", err)
+	}
+	slices.Sort(paths)
+	var docs []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		docs = append(docs, strings.TrimPrefix(strings.TrimSpace(string(b)), "---\n"))
+	}
+	return os.WriteFile(file, []byte("---\n"+strings.Join(docs, "\n---\n")+"\n"), 0o644)
 }
 
 // releaseNotes is the CHANGELOG section of version ("## vX.Y.Z ..." up to

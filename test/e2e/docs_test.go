@@ -351,3 +351,50 @@ func TestKustomizeRegionOverlay(t *testing.T) {
 		t.Errorf("the controller Deployment does not read %s: %s", name, refs)
 	}
 }
+
+// docs/install.md's storedVersions step, run as written: in a cluster
+// whose ServiceExports and ServiceImports were stored as v1alpha1 (the
+// AWS controller's CRDs, as before a migration) and whose CRDs are now
+// clustermap's, it leaves storedVersions [v1beta1] and every object
+// readable.
+func TestStoredVersionsDoc(t *testing.T) {
+	env := harness.Clusters(t, 1)
+	ctx := context.Background()
+	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
+	harness.Must(t, err)
+	replaceCRDs(t, cl, loadObjects(t, filepath.Join(devenv.BinDir(), "crds", "mcs-v1alpha1"), 2))
+	namespace(t, cl, "shop")
+	for kind, spec := range map[string]map[string]any{
+		"ServiceExport": {},
+		"ServiceImport": {"type": "ClusterSetIP", "ports": []any{map[string]any{"port": int64(80), "protocol": "TCP"}}},
+	} {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": kind,
+			"metadata": map[string]any{"name": "cart", "namespace": "shop"}, "spec": spec}}
+		harness.Must(t, cl.Create(ctx, u))
+	}
+	harness.Must(t, applyAll(ctx, cl, crds(t, loadChart(t))))
+	stored := func(name string) []string {
+		crd := &unstructured.Unstructured{}
+		crd.SetAPIVersion("apiextensions.k8s.io/v1")
+		crd.SetKind("CustomResourceDefinition")
+		harness.Must(t, cl.Get(ctx, client.ObjectKey{Name: name}, crd))
+		v, _, _ := unstructured.NestedStringSlice(crd.Object, "status", "storedVersions")
+		return v
+	}
+	if v := stored("serviceexports.multicluster.x-k8s.io"); len(v) != 2 {
+		t.Fatalf("storedVersions %v before the step: want v1alpha1 and v1beta1, else this test proves nothing", v)
+	}
+	t.Log(shell(t, env, codeBlock(t, "../../docs/install.md", "storedVersions")))
+	for _, r := range []string{"serviceexports", "serviceimports"} {
+		if v := stored(r + ".multicluster.x-k8s.io"); len(v) != 1 || v[0] != "v1beta1" {
+			t.Errorf("%s storedVersions %v after the step, want [v1beta1]", r, v)
+		}
+		l := &unstructured.UnstructuredList{}
+		l.SetAPIVersion("multicluster.x-k8s.io/v1beta1")
+		l.SetKind(map[string]string{"serviceexports": "ServiceExportList", "serviceimports": "ServiceImportList"}[r])
+		harness.Must(t, cl.List(ctx, l))
+		if len(l.Items) != 1 {
+			t.Errorf("%d %s after the step, want the one made", len(l.Items), r)
+		}
+	}
+}

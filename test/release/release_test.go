@@ -50,7 +50,8 @@ func TestRelease(t *testing.T) {
 		t.Fatalf("make release: %v\n%s", err, b)
 	}
 	chartFile := "clustermap-" + strings.TrimPrefix(version, "v") + ".tgz"
-	want := []string{chartFile, "clustermap-" + version + "-oci.tar", "clustermap-" + version + ".cdx.json", "RELEASE_NOTES.md",
+	crdFile := "clustermap-" + version + "-crds.yaml"
+	want := []string{chartFile, crdFile, "clustermap-" + version + "-oci.tar", "clustermap-" + version + ".cdx.json", "RELEASE_NOTES.md",
 		"clustermap-" + version + "-image-linux-amd64.tar", "clustermap-" + version + "-image-linux-arm64.tar"}
 	for _, p := range []string{"linux-amd64", "linux-arm64", "darwin-amd64", "darwin-arm64"} {
 		want = append(want, "clustermap-"+version+"-"+p)
@@ -160,6 +161,28 @@ func TestRelease(t *testing.T) {
 		harness.Must(t, cl.Get(context.Background(), client.ObjectKey{Namespace: releaseNS, Name: release + "-controller"}, dep))
 		if img := dep.Spec.Template.Spec.Containers[0].Image; img != image.Repository+":"+version {
 			t.Errorf("the chart's controller image is %s, want %s:%s", img, image.Repository, version)
+		}
+
+		// The CRD asset is the packaged chart's CRDs, and applies over
+		// them as docs/install.md's upgrade step does.
+		var names []string
+		for _, c := range pkg.CRDObjects() {
+			names = append(names, c.Filename)
+		}
+		asset, err := os.ReadFile(filepath.Join(out, crdFile))
+		harness.Must(t, err)
+		if n := strings.Count(string(asset), "\nkind: CustomResourceDefinition\n"); n != len(names) || len(names) != 3 {
+			t.Errorf("%s holds %d CRDs, the chart %d (%v)", crdFile, n, len(names), names)
+		}
+		for _, c := range pkg.CRDObjects() {
+			if !strings.Contains(string(asset), strings.TrimSpace(string(c.File.Data))) {
+				t.Errorf("%s lacks the chart's %s as it is", crdFile, c.Filename)
+			}
+		}
+		apply := exec.Command(filepath.Join(env.BinDir, "kubectl"), "--kubeconfig", env.Kubeconfig, "--context", env.Clusters[0].ID,
+			"apply", "--server-side", "--force-conflicts", "-f", filepath.Join(out, crdFile))
+		if b, err := apply.CombinedOutput(); err != nil {
+			t.Errorf("kubectl apply --server-side -f %s: %v\n%s", crdFile, err, b)
 		}
 	})
 
