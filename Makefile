@@ -48,10 +48,11 @@ RELEASE_DIR ?= $(CURDIR)/dist/$(VERSION)
 ## release: VERSION=vX.Y.Z: what a release publishes, into dist/VERSION
 ## (RELEASE_DIR): the CLI for linux and darwin on amd64 and arm64, the
 ## multi-platform image (OCI archive, docker tarballs), the packaged chart,
-## the SBOM, the CHANGELOG section and SHA256SUMS; .github/workflows/release.yml
+## the SBOM, the CHANGELOG section and SHA256SUMS (signed with COSIGN_KEY, a cosign
+## key file, when set); .github/workflows/release.yml
 ## runs it for a pushed tag
 release:
-	@ONLY=cyclonedx-gomod hack/build-tools.sh
+	@ONLY="cyclonedx-gomod$(if $(COSIGN_KEY), cosign)" hack/build-tools.sh
 	go run ./hack/release -version '$(VERSION)' -out '$(RELEASE_DIR)' -tools '$(BIN)'
 
 ## generate: emulator wire code, deep-copies, the ClusterProperty CRD, one

@@ -59,6 +59,7 @@ build "$tools/kustomize" sigs.k8s.io/kustomize/kustomize/v5 kustomize=sigs.k8s.i
 OWN=main.go build "$tools/coredns" github.com/coredns/coredns coredns=github.com/clustermap/clustermap/hack/tools/coredns
 build "$tools/lint" honnef.co/go/tools staticcheck=honnef.co/go/tools/cmd/staticcheck
 build "$tools/vuln" golang.org/x/vuln govulncheck=golang.org/x/vuln/cmd/govulncheck
+build "$tools/cosign" github.com/sigstore/cosign/v2 cosign=github.com/sigstore/cosign/v2/cmd/cosign
 build "$tools/sbom" github.com/CycloneDX/cyclonedx-gomod cyclonedx-gomod=github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 build "$tools/prometheus" github.com/prometheus/prometheus \
 	promtool=github.com/prometheus/prometheus/cmd/promtool \

@@ -14,7 +14,10 @@
 //   - clustermap-<version>.cdx.json: the CycloneDX SBOM of the binary's Go
 //     modules, by cyclonedx-gomod;
 //   - RELEASE_NOTES.md: the version's CHANGELOG.md section;
-//   - SHA256SUMS: of every file above, for sha256sum -c.
+//   - SHA256SUMS: of every file above, for sha256sum -c;
+//   - SHA256SUMS.sigstore.json: with COSIGN_KEY set (a cosign key file,
+//     its password in COSIGN_PASSWORD), SHA256SUMS signed with that key (the
+//     release workflow signs keyless instead).
 package main
 
 import (
@@ -111,7 +114,18 @@ func run(version, out, tools string) error {
 	if err := os.WriteFile(filepath.Join(out, "RELEASE_NOTES.md"), []byte(notes), 0o644); err != nil {
 		return err
 	}
-	return checksums(out)
+	if err := checksums(out); err != nil {
+		return err
+	}
+	if key := os.Getenv("COSIGN_KEY"); key != "" {
+		fmt.Println("release: signing SHA256SUMS with", key)
+		sign := exec.Command(filepath.Join(tools, "cosign"), "sign-blob", "--yes", "--key", key, "--tlog-upload=false",
+			"--bundle", filepath.Join(out, "SHA256SUMS.sigstore.json"), filepath.Join(out, "SHA256SUMS"))
+		if b, err := sign.CombinedOutput(); err != nil {
+			return fmt.Errorf("cosign sign-blob (make tools builds it): %w\n%s", err, b)
+		}
+	}
+	return nil
 }
 
 // build compiles clustermap as make build does, for one platform.

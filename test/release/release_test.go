@@ -9,7 +9,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +20,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -28,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/image"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -45,7 +51,19 @@ func TestRelease(t *testing.T) {
 	harness.Must(t, err)
 	version := ch.Metadata.AppVersion // the version the tree is cut for; CHANGELOG.md has its section
 	out := t.TempDir()
+	// A cosign key pair, as a mirror signing with its own key makes one:
+	// make release signs the checksums with it.
+	keys := t.TempDir()
+	cosign := func(args ...string) ([]byte, error) {
+		cmd := exec.Command(filepath.Join(devenv.BinDir(), "cosign"), args...)
+		cmd.Dir, cmd.Env = keys, append(os.Environ(), "COSIGN_PASSWORD=release-test")
+		return cmd.CombinedOutput()
+	}
+	if b, err := cosign("generate-key-pair"); err != nil {
+		t.Fatalf("cosign generate-key-pair: %v\n%s", err, b)
+	}
 	make := exec.Command("make", "-C", "../..", "release", "VERSION="+version, "RELEASE_DIR="+out)
+	make.Env = append(os.Environ(), "COSIGN_KEY="+filepath.Join(keys, "cosign.key"), "COSIGN_PASSWORD=release-test")
 	if b, err := make.CombinedOutput(); err != nil {
 		t.Fatalf("make release: %v\n%s", err, b)
 	}
@@ -73,6 +91,50 @@ func TestRelease(t *testing.T) {
 		check.Dir = out
 		if b, err := check.CombinedOutput(); err != nil {
 			t.Errorf("sha256sum -c: %v\n%s", err, b)
+		}
+	})
+
+	t.Run("the checksums' signature verifies with the key, and a changed file does not", func(t *testing.T) {
+		sums, bundle := filepath.Join(out, "SHA256SUMS"), filepath.Join(out, "SHA256SUMS.sigstore.json")
+		if b, err := cosign("verify-blob", "--key", "cosign.pub", "--bundle", bundle, "--insecure-ignore-tlog=true", sums); err != nil {
+			t.Errorf("cosign verify-blob: %v\n%s", err, b)
+		}
+		data, err := os.ReadFile(sums)
+		harness.Must(t, err)
+		forged := filepath.Join(t.TempDir(), "SHA256SUMS")
+		harness.Must(t, os.WriteFile(forged, append(data, []byte("0000  evil\n")...), 0o644))
+		if b, err := cosign("verify-blob", "--key", "cosign.pub", "--bundle", bundle, "--insecure-ignore-tlog=true", forged); err == nil {
+			t.Errorf("cosign verify-blob accepted changed checksums:\n%s", b)
+		}
+	})
+
+	t.Run("the image, pushed and signed with the key, verifies by tag", func(t *testing.T) {
+		dir := t.TempDir()
+		untar(t, filepath.Join(out, "clustermap-"+version+"-oci.tar"), dir)
+		idx, err := layout.ImageIndexFromPath(dir)
+		harness.Must(t, err)
+		top, err := idx.IndexManifest()
+		harness.Must(t, err)
+		inner, err := idx.ImageIndex(top.Manifests[0].Digest)
+		harness.Must(t, err)
+		reg := httptest.NewServer(registry.New())
+		t.Cleanup(reg.Close)
+		host := strings.TrimPrefix(reg.URL, "http://")
+		tag, err := name.ParseReference(host + "/clustermap:" + version)
+		harness.Must(t, err)
+		harness.Must(t, remote.WriteIndex(tag, inner))
+		digest, err := inner.Digest()
+		harness.Must(t, err)
+		if b, err := cosign("sign", "--yes", "--key", "cosign.key", "--tlog-upload=false", "--allow-http-registry", host+"/clustermap@"+digest.String()); err != nil {
+			t.Fatalf("cosign sign: %v\n%s", err, b)
+		}
+		if b, err := cosign("verify", "--key", "cosign.pub", "--insecure-ignore-tlog=true", "--allow-http-registry", tag.String()); err != nil {
+			t.Errorf("cosign verify: %v\n%s", err, b)
+		}
+		other, _, err := cosignKeyPair(t)
+		harness.Must(t, err)
+		if b, err := cosign("verify", "--key", other, "--insecure-ignore-tlog=true", "--allow-http-registry", tag.String()); err == nil {
+			t.Errorf("cosign verify accepted another key's check:\n%s", b)
 		}
 	})
 
@@ -247,4 +309,15 @@ func untar(t *testing.T, file, dir string) {
 		harness.Must(t, err)
 		harness.Must(t, os.WriteFile(path, data, 0o644))
 	}
+}
+
+// cosignKeyPair makes another key pair, in a directory of its own.
+func cosignKeyPair(t *testing.T) (pub, key string, err error) {
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(devenv.BinDir(), "cosign"), "generate-key-pair")
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "COSIGN_PASSWORD=other")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("cosign generate-key-pair: %w\n%s", err, b)
+	}
+	return filepath.Join(dir, "cosign.pub"), filepath.Join(dir, "cosign.key"), nil
 }
