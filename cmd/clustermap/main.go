@@ -42,6 +42,8 @@ func newRoot() *cobra.Command {
 		newStatus(),
 		newUninstall(),
 		newPeerKubeconfig(),
+		newVerify(),
+		newProbe(),
 	)
 	return root
 }

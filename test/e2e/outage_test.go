@@ -18,7 +18,9 @@ import (
 	"github.com/clustermap/clustermap/test/harness"
 )
 
-const faultDuration = 60 * time.Second
+// faultDuration is how long each fault holds: 60 polls of the test's
+// 500 ms period, beyond every confirmation window of the watcher (5-10 s).
+const faultDuration = 30 * time.Second
 
 // While Cloud Map is down or throttles everything, every cluster keeps its
 // imports exactly as they were; afterwards the changes made meanwhile

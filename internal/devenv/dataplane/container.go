@@ -25,34 +25,83 @@ type Process struct {
 	Server    bool
 	// TCP are the ports that must listen before the container is ready.
 	TCP []int32
+	// Programs stand host programs for paths of the container's image,
+	// for its command and its exec sessions alike.
+	Programs map[string]string
+}
+
+// Bins are the host programs that run for containers: Self (clustermap-dev)
+// serves the pods of images the data plane does not know, Clustermap runs
+// for clustermap's own image.
+type Bins struct{ Self, Clustermap string }
+
+// ClustermapImage is clustermap's image repository and Entrypoint the
+// program its containers run: the data plane runs the host's clustermap
+// binary for it (the pods of `clustermap verify`, the chart's hooks).
+const (
+	ClustermapImage      = "ghcr.io/clustermap/clustermap"
+	ClustermapEntrypoint = "/clustermap"
+)
+
+// ProgramsOf maps the programs of a container's image to host programs.
+func ProgramsOf(image string, bins Bins) map[string]string {
+	if Repository(image) == ClustermapImage && bins.Clustermap != "" {
+		return map[string]string{ClustermapEntrypoint: bins.Clustermap}
+	}
+	return nil
+}
+
+// Repository is an image reference without its tag or digest.
+func Repository(image string) string {
+	image, _, _ = strings.Cut(image, "@")
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		image = image[:i]
+	}
+	return image
+}
+
+// Rewrite replaces a command's program by the host program standing for it.
+func Rewrite(argv []string, programs map[string]string) []string {
+	if len(argv) > 0 {
+		if host, ok := programs[argv[0]]; ok {
+			return append([]string{host}, argv[1:]...)
+		}
+	}
+	return argv
 }
 
 // ProcessOf plans a container's process as a kubelet would start it:
 // command and args with $(VAR) references expanded, env values and
 // fieldRefs resolved in order, the working directory. A container with
-// no command runs the pod server (self) answering on the pod's ports. An
+// no command runs its image's entrypoint where the data plane knows the
+// image, else the pod server (bins.Self) answering on the pod's ports. An
 // env source the dev data plane cannot read is an error naming it.
-func ProcessOf(p *corev1.Pod, c *corev1.Container, self, cluster string) (Process, error) {
+func ProcessOf(p *corev1.Pod, c *corev1.Container, bins Bins, cluster string) (Process, error) {
 	env, err := EnvOf(p, c)
 	if err != nil {
 		return Process{}, err
 	}
-	out := Process{Container: c.Name, Env: env, Dir: c.WorkingDir}
+	out := Process{Container: c.Name, Env: env, Dir: c.WorkingDir, Programs: ProgramsOf(c.Image, bins)}
 	if out.Dir == "" {
 		out.Dir = "/"
 	}
-	if len(c.Command) == 0 {
+	command := c.Command
+	if len(command) == 0 && out.Programs != nil {
+		command = []string{ClustermapEntrypoint}
+	}
+	if len(command) == 0 {
 		tcp, udp := ServerPorts(p, c)
 		out.Server, out.TCP = true, tcp
-		out.Argv = []string{self, "podserver", "--pod", p.Name, "--namespace", p.Namespace, "--cluster", cluster,
+		out.Argv = []string{bins.Self, "podserver", "--pod", p.Name, "--namespace", p.Namespace, "--cluster", cluster,
 			"--tcp", joinPorts(tcp), "--udp", joinPorts(udp)}
 		return out, nil
 	}
 	out.TCP, _ = Ports(c)
 	vars := envMap(env)
-	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
+	for _, a := range append(append([]string{}, command...), c.Args...) {
 		out.Argv = append(out.Argv, Expand(a, vars))
 	}
+	out.Argv = Rewrite(out.Argv, out.Programs)
 	return out, nil
 }
 

@@ -32,7 +32,7 @@ func listener() *corev1.Pod {
 
 func TestProcessOfACommand(t *testing.T) {
 	p := listener()
-	proc, err := ProcessOf(p, &p.Spec.Containers[0], "/bin/clustermap-dev", "cluster-1")
+	proc, err := ProcessOf(p, &p.Spec.Containers[0], Bins{Self: "/bin/clustermap-dev"}, "cluster-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestProcessOfNoCommandIsThePodServer(t *testing.T) {
 	p := listener()
 	c := &p.Spec.Containers[0]
 	c.Command, c.Args, c.WorkingDir = nil, nil, ""
-	proc, err := ProcessOf(p, c, "/bin/clustermap-dev", "cluster-1")
+	proc, err := ProcessOf(p, c, Bins{Self: "/bin/clustermap-dev"}, "cluster-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestProcessOfNoCommandIsThePodServer(t *testing.T) {
 	}
 	// No port declared anywhere: the server answers HTTP on 80.
 	c.Ports = nil
-	if proc, _ := ProcessOf(p, c, "/x", "cluster-1"); !slices.Equal(proc.TCP, []int32{80}) {
+	if proc, _ := ProcessOf(p, c, Bins{Self: "/x"}, "cluster-1"); !slices.Equal(proc.TCP, []int32{80}) {
 		t.Errorf("tcp %v, want 80", proc.TCP)
 	}
 }
@@ -74,11 +74,11 @@ func TestProcessOfUnreadableEnvSaysWhich(t *testing.T) {
 	p := listener()
 	c := &p.Spec.Containers[0]
 	c.Env = append(c.Env, corev1.EnvVar{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "t"}}})
-	if _, err := ProcessOf(p, c, "/x", "c"); err == nil || !strings.Contains(err.Error(), "env TOKEN") {
+	if _, err := ProcessOf(p, c, Bins{Self: "/x"}, "c"); err == nil || !strings.Contains(err.Error(), "env TOKEN") {
 		t.Errorf("err %v, want one naming env TOKEN", err)
 	}
 	c.Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.bogus"}}}}
-	if _, err := ProcessOf(p, c, "/x", "c"); err == nil || !strings.Contains(err.Error(), "spec.bogus") {
+	if _, err := ProcessOf(p, c, Bins{Self: "/x"}, "c"); err == nil || !strings.Contains(err.Error(), "spec.bogus") {
 		t.Errorf("err %v, want one naming the fieldRef", err)
 	}
 }
@@ -176,5 +176,34 @@ func TestTailLines(t *testing.T) {
 	}
 	if got := TailLines([]byte("a\n"), 0); len(got) != 0 {
 		t.Errorf("%q", got)
+	}
+}
+
+// clustermap's image runs the host's clustermap, by its entrypoint or its
+// args alone, in the container and in exec sessions; other images do not.
+func TestProcessOfClustermapImage(t *testing.T) {
+	bins := Bins{Self: "/bin/clustermap-dev", Clustermap: "/work/bin/clustermap"}
+	for _, c := range []struct {
+		image         string
+		command, args []string
+		want          []string
+	}{
+		{"ghcr.io/clustermap/clustermap:v1.2.3", []string{"/clustermap"}, []string{"probe", "serve"}, []string{"/work/bin/clustermap", "probe", "serve"}},
+		{"ghcr.io/clustermap/clustermap@sha256:abc", nil, []string{"status"}, []string{"/work/bin/clustermap", "status"}},
+		{"ghcr.io/clustermap/clustermap", []string{"sh", "-c", "/clustermap"}, nil, []string{"sh", "-c", "/clustermap"}},
+		{"registry:5000/other/clustermap:v1", []string{"/clustermap"}, nil, []string{"/clustermap"}},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "n"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: c.image, Command: c.command, Args: c.args}}}}
+		proc, err := ProcessOf(p, &p.Spec.Containers[0], bins, "cluster-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(proc.Argv, c.want) || proc.Server {
+			t.Errorf("%s %v %v: argv %v (server %v), want %v", c.image, c.command, c.args, proc.Argv, proc.Server, c.want)
+		}
+		if got := Rewrite([]string{"/clustermap", "probe", "check"}, proc.Programs); (got[0] == bins.Clustermap) != strings.HasPrefix(c.image, ClustermapImage) {
+			t.Errorf("%s: exec of /clustermap runs %v", c.image, got)
+		}
 	}
 }

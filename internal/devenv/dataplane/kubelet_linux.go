@@ -32,6 +32,8 @@ type Target struct {
 	Env   []string
 	Dir   string
 	Log   string
+	// Programs: host programs for the image's (ProcessOf).
+	Programs map[string]string
 }
 
 // Kubelet answers the part of the kubelet API the apiserver proxies
@@ -121,7 +123,7 @@ func (e executor) ExecInContainer(ctx context.Context, _ string, _ types.UID, _ 
 	if len(argv) == 0 {
 		return errors.New("no command")
 	}
-	cmd := exec.CommandContext(ctx, IPPath(), append([]string{"netns", "exec", e.t.NetNS}, argv...)...)
+	cmd := exec.CommandContext(ctx, IPPath(), append([]string{"netns", "exec", e.t.NetNS}, Rewrite(argv, e.t.Programs)...)...)
 	cmd.Env, cmd.Dir = e.t.Env, e.t.Dir
 	// The session ends with its command, whether or not the client still
 	// holds stdin open or a child of the command holds stdout.

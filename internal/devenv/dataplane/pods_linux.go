@@ -108,14 +108,14 @@ func (a *agent) start(ctx context.Context, k string, p *corev1.Pod, ips []netip.
 			run.first = c.Name
 		}
 		log := filepath.Join(run.logDir, c.Name+".log")
-		proc, err := ProcessOf(p, c, a.o.Self, a.o.Cluster)
+		proc, err := ProcessOf(p, c, Bins{Self: a.o.Self, Clustermap: a.o.Clustermap}, a.o.Cluster)
 		if err != nil {
 			// The pod shows why; nothing runs for the container.
 			klog.ErrorS(err, "a container cannot run in the dev data plane", "pod", k)
 			run.runs[c.Name] = ContainerRun{Done: true, Error: err.Error()}
 			continue
 		}
-		run.targets[c.Name] = Target{NetNS: pod.NetNS, Env: proc.Env, Dir: proc.Dir, Log: log}
+		run.targets[c.Name] = Target{NetNS: pod.NetNS, Env: proc.Env, Dir: proc.Dir, Log: log, Programs: proc.Programs}
 		run.tcp[c.Name] = proc.TCP
 		run.procs = append(run.procs, a.process(k, run, proc, log, grace, p.Spec.RestartPolicy))
 	}
