@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/clustermap/clustermap/internal/version.Version=$(VERSION)
 MCS_API_DIR = $(shell go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
-GOTEST_FLAGS ?= -timeout 40m
+GOTEST_FLAGS ?= -timeout 40m -parallel 3
 # go.mod's toolchain line names the patched Go release the build, tests and
 # govulncheck use; auto fetches it once through the module proxy when the
 # machine's Go is older (the Go distribution's go.env says local).

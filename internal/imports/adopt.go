@@ -2,7 +2,6 @@ package imports
 
 import (
 	"context"
-	"fmt"
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,13 +46,9 @@ func withAWSMark(have *mcsv1beta1.ServiceImport, want map[string]string) map[str
 }
 
 // dropAWSLeftovers removes the AWS controller's EndpointSlices and derived
-// Service of an import clustermap took over (its own are in place by now),
-// then the annotation that named them.
-func (r *Reconciler) dropAWSLeftovers(ctx context.Context, si *mcsv1beta1.ServiceImport) error {
-	derived, ok := si.Annotations[AWSDerivedServiceAnnotation]
-	if !ok {
-		return nil
-	}
+// Service (named derived) of an import clustermap took over, its own being
+// in place by now; the caller drops the annotation that named them.
+func (r *Reconciler) dropAWSLeftovers(ctx context.Context, si *mcsv1beta1.ServiceImport, derived string) error {
 	if err := r.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(si.Namespace),
 		client.MatchingLabels{mcsv1beta1.LabelServiceName: si.Name, discoveryv1.LabelManagedBy: AWSManagedBy}); err != nil {
 		return err
@@ -66,15 +61,7 @@ func (r *Reconciler) dropAWSLeftovers(ctx context.Context, si *mcsv1beta1.Servic
 		return err
 	case metav1.IsControlledBy(svc, si) && svc.Labels[LabelDerivedFor] == "" && derived != DerivedName(si.Name):
 		// The AWS controller's, never clustermap's own derived Service.
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, svc)); err != nil {
-			return err
-		}
+		return client.IgnoreNotFound(r.Client.Delete(ctx, svc))
 	}
-	delete(si.Annotations, AWSDerivedServiceAnnotation)
-	if err := r.Client.Update(ctx, si); err != nil {
-		return err
-	}
-	r.Recorder.Event(si, corev1.EventTypeNormal, "AdoptedFromAWSController",
-		fmt.Sprintf("clustermap took this ServiceImport over from the AWS Cloud Map MCS controller and removed its derived Service %s and EndpointSlices", derived))
 	return nil
 }

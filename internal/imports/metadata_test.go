@@ -85,7 +85,7 @@ func TestAdoptionKeepsOurDerivedService(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := r.dropAWSLeftovers(ctx, si); err != nil {
+	if err := r.dropAWSLeftovers(ctx, si, si.Annotations[AWSDerivedServiceAnnotation]); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(ours), &corev1.Service{}); err != nil {
@@ -96,7 +96,7 @@ func TestAdoptionKeepsOurDerivedService(t *testing.T) {
 	if err := c.Update(ctx, si); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.dropAWSLeftovers(ctx, si); err != nil {
+	if err := r.dropAWSLeftovers(ctx, si, si.Annotations[AWSDerivedServiceAnnotation]); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), &corev1.Service{}); err == nil {

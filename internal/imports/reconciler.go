@@ -181,8 +181,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	res, err := r.reconcile(ctx, req)
 	if errorsIsConflict(err) {
-		// A write raced another (our own informer had not seen our last
-		// write yet, as in a bulk import): not an error, read again soon.
+		// A write raced another: the cache had not seen a write yet (ours
+		// of an earlier pass, as in a bulk import, or someone else's). A
+		// pass writes each object once, from what it read, so one pass
+		// never conflicts with itself: read again soon.
 		log.FromContext(ctx).V(1).Info("import write conflicted; reading again", "import", req.String(), "error", err.Error())
 		return reconcile.Result{RequeueAfter: conflictRetry}, nil
 	}
@@ -246,7 +248,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	m := merge.Merge(exports)
 	d := Plan(key, m)
 
-	si, err := r.applyImport(ctx, d.Import)
+	// Each object is written at most once a pass: the ServiceImport is
+	// created (or read) first, as the owner of the rest, and its spec,
+	// metadata and status are written last, once what they depend on (the
+	// derived Service's IPs, the AWS controller's leftovers gone) is known.
+	si, err := r.importFor(ctx, d.Import)
 	if err != nil {
 		return reconcile.Result{}, err // nothing else can be owned without it
 	}
@@ -276,15 +282,29 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		ips = nil
 	}
 	failed("EndpointSlices", r.applySlices(ctx, si, key, d.Slices))
-	if len(errs) == 0 {
-		// The AWS controller's objects go only once all of ours are in place.
-		if err := r.dropAWSLeftovers(ctx, si); err != nil {
+	awsDerived, fromAWS := si.Annotations[AWSDerivedServiceAnnotation]
+	if fromAWS && len(errs) == 0 {
+		// The AWS controller's objects go only once all of ours are in
+		// place; its annotation goes with them, in the update below.
+		if err := r.dropAWSLeftovers(ctx, si, awsDerived); err != nil {
 			return reconcile.Result{}, err
 		}
+		fromAWS = false
 	}
-	if !reflect.DeepEqual(si.Spec.IPs, ips) {
-		si.Spec.IPs = ips
-		failed("ServiceImport IPs", r.Client.Update(ctx, si))
+	spec := d.Import.Spec
+	spec.IPs = ips
+	annotations := d.Import.Annotations
+	if fromAWS {
+		annotations = withAWSMark(si, annotations)
+	}
+	if !reflect.DeepEqual(si.Spec, spec) || !reflect.DeepEqual(si.Labels, d.Import.Labels) || !reflect.DeepEqual(si.Annotations, annotations) {
+		si.Spec, si.Labels, si.Annotations = spec, d.Import.Labels, annotations
+		err := r.Client.Update(ctx, si)
+		failed("ServiceImport", err)
+		if err == nil && awsDerived != "" && !fromAWS {
+			r.Recorder.Event(si, corev1.EventTypeNormal, "AdoptedFromAWSController",
+				fmt.Sprintf("clustermap took this ServiceImport over from the AWS Cloud Map MCS controller and removed its derived Service %s and EndpointSlices", awsDerived))
+		}
 	}
 	status := si.Status.DeepCopy()
 	status.Clusters = d.Import.Status.Clusters
@@ -303,9 +323,10 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, r.reportConflicts(ctx, key, m)
 }
 
-// applyImport creates or updates the ServiceImport; one that clustermap
-// did not create is left alone.
-func (r *Reconciler) applyImport(ctx context.Context, want *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
+// importFor reads the ServiceImport, or creates it as planned (without
+// IPs or status: those come once its derived Service exists); one that
+// clustermap did not create, nor can take over, is an error.
+func (r *Reconciler) importFor(ctx context.Context, want *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
 	si := &mcsv1beta1.ServiceImport{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), si)
 	if apierrors.IsNotFound(err) {
@@ -319,15 +340,7 @@ func (r *Reconciler) applyImport(ctx context.Context, want *mcsv1beta1.ServiceIm
 	if si.Labels[LabelManagedBy] != managedByValue && !adoptable(si) {
 		return nil, fmt.Errorf("ServiceImport %s exists and was not created by clustermap: delete it to let clustermap import the service", client.ObjectKeyFromObject(si))
 	}
-	ips := si.Spec.IPs
-	spec := want.Spec
-	spec.IPs = ips
-	annotations := withAWSMark(si, want.Annotations)
-	if reflect.DeepEqual(si.Spec, spec) && reflect.DeepEqual(si.Labels, want.Labels) && reflect.DeepEqual(si.Annotations, annotations) {
-		return si, nil
-	}
-	si.Spec, si.Labels, si.Annotations = spec, want.Labels, annotations
-	return si, r.Client.Update(ctx, si)
+	return si, nil
 }
 
 func (r *Reconciler) applyService(ctx context.Context, owner *mcsv1beta1.ServiceImport, want *corev1.Service) (*corev1.Service, error) {

@@ -35,6 +35,12 @@ import (
 	"github.com/clustermap/clustermap/test/harness"
 )
 
+// longWaits marks a test that spends most of its time holding a fault
+// or waiting out a period (an outage, a peer down, a grace period): the
+// suite runs these beside each other, after the others (go test's
+// -parallel, set in the Makefile), where they mostly wait.
+func longWaits(t *testing.T) { t.Parallel() }
+
 // world is N clusters, the emulator, and a controller in each cluster.
 type world struct {
 	env     *devenv.Env

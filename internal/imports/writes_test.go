@@ -1,0 +1,98 @@
+package imports
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// One pass writes the ServiceImport at most once and its status at most
+// once (a new import: created, then its IPs once the derived Service has
+// them), a pass with nothing new writes nothing, and an import taken over
+// from the AWS controller loses that controller's annotation in the same
+// single update.
+func TestOnePassWritesTheImportOnce(t *testing.T) {
+	writes := map[string]int{}
+	vips := 0
+	count := func(verb string, obj client.Object) {
+		if _, ok := obj.(*mcsv1beta1.ServiceImport); ok {
+			writes[verb]++
+		}
+	}
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
+		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if svc, ok := obj.(*corev1.Service); ok { // the API server allocates the VIP
+					vips++
+					svc.Spec.ClusterIPs = []string{fmt.Sprintf("10.96.0.%d", 6+vips)}
+				}
+				count("create", obj)
+				return cl.Create(ctx, obj, opts...)
+			},
+			Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				count("update", obj)
+				return cl.Update(ctx, obj, opts...)
+			},
+			SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				count(sub, obj)
+				return cl.SubResource(sub).Update(ctx, obj, opts...)
+			},
+		}).Build()
+	gate := &clusterid.Gate{}
+	gate.Open(clusterid.Identity{ClusterID: "c9", ClusterSet: "set"}, nil)
+	view := NewView()
+	view.Synced()
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	view.Set(key, []registry.Export{exportWith("c1", mcsv1beta1.ClusterSetIP, "10.0.0.1", "10.0.0.2")})
+	r := &Reconciler{Client: c, Gate: gate, View: view, Recorder: record.NewFakeRecorder(100), Namespaces: func(string) bool { return true }}
+	pass := func(want string) {
+		t.Helper()
+		clear(writes)
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey(key)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(writes); got != want {
+			t.Errorf("ServiceImport writes %s, want %s", got, want)
+		}
+	}
+	pass("map[create:1 status:1 update:1]")
+	si := &mcsv1beta1.ServiceImport{}
+	if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil || len(si.Spec.IPs) != 1 || si.Spec.IPs[0] != "10.96.0.7" {
+		t.Fatalf("import %+v %v, want the derived Service's IP", si.Spec, err)
+	}
+	pass("map[]")
+	view.Set(key, []registry.Export{exportWith("c1", mcsv1beta1.ClusterSetIP, "10.0.0.1")})
+	pass("map[]") // only the slices change
+	// In one pass: the ports change, the VIP changes (the derived Service
+	// was deleted) and the AWS controller's annotation goes (taken over):
+	// one update of the import (there were three).
+	si.Annotations[AWSDerivedServiceAnnotation] = "imported-abc"
+	if err := c.Update(context.Background(), si); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: DerivedName("web")}}); err != nil {
+		t.Fatal(err)
+	}
+	e := exportWith("c1", mcsv1beta1.ClusterSetIP, "10.0.0.1")
+	e.Ports[0].Port = 81
+	view.Set(key, []registry.Export{e})
+	pass("map[update:1]")
+	if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil || si.Annotations[AWSDerivedServiceAnnotation] != "" ||
+		si.Spec.IPs[0] != "10.96.0.8" || si.Spec.Ports[0].Port != 81 {
+		t.Errorf("after the pass: annotations %v, spec %+v, %v", si.Annotations, si.Spec, err)
+	}
+}
