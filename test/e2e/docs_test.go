@@ -398,3 +398,46 @@ func TestStoredVersionsDoc(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeLabBlocks runs the README's local-cluster blocks as written,
+// from a directory of their own holding bin/: `dev up`, kubectl against
+// the kubeconfig it writes, `dev down`; then the data plane block, whose
+// nc and nslookup must be answered.
+func TestReadmeLabBlocks(t *testing.T) {
+	dir := t.TempDir()
+	harness.Must(t, os.Symlink(devenv.BinDir(), filepath.Join(dir, "bin")))
+	run := func(script string) string {
+		t.Helper()
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "PATH="+devenv.BinDir()+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s\n%v: %s", script, err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(dir, "bin", "clustermap-dev"), "down")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("clustermap-dev down: %v %s", err, out)
+		}
+	})
+	out := run(codeBlock(t, "../../README.md", "bin/clustermap-dev up --clusters 3"))
+	for _, want := range []string{"cluster.clusterset.k8s.io", "cluster-2", "clusterset-dev"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the local clusters block printed no %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".clustermap", "dev", "kubeconfig")); !os.IsNotExist(err) {
+		t.Errorf("dev down left the kubeconfig: %v", err)
+	}
+	out = run(codeBlock(t, "../../README.md", "bin/clustermap-dev up --dataplane --all-pods"))
+	if !regexp.MustCompile(`pod echo-[a-z0-9]+-[a-z0-9]+\n`).MatchString(out) {
+		t.Errorf("the data plane block's nc was not answered by an echo pod:\n%s", out)
+	}
+	if !regexp.MustCompile(`Name:\s+echo\.default\.svc\.cluster\.local\s+Address:\s+10\.`).MatchString(out) {
+		t.Errorf("the data plane block's nslookup found no address:\n%s", out)
+	}
+}
