@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -15,9 +16,8 @@ import (
 )
 
 func newStatus() *cobra.Command {
-	var kubeconfig, output, statusNS string
-	var contexts []string
-	var all bool
+	var output, statusNS string
+	var clusters clusterFlags
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the clusterset as each cluster sees it: exports, imports, controller health, anything stuck",
@@ -34,14 +34,14 @@ stuck.`,
 			if output != "table" && output != "json" {
 				return fmt.Errorf("--output %q: want table or json", output)
 			}
-			contexts, err := pickContexts(kubeconfig, contexts, all)
+			contexts, err := clusters.pick()
 			if err != nil {
 				return err
 			}
 			var report []clusterstatus.Cluster
 			problems := 0
 			for _, kctx := range contexts {
-				c := readCluster(cmd.Context(), kubeconfig, kctx, statusNS)
+				c := readCluster(cmd.Context(), clusters.kubeconfig, kctx, statusNS)
 				if c.Error != "" || len(c.Stuck) > 0 {
 					problems++
 				}
@@ -63,9 +63,7 @@ stuck.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringSliceVar(&contexts, "context", nil, "kubeconfig contexts, one per cluster (repeat or comma-separate)")
-	f.BoolVar(&all, "all-contexts", false, "every context of the kubeconfig")
+	clusters.add(f, "kubeconfig contexts, one per cluster (repeat or comma-separate)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	f.StringVar(&statusNS, "status-namespace", kube.DefaultStatusNamespace, "the controller's namespace (its status Lease)")
 	return cmd
@@ -89,16 +87,28 @@ func readCluster(ctx context.Context, kubeconfig, kctx, statusNS string) cluster
 	return clusterstatus.Summarize(r, time.Now())
 }
 
-// pickContexts is the clusters a command works on: --all-contexts, else
-// --context, else the current context ("").
-func pickContexts(kubeconfig string, contexts []string, all bool) ([]string, error) {
-	if all {
-		return allContexts(kubeconfig)
+// clusterFlags pick the clusters a command works on: --all-contexts,
+// else --context, else the current context ("").
+type clusterFlags struct {
+	kubeconfig string
+	contexts   []string
+	all        bool
+}
+
+func (c *clusterFlags) add(f *pflag.FlagSet, contextHelp string) {
+	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	f.StringSliceVar(&c.contexts, "context", nil, contextHelp)
+	f.BoolVar(&c.all, "all-contexts", false, "every context of the kubeconfig")
+}
+
+func (c *clusterFlags) pick() ([]string, error) {
+	if c.all {
+		return allContexts(c.kubeconfig)
 	}
-	if len(contexts) == 0 {
+	if len(c.contexts) == 0 {
 		return []string{""}, nil
 	}
-	return contexts, nil
+	return c.contexts, nil
 }
 
 func contextName(kctx string) string {

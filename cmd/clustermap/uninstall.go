@@ -12,9 +12,9 @@ import (
 )
 
 func newUninstall() *cobra.Command {
-	var kubeconfig, namespace, phase string
-	var contexts []string
-	var all, force bool
+	var namespace, phase string
+	var targets clusterFlags
+	var force bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "uninstall",
@@ -41,13 +41,13 @@ stay, and are named).`,
 			if phase != "all" && phase != "withdraw" && phase != "stop" && phase != "cleanup" {
 				return fmt.Errorf("--phase %q: want all, withdraw, stop or cleanup", phase)
 			}
-			contexts, err := pickContexts(kubeconfig, contexts, all)
+			contexts, err := targets.pick()
 			if err != nil {
 				return err
 			}
 			var clusters []uninstall.Cluster
 			for _, kctx := range contexts {
-				cl, err := clusterClient(kubeconfig, kctx)
+				cl, err := clusterClient(targets.kubeconfig, kctx)
 				if err != nil {
 					return err
 				}
@@ -84,9 +84,7 @@ stay, and are named).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringSliceVar(&contexts, "context", nil, "kubeconfig contexts of the clusters to uninstall from")
-	f.BoolVar(&all, "all-contexts", false, "every context of the kubeconfig")
+	targets.add(f, "kubeconfig contexts of the clusters to uninstall from")
 	f.StringVar(&namespace, "namespace", kube.DefaultStatusNamespace, "the controller's namespace")
 	f.StringVar(&phase, "phase", "all", "all, or one of withdraw, stop, cleanup")
 	f.BoolVar(&force, "force", false, "drop finalizers a stopped controller cannot remove (their Cloud Map records stay)")

@@ -18,9 +18,8 @@ import (
 )
 
 func newVerify() *cobra.Command {
-	var kubeconfig, output string
-	var contexts []string
-	var all bool
+	var output string
+	var clusters clusterFlags
 	o := verify.Options{}
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -42,13 +41,13 @@ happens (--keep leaves them). Exits non-zero when a check fails.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			names, err := pickContexts(kubeconfig, contexts, all)
+			names, err := clusters.pick()
 			if err != nil {
 				return err
 			}
 			var targets []verify.Target
 			for _, n := range names {
-				cfg, err := kube.RESTConfig(kubeconfig, n)
+				cfg, err := kube.RESTConfig(clusters.kubeconfig, n)
 				if err != nil {
 					return fmt.Errorf("context %s: %w", contextName(n), err)
 				}
@@ -78,9 +77,7 @@ happens (--keep leaves them). Exits non-zero when a check fails.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringSliceVar(&contexts, "context", nil, "kubeconfig contexts, one per cluster (repeat or comma-separate)")
-	f.BoolVar(&all, "all-contexts", false, "every context of the kubeconfig")
+	clusters.add(f, "kubeconfig contexts, one per cluster (repeat or comma-separate)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	f.StringVar(&o.Image, "image", "ghcr.io/clustermap/clustermap:"+version.Version, "the probe's image: clustermap's, of a version with `clustermap probe`")
 	f.StringVar(&o.Zone, "zone", "clusterset.local", "the clusterset DNS zone")
