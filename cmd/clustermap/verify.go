@@ -71,7 +71,7 @@ happens (--keep leaves them). Exits non-zero when a check fails.`,
 				return err
 			}
 			if len(rep.Failures) > 0 {
-				return fmt.Errorf("%d of %d checks failed", len(rep.Failures), rep.Checks)
+				return fmt.Errorf("%d failures (%d checks ran)", len(rep.Failures), rep.Checks)
 			}
 			return nil
 		},

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -59,6 +60,8 @@ type member struct {
 	cl  client.Client
 	cs  kubernetes.Interface
 	cfg *rest.Config
+	// made: the namespace is this run's, to delete.
+	made bool
 }
 
 // Run deploys a probe in every cluster, waits for each to be imported
@@ -76,7 +79,8 @@ func Run(ctx context.Context, targets []Target, o Options) (Report, error) {
 	rep := Report{Namespace: o.Namespace}
 	var ms []*member
 	for _, t := range targets {
-		m := &member{Cluster: Cluster{Context: t.Context}, cfg: t.Config}
+		// Named by its context until its id is read.
+		m := &member{Cluster: Cluster{Context: t.Context, ID: t.Context}, cfg: t.Config}
 		ms = append(ms, m)
 		var err error
 		if m.cl, err = client.New(t.Config, client.Options{Scheme: kube.Scheme()}); err == nil {
@@ -88,7 +92,7 @@ func Run(ctx context.Context, targets []Target, o Options) (Report, error) {
 		}
 		id, err := clusterid.Read(ctx, m.cl)
 		if err != nil {
-			m.ID, m.Error = t.Context, err.Error()
+			m.Error = err.Error()
 			continue
 		}
 		m.ID = id.ClusterID
@@ -162,22 +166,9 @@ func Run(ctx context.Context, targets []Target, o Options) (Report, error) {
 		}
 	}
 	slices.SortStableFunc(rep.Failures, func(a, b Failure) int {
-		if a.From != b.From {
-			return cmpStr(a.From, b.From)
-		}
-		return cmpStr(a.To, b.To)
+		return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To))
 	})
 	return rep, ctx.Err()
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func idsOf(ms []*member) []string {
@@ -196,8 +187,15 @@ var probeLabels = map[string]string{"app.kubernetes.io/name": "clustermap-verify
 // ServiceExports.
 func deploy(ctx context.Context, m *member, o Options) error {
 	ns := o.Namespace
+	// Its own namespace, never one that exists: it is deleted at the end.
+	if err := m.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: probeLabels}}); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("namespace %s exists: verify makes its own and deletes it, pick a --namespace that does not exist", ns)
+		}
+		return err
+	}
+	m.made = true
 	objs := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: probeLabels}},
 		&corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: Probe, Labels: probeLabels},
 			Spec: corev1.PodSpec{
@@ -224,7 +222,7 @@ func deploy(ctx context.Context, m *member, o Options) error {
 		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: Headless}},
 	}
 	for _, obj := range objs {
-		if err := m.cl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := m.cl.Create(ctx, obj); err != nil {
 			return fmt.Errorf("%T %s: %w", obj, obj.GetName(), err)
 		}
 	}
@@ -389,7 +387,7 @@ func cleanup(ctx context.Context, ms []*member, o Options) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for _, m := range ms {
-		if m.cl == nil {
+		if !m.made {
 			continue
 		}
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}
@@ -398,7 +396,7 @@ func cleanup(ctx context.Context, ms []*member, o Options) {
 		}
 	}
 	for _, m := range ms {
-		if m.cl == nil {
+		if !m.made {
 			continue
 		}
 		for {

@@ -38,6 +38,16 @@ func TestVerify(t *testing.T) {
 	harness.Must(t, err)
 	node1, node2 := fabric.NodeNS("cluster-1"), fabric.NodeNS("cluster-2")
 
+	// A namespace that exists is refused, and left alone.
+	if rep, err := w.verify(t, "--namespace", "kube-public"); err == nil || len(rep.Failures) != 2 || !strings.Contains(rep.Failures[0].Got, "namespace kube-public exists") {
+		t.Errorf("verify in an existing namespace: %v, %+v", err, rep.Failures)
+	}
+	for i, cl := range w.clients {
+		if err := cl.Get(context.Background(), client.ObjectKey{Name: "kube-public"}, &corev1.Namespace{}); err != nil {
+			t.Fatalf("%s: kube-public: %v", w.env.Clusters[i].ID, err)
+		}
+	}
+
 	rep, err := w.verify(t)
 	if err != nil || len(rep.Failures) != 0 || rep.Checks < 20 {
 		t.Fatalf("verify on a working clusterset: %v, %d checks, failures %+v", err, rep.Checks, rep.Failures)
@@ -85,13 +95,14 @@ func TestVerify(t *testing.T) {
 }
 
 // verify runs the clustermap binary's verify on both clusters and checks
-// that it left no namespace behind.
-func (w *world) verify(t *testing.T) (verify.Report, error) {
+// that it left no namespace of its own behind.
+func (w *world) verify(t *testing.T, args ...string) (verify.Report, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(devenv.BinDir(), "clustermap"), "verify", "--kubeconfig", w.env.Kubeconfig,
-		"--context", "cluster-1,cluster-2", "--image", dataplane.ClustermapImage+":test", "-o", "json")
+	args = append([]string{"verify", "--kubeconfig", w.env.Kubeconfig, "--context", "cluster-1,cluster-2",
+		"--image", dataplane.ClustermapImage + ":test", "-o", "json"}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(devenv.BinDir(), "clustermap"), args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -101,6 +112,9 @@ func (w *world) verify(t *testing.T) (verify.Report, error) {
 		t.Fatalf("verify's report: %v\n%s", jerr, out)
 	}
 	for i, cl := range w.clients {
+		if rep.Namespace == "kube-public" {
+			break
+		}
 		if err := cl.Get(ctx, client.ObjectKey{Name: rep.Namespace}, &corev1.Namespace{}); rep.Namespace == "" || !apierrors.IsNotFound(err) {
 			t.Errorf("%s: verify left its namespace %q (%v)", w.env.Clusters[i].ID, rep.Namespace, err)
 		}
