@@ -48,6 +48,12 @@ func TestVerify(t *testing.T) {
 		}
 	}
 
+	// The walkthrough's command as written: a matrix of ok, exit 0.
+	out := shell(t, w.env, codeBlock(t, "../../docs/eks-walkthrough.md", "clustermap verify --context"))
+	if !strings.Contains(out, "cluster-1  ok     ok         ok") || !strings.Contains(out, " checks, 0 failed") {
+		t.Errorf("the walkthrough's clustermap verify printed:\n%s", out)
+	}
+
 	rep, err := w.verify(t)
 	if err != nil || len(rep.Failures) != 0 || rep.Checks < 20 {
 		t.Fatalf("verify on a working clusterset: %v, %d checks, failures %+v", err, rep.Checks, rep.Failures)
