@@ -122,9 +122,6 @@ func dialAll(ctx context.Context, c Check, timeout time.Duration) Result {
 		if err != nil {
 			r.Failed++
 			r.Class, r.Error = Classify(err), err.Error()
-			if _, ok := err.(answerError); ok {
-				r.Class = NoAnswer
-			}
 			continue
 		}
 		seen[cluster] = true
@@ -135,8 +132,6 @@ func dialAll(ctx context.Context, c Check, timeout time.Duration) Result {
 	slices.Sort(r.Answers)
 	return r
 }
-
-type answerError struct{ error }
 
 // dial sends a line to addr and returns the cluster of the answer.
 func dial(ctx context.Context, proto, addr string, timeout time.Duration) (string, error) {
@@ -161,9 +156,6 @@ func dial(ctx context.Context, proto, addr string, timeout time.Duration) (strin
 	} else if line, err = bufio.NewReader(conn).ReadString('\n'); err != nil {
 		return "", err
 	}
-	cluster, err := ParseAnswer(line)
-	if err != nil {
-		return "", answerError{err}
-	}
-	return cluster, nil
+	// Not a probe's answer: Classify calls it NoAnswer.
+	return ParseAnswer(line)
 }
