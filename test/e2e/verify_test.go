@@ -117,10 +117,10 @@ func (w *world) verify(t *testing.T, args ...string) (verify.Report, error) {
 	if jerr := json.Unmarshal(out, &rep); jerr != nil {
 		t.Fatalf("verify's report: %v\n%s", jerr, out)
 	}
+	if rep.Namespace == "kube-public" { // refused: nothing of verify's to look for
+		return rep, err
+	}
 	for i, cl := range w.clients {
-		if rep.Namespace == "kube-public" {
-			break
-		}
 		if err := cl.Get(ctx, client.ObjectKey{Name: rep.Namespace}, &corev1.Namespace{}); rep.Namespace == "" || !apierrors.IsNotFound(err) {
 			t.Errorf("%s: verify left its namespace %q (%v)", w.env.Clusters[i].ID, rep.Namespace, err)
 		}
