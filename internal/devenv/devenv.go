@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -82,6 +83,9 @@ type Options struct {
 type Env struct {
 	Options
 	Clusters []*Cluster
+
+	heldMu sync.Mutex
+	held   map[string]func() // release of a stopped cluster's ports, by id
 }
 
 // Cluster is one running local cluster.
@@ -467,7 +471,15 @@ func (e *Env) Pids() []int {
 }
 
 // Down stops the environment.
-func (e *Env) Down(ctx context.Context) error { return Down(ctx, e.StateDir, e.Log) }
+func (e *Env) Down(ctx context.Context) error {
+	e.heldMu.Lock()
+	for id, release := range e.held {
+		release()
+		delete(e.held, id)
+	}
+	e.heldMu.Unlock()
+	return Down(ctx, e.StateDir, e.Log)
+}
 
 func writeJSON(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
@@ -514,17 +526,47 @@ func waitFor(ctx context.Context, what string, interval time.Duration, cond func
 }
 
 // StopCluster stops one cluster's components, keeping its state, as an
-// outage; StartCluster brings it back on the same address.
+// outage; StartCluster brings it back on the same address. While it is down
+// its ports stay held by this process: kwokctl counts down from 32767 to the
+// first free port, so a cluster created meanwhile by another test process
+// would take them and the stopped one would come back to find its apiserver
+// port answered by a stranger.
 func (e *Env) StopCluster(ctx context.Context, c *Cluster) error {
 	out, err := kwokctl(ctx, e.BinDir, e.StateDir, "stop", "cluster", "--name", c.KwokName)
 	if err != nil {
 		return fmt.Errorf("stopping %s: %w: %s", c.ID, err, tail(out, 10))
 	}
+	ports, err := kwokPorts(kwokClusterDir(e.StateDir, c.KwokName))
+	if err != nil {
+		return fmt.Errorf("stopping %s: %w", c.ID, err)
+	}
+	held, err := holdPorts(ctx, ports)
+	if err != nil {
+		return fmt.Errorf("stopping %s: %w", c.ID, err)
+	}
+	e.heldMu.Lock()
+	defer e.heldMu.Unlock()
+	if e.held == nil {
+		e.held = map[string]func(){}
+	}
+	e.held[c.ID] = held
 	return nil
 }
 
-// StartCluster restarts a cluster stopped by StopCluster.
+// StartCluster restarts a cluster stopped by StopCluster. Its ports are let
+// go under the create lock, so no create can pick them before it listens.
 func (e *Env) StartCluster(ctx context.Context, c *Cluster) error {
+	unlock, err := lockCreates(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	e.heldMu.Lock()
+	if release := e.held[c.ID]; release != nil {
+		release()
+		delete(e.held, c.ID)
+	}
+	e.heldMu.Unlock()
 	out, err := kwokctl(ctx, e.BinDir, e.StateDir, "start", "cluster", "--name", c.KwokName)
 	if err != nil {
 		return fmt.Errorf("starting %s: %w: %s", c.ID, err, tail(out, 10))
