@@ -83,10 +83,15 @@ type Options struct {
 type Env struct {
 	Options
 	Clusters []*Cluster
-
-	heldMu sync.Mutex
-	held   map[string]func() // release of a stopped cluster's ports, by id
 }
+
+// stopped holds the ports of the clusters StopCluster stopped, by kwok
+// directory, with what lets them go. Package-wide: tests copy an Env to
+// work on some of its clusters.
+var stopped = struct {
+	sync.Mutex
+	release map[string]func()
+}{release: map[string]func(){}}
 
 // Cluster is one running local cluster.
 type Cluster struct {
@@ -472,13 +477,20 @@ func (e *Env) Pids() []int {
 
 // Down stops the environment.
 func (e *Env) Down(ctx context.Context) error {
-	e.heldMu.Lock()
-	for id, release := range e.held {
-		release()
-		delete(e.held, id)
+	for _, c := range e.Clusters {
+		letGo(kwokClusterDir(e.StateDir, c.KwokName))
 	}
-	e.heldMu.Unlock()
 	return Down(ctx, e.StateDir, e.Log)
+}
+
+// letGo releases the ports of a cluster StopCluster stopped.
+func letGo(dir string) {
+	stopped.Lock()
+	defer stopped.Unlock()
+	if release := stopped.release[dir]; release != nil {
+		release()
+		delete(stopped.release, dir)
+	}
 }
 
 func writeJSON(path string, v any) error {
@@ -540,16 +552,13 @@ func (e *Env) StopCluster(ctx context.Context, c *Cluster) error {
 	if err != nil {
 		return fmt.Errorf("stopping %s: %w", c.ID, err)
 	}
-	held, err := holdPorts(ctx, ports)
+	release, err := holdPorts(ctx, ports)
 	if err != nil {
 		return fmt.Errorf("stopping %s: %w", c.ID, err)
 	}
-	e.heldMu.Lock()
-	defer e.heldMu.Unlock()
-	if e.held == nil {
-		e.held = map[string]func(){}
-	}
-	e.held[c.ID] = held
+	stopped.Lock()
+	defer stopped.Unlock()
+	stopped.release[kwokClusterDir(e.StateDir, c.KwokName)] = release
 	return nil
 }
 
@@ -561,12 +570,7 @@ func (e *Env) StartCluster(ctx context.Context, c *Cluster) error {
 		return err
 	}
 	defer unlock()
-	e.heldMu.Lock()
-	if release := e.held[c.ID]; release != nil {
-		release()
-		delete(e.held, c.ID)
-	}
-	e.heldMu.Unlock()
+	letGo(kwokClusterDir(e.StateDir, c.KwokName))
 	out, err := kwokctl(ctx, e.BinDir, e.StateDir, "start", "cluster", "--name", c.KwokName)
 	if err != nil {
 		return fmt.Errorf("starting %s: %w: %s", c.ID, err, tail(out, 10))
