@@ -111,6 +111,23 @@ func newDevPodServer() *cobra.Command {
 	return cmd
 }
 
+// newDevPodExec starts a pod's process with its service account's files
+// mounted: the node agent runs it inside `ip netns exec`.
+func newDevPodExec() *cobra.Command {
+	var credentials string
+	cmd := &cobra.Command{
+		Use:    "pod-exec --serviceaccount DIR -- COMMAND...",
+		Short:  "Mount a pod's service account files and run its command",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, argv []string) error {
+			return dataplane.MountAndExec(credentials, argv)
+		},
+	}
+	cmd.Flags().StringVar(&credentials, "serviceaccount", "", "directory of the token, ca.crt and namespace")
+	return cmd
+}
+
 // newDevProbe asks every URL until it answers, printing when each first
 // did: run inside a pod (kubectl exec), it times what a client there sees.
 func newDevProbe() *cobra.Command {

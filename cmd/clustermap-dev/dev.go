@@ -115,7 +115,7 @@ func newRoot() *cobra.Command {
 	up.Flags().BoolVar(&opts.Dataplane, "dataplane", false, dataplaneHelp)
 	up.Flags().BoolVar(&opts.AllPods, "all-pods", false, "with --dataplane, network and run every pod (but those on the host's network), not only those annotated "+dataplane.Annotation+"=true")
 	demo.Flags().BoolVar(&opts.Dataplane, "dataplane", true, "end with a real request from cluster-2 to cluster-1 (see dev up --dataplane, whose risks apply)")
-	dev.AddCommand(up, down, demo, ipamCmd, newDevNode(), newDevPodServer(), newDevProbe())
+	dev.AddCommand(up, down, demo, ipamCmd, newDevNode(), newDevPodServer(), newDevPodExec(), newDevProbe())
 	return dev
 }
 

@@ -345,6 +345,7 @@ type kwokValues struct {
 	// The node agent's, set with a data plane.
 	NodeBinary, Fabric, Cluster, KubeProxy, CoreDNS, Clustermap string
 	AllPods                                                     bool
+	CertSANs                                                    []string
 }
 
 func kwokConfig(v kwokValues) (string, error) {

@@ -54,6 +54,13 @@ func nodeComponent(opts Options, s ClusterSpec, v *kwokValues) error {
 	v.NodeBinary, v.Fabric, v.Cluster = bin, filepath.Join(opts.StateDir, fabricFile), s.ID
 	v.KubeProxy, v.Clustermap = filepath.Join(opts.BinDir, "kube-proxy"), filepath.Join(opts.BinDir, ProductBinary)
 	v.CoreDNS, v.AllPods = filepath.Join(opts.BinDir, "coredns"), opts.AllPods
+	f, err := dataplane.Load(v.Fabric)
+	if err != nil {
+		return err
+	}
+	for _, a := range f.HostAddrs() {
+		v.CertSANs = append(v.CertSANs, a.String())
+	}
 	return nil
 }
 

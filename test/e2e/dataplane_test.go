@@ -63,6 +63,7 @@ func TestDataplane(t *testing.T) {
 	t.Run("exec runs in the pod, with its network and DNS", d.execSession)
 	t.Run("exec -t gets a terminal", d.terminalSession)
 	t.Run("pods run their commands as their spec says", d.processes)
+	t.Run("pods reach their apiserver as their service account", d.serviceAccount)
 	t.Run("only the exporting cluster answers, then both", d.exporters)
 	t.Run("each port reaches the cluster defining it", d.ports)
 	t.Run("headless per-pod names reach their pods", d.headless)
@@ -93,6 +94,11 @@ func TestDataplaneIPv6Only(t *testing.T) {
 	}
 	if got := d.lookup(t, "dig", "A", host); len(got) != 0 {
 		t.Errorf("dig A %s in an IPv6-only clusterset: %v", host, got)
+	}
+	// The apiserver over IPv6, as the pod's service account.
+	out, err := d.exec("HOME=/nonexistent kubectl auth whoami -o jsonpath='{.status.userInfo.username}'")
+	if err != nil || out != "system:serviceaccount:dp6:default" {
+		t.Errorf("kubectl in an IPv6-only pod: %q %v", out, err)
 	}
 }
 
@@ -458,6 +464,51 @@ func (d *dpWorld) processes(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// serviceAccount: a pod's processes and exec sessions find their service
+// account's token where client-go's in-cluster configuration reads it, and
+// reach the apiserver with it, as kubectl in a pod does; a pod that opts
+// out has no token.
+func (d *dpWorld) serviceAccount(t *testing.T) {
+	ctx := context.Background()
+	cl := d.clients[1]
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: "reader"}}
+	harness.Must(t, cl.Create(ctx, sa))
+	// HOME of its own: no kubeconfig to find but the in-cluster one.
+	whoami := func(name, account string, automount *bool) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: name},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, ServiceAccountName: account, AutomountServiceAccountToken: automount,
+				Containers: []corev1.Container{{Name: "main", Image: "bitnami/kubectl", Env: []corev1.EnvVar{{Name: "HOME", Value: t.TempDir()}},
+					Command: []string{"sh", "-c", `ls ` + dataplane.ServiceAccountDir + `; kubectl auth whoami -o jsonpath='{.status.userInfo.username}'`}}}}}
+	}
+	harness.Must(t, cl.Create(ctx, whoami("as-reader", "reader", nil)))
+	harness.Must(t, cl.Create(ctx, whoami("no-token", "reader", ptr.To(false))))
+	logs := func(name string, phase corev1.PodPhase) string {
+		harness.Eventually(t, time.Minute, name+" "+string(phase), func() error {
+			p := &corev1.Pod{}
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: name}, p); err != nil {
+				return err
+			}
+			if p.Status.Phase != phase {
+				return fmt.Errorf("phase %s", p.Status.Phase)
+			}
+			return nil
+		})
+		out, _, err := harness.Kubectl(ctx, d.env, d.at, nil, "logs", "-n", d.ns, name)
+		harness.Must(t, err)
+		return out
+	}
+	if out := logs("as-reader", corev1.PodSucceeded); out != "ca.crt\nnamespace\ntoken\nsystem:serviceaccount:dp:reader" {
+		t.Errorf("a pod of service account reader printed %q", out)
+	}
+	if out := logs("no-token", corev1.PodFailed); strings.Contains(out, "token") || strings.Contains(out, "system:serviceaccount") {
+		t.Errorf("a pod without automounted token printed %q", out)
+	}
+	out, err := d.exec("HOME=/nonexistent kubectl auth whoami -o jsonpath='{.status.userInfo.username}'")
+	if err != nil || out != "system:serviceaccount:dp:default" {
+		t.Errorf("kubectl in an exec session of the client pod: %q %v", out, err)
+	}
 }
 
 // processesIn lists the processes whose working directory is dir.

@@ -34,6 +34,9 @@ type Target struct {
 	Log   string
 	// Programs: host programs for the image's (ProcessOf).
 	Programs map[string]string
+	// Credentials are the pod's service account files ("" without),
+	// mounted by Self (inPod).
+	Self, Credentials string
 }
 
 // Kubelet answers the part of the kubelet API the apiserver proxies
@@ -123,7 +126,8 @@ func (e executor) ExecInContainer(ctx context.Context, _ string, _ types.UID, _ 
 	if len(argv) == 0 {
 		return errors.New("no command")
 	}
-	cmd := exec.CommandContext(ctx, IPPath(), append([]string{"netns", "exec", e.t.NetNS}, Rewrite(argv, e.t.Programs)...)...)
+	argv = inPod(e.t.NetNS, e.t.Self, e.t.Credentials, Rewrite(argv, e.t.Programs))
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir = e.t.Env, e.t.Dir
 	// The session ends with its command, whether or not the client still
 	// holds stdin open or a child of the command holds stdout.

@@ -91,7 +91,11 @@ func RunNode(ctx context.Context, cs kubernetes.Interface, o NodeOptions) error 
 	if err != nil {
 		return err
 	}
-	a := &agent{o: o, cs: cs, node: ns, nodeIdx: idx, pods: map[string]*podRun{},
+	api, err := apiserverOf(o.NodeKubeconfig)
+	if err != nil {
+		return fmt.Errorf("the apiserver for the pods: %w", err)
+	}
+	a := &agent{o: o, cs: cs, node: ns, nodeIdx: idx, api: api, pods: map[string]*podRun{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 	kubelet := &Kubelet{Find: a.find, Allowed: o.Fabric.HostAddrs()}
 	wg.Add(1)
@@ -151,6 +155,7 @@ type agent struct {
 	cs      kubernetes.Interface
 	node    string
 	nodeIdx int
+	api     apiserver
 	lister  listersv1.PodLister
 	queue   workqueue.TypedRateLimitingInterface[string]
 	// pods by namespace/name: the worker changes it, the kubelet API reads it.

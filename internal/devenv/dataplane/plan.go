@@ -140,6 +140,7 @@ func (f Fabric) Steps() [][]string {
 			steps = append(steps, []string{"-n", ns, "addr", "add", prefixOf(a, 24, 64), "dev", "eth0"})
 		}
 		steps = append(steps, []string{"-n", ns, "link", "set", "eth0", "up"})
+		steps = append(steps, f.toHost(ns)...)
 		for j, peer := range f.Nodes {
 			if j == i {
 				continue
@@ -155,6 +156,20 @@ func (f Fabric) Steps() [][]string {
 		}
 	}
 	return steps
+}
+
+// toHost masquerades what a node's pods send to the host behind the node's
+// fabric address: pods reach the apiserver there (their in-cluster
+// configuration), and the host has no route back to pod ranges, which
+// may overlap between environments.
+func (f Fabric) toHost(ns string) [][]string {
+	nft := func(args ...string) []string { return append([]string{"netns", "exec", ns, "nft"}, args...) }
+	return [][]string{
+		nft("add", "table", "inet", "clustermap-dev"),
+		nft("add", "chain", "inet", "clustermap-dev", "to-host", "{ type nat hook postrouting priority srcnat; }"),
+		nft("add", "rule", "inet", "clustermap-dev", "to-host", "ip", "daddr", f.HostAddrs()[0].String(), "masquerade"),
+		nft("add", "rule", "inet", "clustermap-dev", "to-host", "ip6", "daddr", f.HostAddrs()[1].String(), "masquerade"),
+	}
 }
 
 func prefixOf(a netip.Addr, bits4, bits6 int) string {

@@ -31,6 +31,9 @@ func TestFabricRoutesEachClustersPodsToItsNode(t *testing.T) {
 		"-n cmabc123-cluster-1 route add fd00:10:102::/56 via fd00:198:18:7::2",
 		"-n cmabc123-cluster-2 route add 10.101.0.0/16 via 198.18.7.1",
 		"-n cmabc123-cluster-2 route add fd00:10:101::/56 via fd00:198:18:7::1",
+		// pods reach the host's apiservers behind their node's address
+		"netns exec cmabc123-cluster-1 nft add rule inet clustermap-dev to-host ip daddr 198.18.7.254 masquerade",
+		"netns exec cmabc123-cluster-2 nft add rule inet clustermap-dev to-host ip6 daddr fd00:198:18:7::fe masquerade",
 	} {
 		if !has(steps, want) {
 			t.Errorf("missing step %q", want)

@@ -31,6 +31,7 @@ type podRun struct {
 	uid    types.UID
 	ips    []netip.Addr
 	ns     string
+	creds  string // the service account's files, "" without
 	logDir string
 	procs  []*supervise.Process
 
@@ -98,6 +99,14 @@ func (a *agent) start(ctx context.Context, k string, p *corev1.Pod, ips []netip.
 	if err := os.MkdirAll(run.logDir, 0o755); err != nil {
 		return nil, err
 	}
+	creds, err := a.credentials(ctx, p, filepath.Join(run.logDir, "serviceaccount"))
+	if err != nil {
+		// As a kubelet: the pod does not start without its volume.
+		_ = DeleteNS(ctx, pod.NetNS)
+		return nil, err
+	}
+	run.creds = creds
+	apiEnv := a.api.env(a.o.Fabric, ips)
 	grace := 5 * time.Second
 	if g := p.Spec.TerminationGracePeriodSeconds; g != nil && time.Duration(*g)*time.Second < grace {
 		grace = time.Duration(*g) * time.Second
@@ -115,7 +124,9 @@ func (a *agent) start(ctx context.Context, k string, p *corev1.Pod, ips []netip.
 			run.runs[c.Name] = ContainerRun{Done: true, Error: err.Error()}
 			continue
 		}
-		run.targets[c.Name] = Target{NetNS: pod.NetNS, Env: proc.Env, Dir: proc.Dir, Log: log, Programs: proc.Programs}
+		proc.Env = append(slices.Clone(apiEnv), proc.Env...)
+		run.targets[c.Name] = Target{NetNS: pod.NetNS, Env: proc.Env, Dir: proc.Dir, Log: log, Programs: proc.Programs,
+			Self: a.o.Self, Credentials: creds}
 		run.tcp[c.Name] = proc.TCP
 		run.procs = append(run.procs, a.process(k, run, proc, log, grace, p.Spec.RestartPolicy))
 	}
@@ -133,7 +144,7 @@ func (a *agent) start(ctx context.Context, k string, p *corev1.Pod, ips []netip.
 // and queues the pod, whose status then says so.
 func (a *agent) process(k string, run *podRun, proc Process, log string, grace time.Duration, policy corev1.RestartPolicy) *supervise.Process {
 	name := proc.Container
-	return &supervise.Process{Name: "pod " + k + " container " + name, Argv: inNS(run.ns, proc.Argv),
+	return &supervise.Process{Name: "pod " + k + " container " + name, Argv: inPod(run.ns, a.o.Self, run.creds, proc.Argv),
 		Env: proc.Env, OwnEnv: true, Dir: proc.Dir, Log: log, Grace: grace,
 		OnStart: func(pid int) {
 			run.mu.Lock()
