@@ -61,7 +61,9 @@ func loadChart(t *testing.T) *chart.Chart {
 }
 
 // render does what helm template does: values (schema-checked), then the
-// templates, split into objects; NOTES.txt is not one.
+// templates, split into objects; NOTES.txt is not one. Hooks are left out,
+// as from a release's manifest: Helm makes them apart, when they run
+// (TestChartHooks).
 func render(ch *chart.Chart, values map[string]any) ([]*unstructured.Unstructured, error) {
 	vals, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{Name: release, Namespace: releaseNS, IsInstall: true, Revision: 1}, chartutil.DefaultCapabilities)
 	if err != nil {
@@ -81,8 +83,9 @@ func render(ch *chart.Chart, values map[string]any) ([]*unstructured.Unstructure
 			if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
-			if len(m) > 0 {
-				objs = append(objs, &unstructured.Unstructured{Object: m})
+			o := &unstructured.Unstructured{Object: m}
+			if len(m) > 0 && o.GetAnnotations()["helm.sh/hook"] == "" {
+				objs = append(objs, o)
 			}
 		}
 	}
