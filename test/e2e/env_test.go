@@ -38,10 +38,9 @@ import (
 // longWaits marks a test that spends most of its time holding a fault
 // or waiting out a period (an outage, a peer down, a grace period): the
 // suite runs these beside each other, after the others (go test's
-// -parallel, set in the Makefile), where they mostly wait. Not a test
-// that stops and starts a cluster: while it is stopped, a cluster made
-// beside it may take its ports (kwokctl picks free ones), and it does
-// not come back.
+// -parallel, set in the Makefile), where they mostly wait. A stopped
+// cluster keeps its ports (devenv.StopCluster), so clusters made beside
+// it cannot take them.
 func longWaits(t *testing.T) { t.Parallel() }
 
 // world is N clusters, the emulator, and a controller in each cluster.
