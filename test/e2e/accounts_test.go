@@ -46,7 +46,7 @@ const (
 // its imports while us-east-1 goes on converging; an unshare keeps the
 // member's imports and names the share again.
 func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
-	longWaits(t)
+	inParallel(t)
 	w := worldWithoutControllers(t, 3, cloudmaplocal.Options{Account: ownerAccount, Accounts: map[string]string{"AKIDMEMBER": memberAccount}})
 	memberHost, westHost := w.env.Clusters[1].Config.Host, w.env.Clusters[2].Config.Host
 	var ownerCalls, memberCalls cloudmapclient.Calls

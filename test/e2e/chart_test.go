@@ -126,6 +126,7 @@ func modeValues(mcs, cmdns, synd, dns bool) map[string]any {
 }
 
 func TestChart(t *testing.T) {
+	inParallel(t)
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	ch := loadChart(t)
 	monitoring := monitoringCRDs(t)

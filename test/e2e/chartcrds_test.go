@@ -29,6 +29,7 @@ var chartCRDs = []string{"clusterproperties.about.k8s.io", "serviceexports.multi
 // helm uninstall keeps them with crds.keep and deletes them without. --skip-crds with clusterProperties
 // is refused before anything is made, saying why.
 func TestChartCRDs(t *testing.T) {
+	inParallel(t)
 	env := harness.Clusters(t, 1)
 	c := env.Clusters[0]
 	ctx := context.Background()

@@ -45,7 +45,7 @@ const driftPeriod = 2 * time.Second
 // The controllers run as the chart's ServiceAccount for this mode alone,
 // limited to the Cloud Map namespaces the scenarios use.
 func TestCloudMapDNS(t *testing.T) {
-	longWaits(t)
+	inParallel(t)
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	asSA, configs := w.chartServiceAccount(t, loadChart(t), map[string]any{"region": "us-east-1",
 		"mcs": map[string]any{"enabled": false}, "cloudmapDNS": map[string]any{"enabled": true}})

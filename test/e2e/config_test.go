@@ -21,6 +21,7 @@ import (
 // other tree is a server-side dry run (RBAC rules, Deployment, CRDs
 // validated, nothing stored).
 func TestKustomizeApplies(t *testing.T) {
+	inParallel(t)
 	env := harness.Clusters(t, 1)
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {

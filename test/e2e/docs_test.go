@@ -195,6 +195,7 @@ func TestNotesCorefileBlock(t *testing.T) {
 // dns on and no dns.clusterIP the notes say how to read the address; once
 // the Service exists they print it.
 func TestInstallDocs(t *testing.T) {
+	inParallel(t)
 	env := harness.Clusters(t, 1)
 	c := env.Clusters[0]
 	ctx := context.Background()
@@ -316,6 +317,7 @@ func readFile(t *testing.T, path string) string {
 // config/default itself, as documented before, made a kustomization that
 // no longer builds (nothing to merge into in the same kustomization).
 func TestKustomizeRegionOverlay(t *testing.T) {
+	inParallel(t)
 	env := harness.Clusters(t, 1)
 	ctx := context.Background()
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
@@ -358,6 +360,7 @@ func TestKustomizeRegionOverlay(t *testing.T) {
 // clustermap's, it leaves storedVersions [v1beta1] and every object
 // readable.
 func TestStoredVersionsDoc(t *testing.T) {
+	inParallel(t)
 	env := harness.Clusters(t, 1)
 	ctx := context.Background()
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})

@@ -34,6 +34,7 @@ func (w *world) dualStack(t *testing.T) {
 
 // An IPv6-only pair of clusters imports and answers AAAA only.
 func TestIPv6OnlyClusters(t *testing.T) {
+	inParallel(t)
 	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, IPFamily: devenv.IPv6}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
 	w.connect(t)
 	t.Cleanup(w.startControllers(t, nil))

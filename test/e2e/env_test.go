@@ -35,13 +35,17 @@ import (
 	"github.com/clustermap/clustermap/test/harness"
 )
 
-// longWaits marks a test that spends most of its time holding a fault
-// or waiting out a period (an outage, a peer down, a grace period): the
-// suite runs these beside each other, after the others (go test's
-// -parallel, set in the Makefile), where they mostly wait. A stopped
-// cluster keeps its ports (devenv.StopCluster), so clusters made beside
-// it cannot take them.
-func longWaits(t *testing.T) { t.Parallel() }
+// inParallel marks a test that may run beside others (go test's -parallel,
+// set in the Makefile), after the sequential ones: it holds its own
+// clusters and emulator, binds no fixed port, and asserts nothing a
+// loaded machine changes. Most wait far more than they compute (an
+// outage held, a grace period, Helm and kubectl round trips), and the
+// suite is bound by waits, not by the 2 cores. A stopped cluster keeps
+// its ports (devenv.StopCluster), so clusters made beside it cannot take
+// them. Left sequential: the tests that time the data plane or load it
+// (Dataplane, ReadmeLabBlocks on fixed ports, ThreeLargeExportsFit) and
+// those that time leases or restarts.
+func inParallel(t *testing.T) { t.Parallel() }
 
 // world is N clusters, the emulator, and a controller in each cluster.
 type world struct {

@@ -31,6 +31,7 @@ import (
 // (its pods are simulated: only the hooks' pods run), and the hook scales
 // it down all the same.
 func TestChartHooks(t *testing.T) {
+	inParallel(t)
 	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 1, Dataplane: true}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
 	w.connect(t)
 	t.Cleanup(w.startControllers(t, nil))

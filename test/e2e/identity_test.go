@@ -31,6 +31,7 @@ import (
 // With an invalid cluster id nothing is exported; the controller says why
 // (readiness, an Event on the ClusterProperty) and starts once it is fixed.
 func TestInvalidIdentityExportsNothing(t *testing.T) {
+	inParallel(t)
 	env := harness.Clusters(t, 1)
 	cm := harness.CloudMap(t, cloudmaplocal.Options{})
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})

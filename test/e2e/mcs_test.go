@@ -25,7 +25,7 @@ const importDeadline = 20 * time.Second
 // TestMCS runs the Multi-Cluster Services scenarios on one world of three
 // clusters; each scenario has a namespace of its own.
 func TestMCS(t *testing.T) {
-	longWaits(t)
+	inParallel(t)
 	w := newWorld(t, 3, cloudmaplocal.Options{})
 	t.Run("ClusterSetIP export is imported into every cluster", w.clusterSetIP)
 	t.Run("headless export keeps hostnames", w.headless)

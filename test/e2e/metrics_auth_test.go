@@ -99,6 +99,7 @@ func checkSecureMetrics(t *testing.T, cs kubernetes.Interface, addr, component s
 // The DNS server run as the chart's DNS ServiceAccount (its ClusterRole
 // grants the reviews /metrics needs), metrics served as the chart runs it.
 func TestDNSMetricsSecure(t *testing.T) {
+	inParallel(t)
 	env := harness.Clusters(t, 1)
 	c := env.Clusters[0]
 	ctx := context.Background()

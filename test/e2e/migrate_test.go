@@ -45,6 +45,7 @@ import (
 // The steps of docs/migrate-from-aws-controller.md follow; cluster-2's
 // import is sampled throughout and never misses an endpoint.
 func TestMigrateFromAWSController(t *testing.T) {
+	inParallel(t)
 	ctx := context.Background()
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	one, two := w.clients[0], w.clients[1]

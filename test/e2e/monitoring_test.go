@@ -226,6 +226,7 @@ func TestDashboardLint(t *testing.T) {
 // and the dashboard to it: each parses (Prometheus's parser) and names
 // only metrics the binaries export.
 func TestMonitoringNamesRealMetrics(t *testing.T) {
+	inParallel(t)
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	const ns = "mon"
 	w.allNamespaces(t, ns)

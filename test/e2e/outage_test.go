@@ -74,7 +74,7 @@ func (w *world) outage(t *testing.T) {
 // Controllers restarted while Cloud Map is down must not take the view they
 // have not read yet for "exported nowhere".
 func TestRestartDuringOutageKeepsImports(t *testing.T) {
-	longWaits(t)
+	inParallel(t)
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	stop := w.startControllers(t, nil)
 	const ns, name = "restart", "kept"

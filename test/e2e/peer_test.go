@@ -31,6 +31,7 @@ import (
 // with a token that expires when asked and ends on --revoke. (The
 // replication tests run with the kubeconfigs it writes: PeerDirs.)
 func TestPeerKubeconfig(t *testing.T) {
+	inParallel(t)
 	env := harness.Clusters(t, 1)
 	peer := env.Clusters[0]
 	ctx := context.Background()

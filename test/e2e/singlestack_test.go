@@ -60,6 +60,7 @@ func (w *world) registerExport(t *testing.T, e registry.Export) {
 // has (one VIP, Ready), and an export of only the family it lacks is
 // Ready=False with reason IPFamilyNotSupported, as the MCS API names it.
 func TestSingleStackImportsDualStack(t *testing.T) {
+	inParallel(t)
 	for _, c := range []struct {
 		cluster, other corev1.IPFamily
 		mine, theirs   string

@@ -49,6 +49,7 @@ func statusJSON(t *testing.T, w *world) ([]clusterstatus.Cluster, error) {
 }
 
 func TestStatus(t *testing.T) {
+	inParallel(t)
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	// No controller yet, nor its namespace: status says exactly that.
 	clusters, err := statusJSON(t, w)

@@ -30,7 +30,7 @@ import (
 // kubeconfig change meanwhile, keeps the peer's replicas (it counts the
 // peer as down, not gone) and syncs it once it answers.
 func TestSyndicatePeerDownAtStart(t *testing.T) {
-	longWaits(t)
+	inParallel(t)
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
 	w.allNamespaces(t, "web")
 	dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"web"}})

@@ -26,6 +26,7 @@ import (
 // Replication on single-family clusters: each replica has the one slice of
 // its cluster's family, with the pods' addresses.
 func TestSyndicateFamilies(t *testing.T) {
+	inParallel(t)
 	for _, fam := range []string{devenv.IPv4, devenv.IPv6} {
 		t.Run(fam, func(t *testing.T) {
 			w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, IPFamily: fam}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}

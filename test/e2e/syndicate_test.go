@@ -33,7 +33,7 @@ import (
 // TestSyndicate runs `controller --syndicate --mcs=false` in 3 clusters,
 // each with the others' kubeconfigs in its peers directory.
 func TestSyndicate(t *testing.T) {
-	longWaits(t)
+	inParallel(t)
 	w := worldWithoutControllers(t, 3, cloudmaplocal.Options{})
 	for _, ns := range []string{"web", "mig", "ns-in", "ns-out", "private"} {
 		w.allNamespaces(t, ns)

@@ -30,7 +30,7 @@ import (
 // cluster-2's pods dropped (as a security group allowing TCP only would),
 // it names the firewall. Every run deletes its namespaces.
 func TestVerify(t *testing.T) {
-	longWaits(t)
+	inParallel(t)
 	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, Dataplane: true, AllPods: true}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
 	w.connect(t)
 	t.Cleanup(w.startControllers(t, nil))
