@@ -12,7 +12,7 @@ GOTEST_FLAGS ?= -timeout 40m -parallel 3
 GOTOOLCHAIN ?= auto
 export GOTOOLCHAIN
 
-.PHONY: all tools build image release generate crds test test-fast fuzz soak bench bench-tools demo down clean
+.PHONY: all tools build image release generate crds test static-checks test-packages test-fast fuzz soak bench bench-tools demo down clean
 
 all: build
 
@@ -81,16 +81,27 @@ crds:
 
 ## test: every test: the fast ones and, with the build tag e2e, those that
 ## start clusters, network namespaces or emulator processes, or build
-## binaries (from ./bin); the short fault campaign runs last and alone (it
-## times convergence), printing its counts. test/e2e is listed first: it
-## is the longest package (about 17 minutes) and go test starts packages in
-## the order given, so the others run beside it, not before it.
+## binaries (from ./bin), with the static checks beside them (the tests
+## mostly wait: they use about half a core of two); the short fault
+## campaign runs last and alone (it times convergence), printing its
+## counts. Each part's output is printed when it ends.
 test: tools build
+	$(MAKE) --no-print-directory -j2 --output-sync=target static-checks test-packages
+	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) -v -run TestFaultCampaign ./test/soak/
+
+## static-checks: go vet, staticcheck and govulncheck (on the vulnerability
+## database make tools fetched)
+static-checks:
 	go vet -tags e2e ./...
 	$(BIN)/staticcheck -tags e2e ./...
 	$(BIN)/govulncheck -db file://$(BIN)/vulndb -tags e2e ./...
+
+## test-packages: every package's tests but the fault campaign's. test/e2e
+## is listed first: it is the longest package (about 15 minutes) and go
+## test starts packages in the order given, so the others run beside it,
+## not before it.
+test-packages:
 	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) $$(go list -tags e2e ./test/e2e ./... | grep -v /test/soak)
-	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e $(GOTEST_FLAGS) -v -run TestFaultCampaign ./test/soak/
 
 ## test-fast: the tests that need no cluster, root, tool or built binary
 ## (about a minute cold)

@@ -44,7 +44,7 @@ import (
 // its ports (devenv.StopCluster), so clusters made beside it cannot take
 // them. Left sequential: the tests that time the data plane or load it
 // (Dataplane, ReadmeLabBlocks on fixed ports, ThreeLargeExportsFit) and
-// those that time leases or restarts.
+// the leader's lease.
 func inParallel(t *testing.T) { t.Parallel() }
 
 // world is N clusters, the emulator, and a controller in each cluster.

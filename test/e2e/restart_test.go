@@ -28,6 +28,7 @@ import (
 // every import as exported nowhere: it keeps every import, says why on
 // each, and picks up where it was once restarted right.
 func TestRestartReadingTheWrongPlaceKeepsImports(t *testing.T) {
+	inParallel(t)
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{Accounts: map[string]string{"AKIDELSEWHERE": "210987654321"}})
 	stop := w.startControllers(t, nil)
 	defer func() { stop() }()
