@@ -549,7 +549,8 @@ func (e *Env) StopCluster(ctx context.Context, c *Cluster) error {
 	if err != nil {
 		return fmt.Errorf("stopping %s: %w: %s", c.ID, err, tail(out, 10))
 	}
-	ports, err := kwokPorts(kwokClusterDir(e.StateDir, c.KwokName))
+	dir := kwokClusterDir(e.StateDir, c.KwokName)
+	ports, err := kwokPorts(dir)
 	if err != nil {
 		return fmt.Errorf("stopping %s: %w", c.ID, err)
 	}
@@ -559,7 +560,7 @@ func (e *Env) StopCluster(ctx context.Context, c *Cluster) error {
 	}
 	stopped.Lock()
 	defer stopped.Unlock()
-	stopped.release[kwokClusterDir(e.StateDir, c.KwokName)] = release
+	stopped.release[dir] = release
 	return nil
 }
 

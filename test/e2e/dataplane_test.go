@@ -407,19 +407,7 @@ func (d *dpWorld) processes(t *testing.T) {
 	gated.Ports = []corev1.ContainerPort{{ContainerPort: 42}}
 	harness.Must(t, cl.Create(ctx, pod("gated", corev1.RestartPolicyAlways, gated)))
 
-	final := func(name string, phase corev1.PodPhase) *corev1.Pod {
-		p := &corev1.Pod{}
-		harness.Eventually(t, time.Minute, name+" "+string(phase), func() error {
-			if err := cl.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: name}, p); err != nil {
-				return err
-			}
-			if p.Status.Phase != phase {
-				return fmt.Errorf("phase %s", p.Status.Phase)
-			}
-			return nil
-		})
-		return p
-	}
+	final := func(name string, phase corev1.PodPhase) *corev1.Pod { return d.podIn(t, cl, name, phase) }
 	if p := final("flaky", corev1.PodSucceeded); p.Status.ContainerStatuses[0].RestartCount != 2 {
 		t.Errorf("flaky restarted %d times, want 2", p.Status.ContainerStatuses[0].RestartCount)
 	}
@@ -485,16 +473,7 @@ func (d *dpWorld) serviceAccount(t *testing.T) {
 	harness.Must(t, cl.Create(ctx, whoami("as-reader", "reader", nil)))
 	harness.Must(t, cl.Create(ctx, whoami("no-token", "reader", ptr.To(false))))
 	logs := func(name string, phase corev1.PodPhase) string {
-		harness.Eventually(t, time.Minute, name+" "+string(phase), func() error {
-			p := &corev1.Pod{}
-			if err := cl.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: name}, p); err != nil {
-				return err
-			}
-			if p.Status.Phase != phase {
-				return fmt.Errorf("phase %s", p.Status.Phase)
-			}
-			return nil
-		})
+		d.podIn(t, cl, name, phase)
 		out, _, err := harness.Kubectl(ctx, d.env, d.at, nil, "logs", "-n", d.ns, name)
 		harness.Must(t, err)
 		return out
@@ -509,6 +488,22 @@ func (d *dpWorld) serviceAccount(t *testing.T) {
 	if err != nil || out != "system:serviceaccount:dp:default" {
 		t.Errorf("kubectl in an exec session of the client pod: %q %v", out, err)
 	}
+}
+
+// podIn waits until pod name of d's namespace in cl is in phase.
+func (d *dpWorld) podIn(t *testing.T, cl client.Client, name string, phase corev1.PodPhase) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{}
+	harness.Eventually(t, time.Minute, name+" "+string(phase), func() error {
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: name}, p); err != nil {
+			return err
+		}
+		if p.Status.Phase != phase {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+	return p
 }
 
 // processesIn lists the processes whose working directory is dir.

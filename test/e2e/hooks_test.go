@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -102,12 +103,10 @@ func TestChartHooks(t *testing.T) {
 	if n := instanceCount(t, w.cloudMap(t)); n != 0 {
 		t.Errorf("%d Cloud Map instances left after helm uninstall", n)
 	}
-	for _, o := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}} {
-		key := client.ObjectKey{Namespace: releaseNS, Name: release + "-uninstall"}
-		if _, ok := o.(*corev1.ServiceAccount); !ok {
-			key.Namespace = ""
-		}
-		if err := cl.Get(ctx, key, o); !apierrors.IsNotFound(err) {
+	hook := metav1.ObjectMeta{Namespace: releaseNS, Name: release + "-uninstall"}
+	for _, o := range []client.Object{&corev1.ServiceAccount{ObjectMeta: hook}, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: hook.Name}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: hook.Name}}} {
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
 			t.Errorf("the uninstall hook's %T is left (%v)", o, err)
 		}
 	}
