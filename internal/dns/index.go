@@ -13,6 +13,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/locality"
 )
 
 // SchemaVersion is the multicluster DNS specification version served at
@@ -162,7 +164,10 @@ func Build(zone string, ttl uint32, imports []mcsv1beta1.ServiceImport, slices [
 
 // headless: the service name answers every ready endpoint of every
 // cluster; each endpoint also has <hostname>.<cluster>.<svc> (its IP with
-// dashes when it has no hostname), which the SRV records point at.
+// dashes when it has no hostname), which the SRV records point at. An
+// import that routes local first (its endpoints carry zone hints) answers
+// the service name with the endpoints some zone of this cluster uses: the
+// answer cannot tell the asker's zone.
 func (b *builder) headless(svcName string, slices []discoveryv1.EndpointSlice) {
 	sort.Slice(slices, func(i, j int) bool { return slices[i].Name < slices[j].Name })
 	for _, s := range slices {
@@ -171,13 +176,16 @@ func (b *builder) headless(svcName string, slices []discoveryv1.EndpointSlice) {
 			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
 				continue
 			}
+			named := e.Hints == nil || locality.Used(zoneNames(e.Hints))
 			for _, ip := range e.Addresses {
 				host := strings.NewReplacer(".", "-", ":", "-").Replace(ip)
 				if e.Hostname != nil && *e.Hostname != "" {
 					host = *e.Hostname
 				}
 				target := fmt.Sprintf("%s.%s.%s", host, cluster, svcName)
-				b.address(svcName, ip)
+				if named {
+					b.address(svcName, ip)
+				}
 				b.address(target, ip)
 				for _, sp := range s.Ports {
 					if sp.Port == nil {
@@ -187,6 +195,9 @@ func (b *builder) headless(svcName string, slices []discoveryv1.EndpointSlice) {
 					// Clients of a headless service reach the pods directly:
 					// the endpoint's port, not the service's.
 					port := *sp.Port
+					if !named {
+						continue
+					}
 					b.srv(svcName, target, port)
 					if name != "" {
 						proto := "tcp"
@@ -199,4 +210,12 @@ func (b *builder) headless(svcName string, slices []discoveryv1.EndpointSlice) {
 			}
 		}
 	}
+}
+
+func zoneNames(h *discoveryv1.EndpointHints) []string {
+	out := make([]string, len(h.ForZones))
+	for i, z := range h.ForZones {
+		out[i] = z.Name
+	}
+	return out
 }

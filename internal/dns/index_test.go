@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/locality"
 )
 
 // testIndex: a ClusterSetIP import "web" (IPv4, port http/80) and a
@@ -89,6 +91,43 @@ func TestAnswers(t *testing.T) {
 		if m.Rcode != c.rcode || values(m.Answer) != c.answer || values(m.Ns) != c.authority {
 			t.Errorf("%s %s: rcode %s answer %q authority %q; want %s %q %q", c.name, dns.TypeToString[c.qtype],
 				dns.RcodeToString[m.Rcode], values(m.Answer), values(m.Ns), dns.RcodeToString[c.rcode], c.answer, c.authority)
+		}
+	}
+}
+
+// A headless import that routes local first answers its name with the
+// endpoints hinted for a zone of this cluster; each endpoint's own name
+// still answers.
+func TestHeadlessLocalFirst(t *testing.T) {
+	hinted := func(ip, zone string) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			Hints: &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: zone}}}}
+	}
+	port := []discoveryv1.EndpointPort{{Name: ptr.To("db"), Port: ptr.To[int32](5432), Protocol: ptr.To(corev1.ProtocolTCP)}}
+	slice := func(cluster string, eps ...discoveryv1.Endpoint) discoveryv1.EndpointSlice {
+		return discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db-" + cluster,
+			Labels: map[string]string{mcsv1beta1.LabelServiceName: "db", mcsv1beta1.LabelSourceCluster: cluster}},
+			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: eps, Ports: port}
+	}
+	ix := Build("clusterset.local", 5, []mcsv1beta1.ServiceImport{{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"},
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.Headless}}},
+		[]discoveryv1.EndpointSlice{slice("here", hinted("10.1.0.1", "zone-a")), slice("there", hinted("10.2.0.1", locality.Nowhere))}, []string{"shop"})
+	h := NewHandler(5, nil)
+	h.SetIndex(ix)
+	for name, want := range map[string]string{
+		"db.shop.svc.clusterset.local.":                "10.1.0.1",
+		"10-2-0-1.there.db.shop.svc.clusterset.local.": "10.2.0.1",
+		"_db._tcp.db.shop.svc.clusterset.local./SRV":   "10-1-0-1.here.db.shop.svc.clusterset.local.",
+		"10-1-0-1.here.db.shop.svc.clusterset.local.":  "10.1.0.1",
+	} {
+		q, qt := name, dns.TypeA
+		if n, ok := strings.CutSuffix(name, "/SRV"); ok {
+			q, qt = n, dns.TypeSRV
+		}
+		req := new(dns.Msg)
+		req.SetQuestion(q, qt)
+		if got := values(h.answer(req).Answer); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
 		}
 	}
 }

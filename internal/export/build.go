@@ -14,9 +14,28 @@ import (
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
+// AnnotationTrafficDistribution on a ServiceExport exports this
+// trafficDistribution whatever its Service says (PreferClose: every
+// cluster's import routes to its own endpoints first, see docs/traffic.md).
+const AnnotationTrafficDistribution = "clustermap.io/traffic-distribution"
+
+// TrafficDistribution is what a ServiceExport's annotation asks for, if
+// anything; ok is false for a value clustermap does not know.
+func TrafficDistribution(se *mcsv1beta1.ServiceExport) (want *string, ok bool) {
+	v, set := se.Annotations[AnnotationTrafficDistribution]
+	if !set {
+		return nil, true
+	}
+	if v != corev1.ServiceTrafficDistributionPreferClose {
+		return nil, false
+	}
+	return &v, true
+}
+
 // Build computes the export record of a Service from its ServiceExport and
 // EndpointSlices: ready and not-ready endpoints, one per address and port.
-func Build(id clusterid.Identity, se *mcsv1beta1.ServiceExport, svc *corev1.Service, slices []discoveryv1.EndpointSlice) registry.Export {
+// ZoneIDs are the zone ids of the nodes that have one, by node name.
+func Build(id clusterid.Identity, se *mcsv1beta1.ServiceExport, svc *corev1.Service, slices []discoveryv1.EndpointSlice, zoneIDs map[string]string) registry.Export {
 	e := registry.Export{
 		ClusterSet: id.ClusterSet, Cluster: id.ClusterID,
 		Key:                   registry.Key{Namespace: svc.Namespace, Name: svc.Name},
@@ -29,6 +48,9 @@ func Build(id clusterid.Identity, se *mcsv1beta1.ServiceExport, svc *corev1.Serv
 		Labels:                se.Spec.ExportedLabels,
 		Annotations:           se.Spec.ExportedAnnotations,
 		Created:               se.CreationTimestamp.Time,
+	}
+	if want, _ := TrafficDistribution(se); want != nil {
+		e.TrafficDistribution = want
 	}
 	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		e.Type = mcsv1beta1.Headless
@@ -72,7 +94,7 @@ func Build(id clusterid.Identity, se *mcsv1beta1.ServiceExport, svc *corev1.Serv
 					r := registry.Endpoint{
 						IP: ip, Port: *sp.Port, PortName: name, Protocol: proto, Ready: ready,
 						Serving: ptr.Deref(ep.Conditions.Serving, ready), Terminating: ptr.Deref(ep.Conditions.Terminating, false),
-						Zone:        ptr.Deref(ep.Zone, ""),
+						Zone:        zoneOf(ep, zoneIDs),
 						ServicePort: mcsv1beta1.ServicePort{Name: svcPort.Name, Protocol: svcPort.Protocol, AppProtocol: svcPort.AppProtocol, Port: svcPort.Port},
 						TargetPort:  svcPort.TargetPort.String(),
 						Hostname:    ptr.Deref(ep.Hostname, ""), NodeName: ptr.Deref(ep.NodeName, ""),
@@ -90,4 +112,13 @@ func Build(id clusterid.Identity, se *mcsv1beta1.ServiceExport, svc *corev1.Serv
 		return a.Port < b.Port
 	})
 	return e
+}
+
+// zoneOf is an endpoint's zone id where its node has one: zone names map
+// to different zones in different AWS accounts.
+func zoneOf(ep discoveryv1.Endpoint, zoneIDs map[string]string) string {
+	if id := zoneIDs[ptr.Deref(ep.NodeName, "")]; id != "" {
+		return id
+	}
+	return ptr.Deref(ep.Zone, "")
 }

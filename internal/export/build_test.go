@@ -38,7 +38,7 @@ func TestBuild(t *testing.T) {
 			Endpoints: []discoveryv1.Endpoint{ep("10.0.0.3", nil, "")}},
 		{AddressType: discoveryv1.AddressTypeFQDN, Ports: sqlPort, Endpoints: []discoveryv1.Endpoint{ep("db.example.com", nil, "")}},
 	}
-	e := Build(id, se, svc, slices)
+	e := Build(id, se, svc, slices, nil)
 	if e.Type != mcsv1beta1.Headless || e.Cluster != "c1" || e.ClusterSet != "set" || e.Labels["tier"] != "data" {
 		t.Errorf("export %+v", e)
 	}
@@ -58,5 +58,37 @@ func TestBuild(t *testing.T) {
 	}
 	if b.IP != "10.0.0.2" || b.Ready || b.Hostname != "db-1" {
 		t.Errorf("second endpoint %+v: not-ready endpoints are exported, as not ready", b)
+	}
+}
+
+// An endpoint's zone is its node's zone id where the node has one (zone
+// names differ between accounts), else its slice's zone; the ServiceExport's
+// annotation exports PreferClose whatever the Service says.
+func TestBuildLocality(t *testing.T) {
+	id := clusterid.Identity{ClusterID: "c1", ClusterSet: "set"}
+	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web",
+		Annotations: map[string]string{AnnotationTrafficDistribution: "PreferClose"}}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+	ep := func(ip, node, zone string) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{ip}, NodeName: ptr.To(node), Zone: ptr.To(zone)}
+	}
+	slices := []discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+		Endpoints: []discoveryv1.Endpoint{ep("10.0.0.1", "n1", "us-east-1a"), ep("10.0.0.2", "n2", "us-east-1b")}}}
+	e := Build(id, se, svc, slices, map[string]string{"n1": "use1-az6"})
+	if e.Endpoints[0].Zone != "use1-az6" || e.Endpoints[1].Zone != "us-east-1b" {
+		t.Errorf("zones %q %q, want the zone id, then the slice's zone", e.Endpoints[0].Zone, e.Endpoints[1].Zone)
+	}
+	if e.TrafficDistribution == nil || *e.TrafficDistribution != "PreferClose" {
+		t.Errorf("trafficDistribution %v, want the annotation's", e.TrafficDistribution)
+	}
+	se.Annotations[AnnotationTrafficDistribution] = "Nearby"
+	if _, ok := TrafficDistribution(se); ok {
+		t.Error("an unknown value is accepted")
+	}
+	svc.Spec.TrafficDistribution = ptr.To("PreferSameZone")
+	if e := Build(id, se, svc, slices, nil); e.TrafficDistribution == nil || *e.TrafficDistribution != "PreferSameZone" {
+		t.Errorf("with a wrong annotation the Service's is exported: %v", e.TrafficDistribution)
 	}
 }

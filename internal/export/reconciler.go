@@ -27,8 +27,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/conditions"
+	"github.com/clustermap/clustermap/internal/locality"
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
@@ -163,7 +166,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.List(ctx, slices, client.InNamespace(se.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: se.Name}); err != nil {
 		return reconcile.Result{}, err
 	}
-	e := Build(id, se, svc, slices.Items)
+	zoneIDs, err := r.zoneIDs(ctx, slices.Items)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if _, ok := TrafficDistribution(se); !ok {
+		r.Recorder.Event(se, corev1.EventTypeWarning, "InvalidTrafficDistribution",
+			fmt.Sprintf("annotation %s=%q is not a value clustermap knows: set PreferClose (or remove it); the Service's trafficDistribution is exported meanwhile",
+				AnnotationTrafficDistribution, se.Annotations[AnnotationTrafficDistribution]))
+	}
+	e := Build(id, se, svc, slices.Items, zoneIDs)
 	setCondition(se, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonValid, "the Service can be exported")
 	if err := reg.Publish(ctx, e); err != nil {
 		return r.retry(ctx, se, before, err)
@@ -187,6 +199,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonExported,
 		fmt.Sprintf("exported to clusterset %s with %d endpoint records (%d ready)", id.ClusterSet, len(e.Endpoints), ready))
 	return reconcile.Result{}, r.updateStatus(ctx, se, before)
+}
+
+// zoneIDs reads the zone id label of the nodes the endpoints are on (node
+// metadata, from the cache); nodes without one are left out.
+func (r *Reconciler) zoneIDs(ctx context.Context, slices []discoveryv1.EndpointSlice) (map[string]string, error) {
+	ids := map[string]string{}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			name := ptr.Deref(ep.NodeName, "")
+			if _, seen := ids[name]; seen || name == "" {
+				continue
+			}
+			node := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}}
+			if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("reading node %s for its zone id: %w", name, err)
+			}
+			ids[name] = node.Labels[locality.LabelZoneID]
+		}
+	}
+	return ids, nil
 }
 
 // invalid reports a ServiceExport that cannot be exported and withdraws
@@ -274,5 +306,6 @@ func setCondition(se *mcsv1beta1.ServiceExport, t mcsv1beta1.ServiceExportCondit
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=about.k8s.io,resources=clusterproperties,verbs=get;list;watch

@@ -53,7 +53,7 @@ func TestPlanFiltersExportedMetadata(t *testing.T) {
 	e.Labels = map[string]string{"team": "a", LabelManagedBy: "Helm", "app.kubernetes.io/instance": "shop"}
 	e.Annotations = map[string]string{"note": "x", AWSDerivedServiceAnnotation: DerivedName("web"), "meta.helm.sh/release-name": "r",
 		DerivedServiceAnnotation: "someone-elses"}
-	d := Plan(registry.Key{Namespace: "ns", Name: "web"}, merge.Merge([]registry.Export{e}))
+	d := Plan(registry.Key{Namespace: "ns", Name: "web"}, merge.Merge([]registry.Export{e}), nil)
 	if got := d.Import.Labels; len(got) != 2 || got["team"] != "a" || got[LabelManagedBy] != managedByValue {
 		t.Errorf("labels %v", got)
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/locality"
 	"github.com/clustermap/clustermap/internal/merge"
 	"github.com/clustermap/clustermap/internal/registry"
 )
@@ -62,7 +63,8 @@ type Desired struct {
 
 // Plan computes the objects of an import from the merged exports. IPs of
 // the ServiceImport are left to the caller: they are the derived Service's.
-func Plan(key registry.Key, m merge.Result) Desired {
+// Hints, when set, are the zones each endpoint serves (locality.Plan).
+func Plan(key registry.Key, m merge.Result, hints map[locality.Endpoint][]string) Desired {
 	labels := map[string]string{LabelManagedBy: managedByValue, mcsv1beta1.LabelServiceName: key.Name}
 	si := &mcsv1beta1.ServiceImport{
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: exportable(m.Labels), Annotations: exportable(m.Annotations)},
@@ -87,7 +89,7 @@ func Plan(key registry.Key, m merge.Result) Desired {
 		si.Annotations[DerivedServiceAnnotation] = d.Service.Name
 	}
 	for _, e := range m.Exports {
-		d.Slices = append(d.Slices, slicesOf(key, e, m.Spec, sliceOwner, d.Service != nil)...)
+		d.Slices = append(d.Slices, slicesOf(key, e, m.Spec, sliceOwner, d.Service != nil, hints)...)
 	}
 	return d
 }
@@ -130,7 +132,7 @@ func derivedService(key registry.Key, m merge.Result, labels map[string]string) 
 // An endpoint port whose service port lost a port conflict (the import
 // defines its name or number otherwise) is left out: traffic to the
 // import's port reaches only the clusters that define it so.
-func slicesOf(key registry.Key, e registry.Export, spec mcsv1beta1.ServiceImportSpec, owner string, routed bool) []*discoveryv1.EndpointSlice {
+func slicesOf(key registry.Key, e registry.Export, spec mcsv1beta1.ServiceImportSpec, owner string, routed bool, hints map[locality.Endpoint][]string) []*discoveryv1.EndpointSlice {
 	typ := spec.Type
 	type addr struct {
 		ready, serving, terminating bool
@@ -222,6 +224,12 @@ func slicesOf(key registry.Key, e registry.Export, spec mcsv1beta1.ServiceImport
 				}
 				if typ == mcsv1beta1.Headless && a.hostname != "" {
 					ep.Hostname = ptr.To(a.hostname)
+				}
+				if zones := hints[locality.Endpoint{Cluster: e.Cluster, IP: ip}]; len(zones) > 0 {
+					ep.Hints = &discoveryv1.EndpointHints{}
+					for _, z := range zones {
+						ep.Hints.ForZones = append(ep.Hints.ForZones, discoveryv1.ForZone{Name: z})
+					}
 				}
 				s.Endpoints = append(s.Endpoints, ep)
 			}

@@ -33,7 +33,7 @@ func TestPlanSlices(t *testing.T) {
 	d := Plan(key, merge.Merge([]registry.Export{
 		exportWith("c1", mcsv1beta1.ClusterSetIP, v4...),
 		exportWith("c2", mcsv1beta1.ClusterSetIP, "fd00::1", "fd00::2"),
-	}))
+	}), nil)
 	if d.Service == nil || d.Service.Name != DerivedName("web") || d.Service.Spec.Selector != nil ||
 		*d.Service.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyPreferDualStack || d.Service.Spec.Ports[0].Port != 80 {
 		t.Fatalf("derived Service: %+v", d.Service)
@@ -66,7 +66,7 @@ func TestPlanSlices(t *testing.T) {
 		t.Errorf("status.clusters %+v", d.Import.Status.Clusters)
 	}
 	// Stable names: planning again gives the same slices.
-	again := Plan(key, merge.Merge([]registry.Export{exportWith("c1", mcsv1beta1.ClusterSetIP, v4...), exportWith("c2", mcsv1beta1.ClusterSetIP, "fd00::1", "fd00::2")}))
+	again := Plan(key, merge.Merge([]registry.Export{exportWith("c1", mcsv1beta1.ClusterSetIP, v4...), exportWith("c2", mcsv1beta1.ClusterSetIP, "fd00::1", "fd00::2")}), nil)
 	for i := range d.Slices {
 		if d.Slices[i].Name != again.Slices[i].Name {
 			t.Errorf("slice names are not stable: %s, %s", d.Slices[i].Name, again.Slices[i].Name)
@@ -75,7 +75,7 @@ func TestPlanSlices(t *testing.T) {
 }
 
 func TestPlanHeadless(t *testing.T) {
-	d := Plan(registry.Key{Namespace: "ns", Name: "db"}, merge.Merge([]registry.Export{exportWith("c1", mcsv1beta1.Headless, "10.0.0.1", "10.0.0.2")}))
+	d := Plan(registry.Key{Namespace: "ns", Name: "db"}, merge.Merge([]registry.Export{exportWith("c1", mcsv1beta1.Headless, "10.0.0.1", "10.0.0.2")}), nil)
 	if d.Service != nil {
 		t.Errorf("a headless import has no derived Service")
 	}
@@ -109,7 +109,7 @@ func TestPlanLeavesOutAPortThatLostItsConflict(t *testing.T) {
 	other := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 81}
 	younger.Ports = []mcsv1beta1.ServicePort{other}
 	younger.Endpoints[0].ServicePort = other
-	d := Plan(key, merge.Merge([]registry.Export{older, younger}))
+	d := Plan(key, merge.Merge([]registry.Export{older, younger}), nil)
 	if len(d.Service.Spec.Ports) != 1 || d.Service.Spec.Ports[0].Port != 80 {
 		t.Fatalf("derived ports %+v, want the older export's 80", d.Service.Spec.Ports)
 	}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/conditions"
+	"github.com/clustermap/clustermap/internal/locality"
 	"github.com/clustermap/clustermap/internal/merge"
 	"github.com/clustermap/clustermap/internal/registry"
 )
@@ -125,6 +126,20 @@ func (v *View) InNamespace(ns string) []registry.Key {
 	return keys
 }
 
+// LocalFirst lists the services some export of which asks for local-first
+// routing: their imports depend on where this cluster's nodes are.
+func (v *View) LocalFirst() []registry.Key {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var keys []registry.Key
+	for k, exports := range v.exports {
+		if slices.ContainsFunc(exports, func(e registry.Export) bool { return locality.Asks(e.TrafficDistribution) }) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 // Reconciler keeps one cluster's imports equal to the view.
 type Reconciler struct {
 	Client     client.Client
@@ -132,6 +147,9 @@ type Reconciler struct {
 	View       *View
 	Recorder   record.EventRecorder
 	Namespaces func(string) bool
+	// Region is this cluster's Region (its registry's), for local-first
+	// routing's Region tier.
+	Region string
 
 	// invalidSaid remembers, per import, the skipped records last reported,
 	// so that each is said once, not at every reconcile.
@@ -160,6 +178,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return reqs
 	})
+	localFirst := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		var reqs []reconcile.Request
+		for _, k := range r.View.LocalFirst() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: k.Namespace, Name: k.Name}})
+		}
+		return reqs
+	})
+	// Only a node's zone matters here, and only for local-first imports.
+	zoneChanged := predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()
+			return o[locality.LabelZone] != n[locality.LabelZone] || o[locality.LabelZoneID] != n[locality.LabelZoneID]
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 	inScope := predicate.NewPredicateFuncs(func(o client.Object) bool { return r.Namespaces(o.GetNamespace()) })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("serviceimport").
@@ -174,6 +207,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			UpdateFunc: func(event.UpdateEvent) bool { return false },
 			DeleteFunc: func(event.DeleteEvent) bool { return false },
 		})).
+		Watches(nodeMetadata(), localFirst, builder.OnlyMetadata, builder.WithPredicates(zoneChanged)).
 		WatchesRawSource(source.Channel(r.View.events, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
@@ -246,7 +280,15 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	r.heldSaid.Delete(key)
 	m := merge.Merge(exports)
-	d := Plan(key, m)
+	var hints map[locality.Endpoint][]string
+	if locality.Asks(m.Spec.TrafficDistribution) {
+		here, err := r.here(ctx)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		hints = locality.Plan(here, m.Exports)
+	}
+	d := Plan(key, m, hints)
 
 	// Each object is written at most once a pass: the ServiceImport is
 	// created (or read) first, as the owner of the rest, and its spec,
@@ -321,6 +363,25 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, errors.Join(err, r.reportConflicts(ctx, key, m))
 	}
 	return reconcile.Result{}, r.reportConflicts(ctx, key, m)
+}
+
+func nodeMetadata() *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}}
+}
+
+// here says where this cluster is: its id, Region, and its nodes' zones
+// (read as metadata from the cache).
+func (r *Reconciler) here(ctx context.Context) (locality.Here, error) {
+	id, _, _ := r.Gate.Get()
+	nodes := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "NodeList"}}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return locality.Here{}, fmt.Errorf("listing nodes for their zones: %w", err)
+	}
+	labels := make([]map[string]string, len(nodes.Items))
+	for i, n := range nodes.Items {
+		labels[i] = n.Labels
+	}
+	return locality.Here{Cluster: id.ClusterID, Region: r.Region, Zones: locality.ZonesOf(labels)}, nil
 }
 
 // importFor reads the ServiceImport, or creates it as planned (without
@@ -570,3 +631,4 @@ func (r *Reconciler) reportConflicts(ctx context.Context, key registry.Key, m me
 // +kubebuilder:rbac:groups="",resources=services,verbs=create;update;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=create;update;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch

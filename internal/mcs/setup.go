@@ -127,7 +127,11 @@ func Setup(mgr manager.Manager, o Options) error {
 		Orphans: orphans.Orphans, Orphaned: orphans.Orphaned, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&imports.Reconciler{Client: mgr.GetClient(), Gate: gate, View: view, Recorder: o.Recorder, Namespaces: o.Namespaces}).SetupWithManager(mgr); err != nil {
+	region := ""
+	if o.CloudMap != nil {
+		region = o.CloudMap.Options().Region
+	}
+	if err := (&imports.Reconciler{Client: mgr.GetClient(), Gate: gate, View: view, Recorder: o.Recorder, Namespaces: o.Namespaces, Region: region}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	// Ready only with a valid identity: until then nothing is exported. It

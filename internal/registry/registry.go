@@ -52,6 +52,9 @@ type Export struct {
 	// Writer is the installation that wrote the export's service record
 	// (a mark no two clusters share), when it says.
 	Writer string
+	// Region is the Region of the registry the export was read from: each
+	// cluster exports to its own Region's (empty where a registry has none).
+	Region string
 }
 
 // InvalidRecord is a registry record that was skipped, and why.
@@ -75,7 +78,9 @@ type Endpoint struct {
 	Serving, Terminating bool
 	Hostname             string
 	NodeName             string
-	// Zone is the endpoint's zone, as its EndpointSlice says.
+	// Zone is the endpoint's zone: its node's zone id where the node has
+	// one (topology.k8s.aws/zone-id, the same zone in every account),
+	// else the zone its EndpointSlice says.
 	Zone string
 	// ServicePort is the service port this endpoint port serves.
 	ServicePort mcsv1beta1.ServicePort

@@ -432,6 +432,9 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 			"service", key.String(), "records", refused)
 	}
 	exports := slices.DeleteFunc(decoded, func(e registry.Export) bool { return w.feed.dropped(e.Cluster) })
+	for i := range exports {
+		exports[i].Region = w.b.region()
+	}
 	if exports == nil {
 		exports = []registry.Export{}
 	}

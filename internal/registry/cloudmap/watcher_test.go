@@ -339,3 +339,18 @@ func TestDNSRegistrationsAreLookedUpOnce(t *testing.T) {
 	}
 	t.Logf("calls for 12 operations on 3 DNS services: %v", got)
 }
+
+// An export read from Cloud Map carries the Region of the registry that
+// holds it (each cluster exports to its own Region's): local-first routing
+// prefers the same Region before another.
+func TestExportsCarryTheirRegion(t *testing.T) {
+	w := newWatched(t, 1, 0)
+	w.start(t)
+	region := w.setup.Options().Region
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	exports := w.heard[registry.Key{Namespace: "ours", Name: "svc-0"}]
+	if len(exports) != 1 || region == "" || exports[0].Region != region {
+		t.Fatalf("exports %+v, want one from Region %q", exports, region)
+	}
+}

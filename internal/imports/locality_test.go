@@ -1,0 +1,105 @@
+package imports
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/locality"
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// hintsOf reads the zone hints of every endpoint of the import's slices.
+func hintsOf(t *testing.T, c client.Client, key registry.Key) map[string][]string {
+	t.Helper()
+	var list discoveryv1.EndpointSliceList
+	if err := c.List(context.Background(), &list, client.InNamespace(key.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, s := range list.Items {
+		for _, ep := range s.Endpoints {
+			var zones []string
+			if ep.Hints != nil {
+				for _, z := range ep.Hints.ForZones {
+					zones = append(zones, z.Name)
+				}
+			}
+			out[ep.Addresses[0]] = zones
+		}
+	}
+	return out
+}
+
+// An import whose exports ask for PreferClose is planned from where this
+// cluster's nodes are: its own ready endpoints serve its zones while there
+// are any, then the same zone id's; one that asks nothing has no hints.
+func TestImportRoutesLocalFirstWhenAsked(t *testing.T) {
+	node := func(name, zone, id string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{locality.LabelZone: zone, locality.LabelZoneID: id}}}
+	}
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
+		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, node("n1", "zone-a", "use1-az1"), node("n2", "zone-b", "use1-az2")).Build()
+	gate := &clusterid.Gate{}
+	gate.Open(clusterid.Identity{ClusterID: "here", ClusterSet: "set"}, nil)
+	view := NewView()
+	view.Synced()
+	r := &Reconciler{Client: c, Gate: gate, View: view, Recorder: record.NewFakeRecorder(100), Namespaces: func(string) bool { return true }, Region: "us-east-1"}
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	pass := func() {
+		t.Helper()
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey(key)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exports := func(ask bool, localReady bool) []registry.Export {
+		local := exportWith("here", mcsv1beta1.ClusterSetIP, "10.9.0.1")
+		local.Endpoints[0].Ready, local.Region = localReady, "us-east-1"
+		near := exportWith("near", mcsv1beta1.ClusterSetIP, "10.1.0.1")
+		near.Endpoints[0].Zone, near.Region = "use1-az1", "us-east-1"
+		far := exportWith("far", mcsv1beta1.ClusterSetIP, "10.2.0.1")
+		far.Region = "eu-west-1"
+		out := []registry.Export{local, near, far}
+		if ask {
+			for i := range out {
+				out[i].TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferClose)
+			}
+		}
+		return out
+	}
+	view.Set(key, exports(false, true))
+	pass()
+	if got := hintsOf(t, c, key); !reflect.DeepEqual(got, map[string][]string{"10.9.0.1": nil, "10.1.0.1": nil, "10.2.0.1": nil}) {
+		t.Fatalf("asked nothing: hints %v, want none", got)
+	}
+	if got := view.LocalFirst(); len(got) != 0 {
+		t.Fatalf("LocalFirst %v", got)
+	}
+	view.Set(key, exports(true, true))
+	pass()
+	if got := hintsOf(t, c, key); !reflect.DeepEqual(got, map[string][]string{
+		"10.9.0.1": {"zone-a", "zone-b"}, "10.1.0.1": {locality.Nowhere}, "10.2.0.1": {locality.Nowhere}}) {
+		t.Fatalf("local ready: hints %v", got)
+	}
+	if got := view.LocalFirst(); !reflect.DeepEqual(got, []registry.Key{key}) {
+		t.Fatalf("LocalFirst %v", got)
+	}
+	view.Set(key, exports(true, false))
+	pass()
+	if got := hintsOf(t, c, key); !reflect.DeepEqual(got, map[string][]string{
+		"10.9.0.1": {locality.Nowhere}, "10.1.0.1": {"zone-a", "zone-b"}, "10.2.0.1": {locality.Nowhere}}) {
+		t.Fatalf("local not ready: hints %v (zone-b has nobody in its zone id: the Region's)", got)
+	}
+}
