@@ -233,7 +233,9 @@ func (d *dpWorld) nc(proto string, flags []string, host string, port int32) (ans
 		// Done at the first datagram back, not after -w's idle time.
 		flags = append(flags, "-u", "-W", "1")
 	}
-	out, err := d.exec(fmt.Sprintf("echo hi | nc %s -w 2 %s %d", strings.Join(flags, " "), host, port))
+	// -w 5: the listeners fork a shell per request, which a loaded machine
+	// can take over 2 s to run; nc then prints nothing.
+	out, err := d.exec(fmt.Sprintf("echo hi | nc %s -w 5 %s %d", strings.Join(flags, " "), host, port))
 	if err != nil {
 		return answer{}, err
 	}
@@ -438,7 +440,9 @@ func (d *dpWorld) processes(t *testing.T) {
 	}
 	harness.Must(t, os.WriteFile(filepath.Join(dir, "gate"), nil, 0o644))
 	p = waitPodReady(t, cl, d.ns, "gated")
-	if out, err := d.exec("echo | nc -w 2 " + p.Status.PodIP + " 42"); err != nil || strings.TrimSpace(out) != "open" {
+	// -w is nc's idle timeout: socat forks a shell per connection, which a
+	// loaded machine can take over 2 s to run (nc then prints nothing).
+	if out, err := d.exec("echo | nc -w 10 " + p.Status.PodIP + " 42"); err != nil || strings.TrimSpace(out) != "open" {
 		t.Errorf("gated is Ready; its port answered %q %v", out, err)
 	}
 
