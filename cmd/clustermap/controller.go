@@ -65,6 +65,9 @@ imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 			if v := os.Getenv("EXCLUDE"); v != "" {
 				o.ExcludeNamespaces = append(o.ExcludeNamespaces, envList(v)...)
 			}
+			if o.Watch.SilentAfter == 0 {
+				o.Watch.SilentAfter = -1 // 0 on the command line: never drain
+			}
 			switch endpointRecords {
 			case "packed":
 			case "per-endpoint":
@@ -93,7 +96,9 @@ imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 	f.IntVar(&o.NamespaceInstanceQuota, "cloudmap-namespace-instance-quota", cloudmap.DefaultNamespaceQuota, "the AWS account's Cloud Map quota of instances per namespace (AWS raises it on request): an export that would pass it is refused whole, and the headroom is measured against it")
 	f.DurationVar(&o.Watch.PollInterval, "sync-period", 0, "how often Cloud Map's change feed (ListOperations, or across accounts the change records) is read (default 1.5s)")
 	f.DurationVar(&o.Watch.ListInterval, "list-period", 0, "how often namespaces and services are listed (default 5m)")
-	f.DurationVar(&o.Watch.StaleAfter, "stale-cluster-expiry", 0, "across accounts: stop importing the exports of a cluster whose change record is older than this (it lost access, or is gone); at least 30m, three heartbeats (default 0: never)")
+	f.DurationVar(&o.Watch.SilentAfter, "silent-cluster-ttl", cloudmap.DefaultSilentAfter, "drain (keep imported, stop routing to) the endpoints of a cluster that has not proved alive for this long while others have (it lost access to Cloud Map, its controller is down, or it is gone); at least 30m, three heartbeats; 0: never")
+	f.DurationVar(&o.Watch.SilentAfter, "stale-cluster-expiry", cloudmap.DefaultSilentAfter, "deprecated: --silent-cluster-ttl")
+	_ = f.MarkDeprecated("stale-cluster-expiry", "use --silent-cluster-ttl (it drains, no longer drops)")
 	f.DurationVar(&o.Watch.SweepInterval, "sweep-period", 0, "how often every known service's revision is checked, a safety net (default 6h)")
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "metrics address (0 turns it off)")
 	f.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve /metrics over HTTPS, only to callers the API server authenticates and allows get on the non-resource URL /metrics (the chart's metrics-reader ClusterRole)")

@@ -41,6 +41,7 @@ func newRoot() *cobra.Command {
 		newDNS(),
 		newStatus(),
 		newUninstall(),
+		newForgetCluster(),
 		newPeerKubeconfig(),
 		newVerify(),
 		newProbe(),

@@ -140,6 +140,14 @@ func Table(w io.Writer, clusters []Cluster) error {
 			if ctl.Instances != "" {
 				fmt.Fprintf(tw, "  Cloud Map instances (quota headroom) %s\n", ctl.Instances)
 			}
+			for _, name := range slices.Sorted(maps.Keys(ctl.Proofs)) {
+				p := ctl.Proofs[name]
+				state := "alive"
+				if p.Drained {
+					state = "DRAINED"
+				}
+				fmt.Fprintf(tw, "  cluster %s: last proof of life %s, %s\n", name, p.Last.Format("2006-01-02T15:04:05Z07:00"), state)
+			}
 		}
 		for _, n := range c.Notes {
 			fmt.Fprintf(tw, "  note: %s\n", n)

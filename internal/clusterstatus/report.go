@@ -58,6 +58,9 @@ type Controller struct {
 	// Instances is the fullest Cloud Map service and namespace against
 	// their quotas.
 	Instances string `json:"cloudMapInstances,omitempty"`
+	// Proofs is every exporting cluster's last proof of life as read here,
+	// and whether it is drained.
+	Proofs map[string]statuslease.Proof `json:"clusterProofs,omitempty"`
 }
 
 // Export is a ServiceExport and its conditions ("True/Exported").
@@ -124,6 +127,12 @@ func Summarize(r Read, now time.Time) Cluster {
 		}
 		for _, p := range ctl.PeersDown {
 			c.Stuck = append(c.Stuck, "peer unreachable: "+p)
+		}
+		for _, name := range slices.Sorted(maps.Keys(ctl.Proofs)) {
+			if p := ctl.Proofs[name]; p.Drained {
+				c.Stuck = append(c.Stuck, fmt.Sprintf("cluster %s drained: no proof of life since %s (%s ago); its endpoints are not routed to (docs/traffic.md#a-silent-cluster)",
+					name, p.Last.Format(time.RFC3339), now.Sub(p.Last).Round(time.Second)))
+			}
 		}
 	}
 	for _, se := range r.Exports {
@@ -211,6 +220,9 @@ func controllerOf(l *coordinationv1.Lease) *Controller {
 	}
 	if v := a[statuslease.AnnotationSources]; v != "" {
 		_ = json.Unmarshal([]byte(v), &ctl.Sources) // a report from a newer release may differ: shown without
+	}
+	if v := a[statuslease.AnnotationProofs]; v != "" {
+		_ = json.Unmarshal([]byte(v), &ctl.Proofs)
 	}
 	return ctl
 }

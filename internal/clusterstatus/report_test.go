@@ -45,6 +45,8 @@ func TestSummarizeStuck(t *testing.T) {
 			Services: []corev1.Service{{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "api"}, Status: corev1.ServiceStatus{Conditions: []metav1.Condition{
 				{Type: cloudmapdns.ConditionRegistered, Status: metav1.ConditionFalse, Reason: cloudmapdns.ReasonDomainConflict, Message: "web2/api holds api.ecs.local"}}}}}},
 			[]string{"Service web/api: DomainConflict: web2/api holds api.ecs.local"}},
+		{"a cluster drained, another alive", Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now, map[string]string{statuslease.AnnotationProofs: `{"c2":{"last":"2026-11-22T11:00:00Z","drained":true},"c3":{"last":"2026-11-22T11:55:00Z"}}`})},
+			[]string{"cluster c2 drained: no proof of life since 2026-11-22T11:00:00Z (1h0m0s ago)"}},
 	} {
 		got := Summarize(c.read, now).Stuck
 		if len(got) != len(c.want) {

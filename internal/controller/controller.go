@@ -204,7 +204,7 @@ func Run(ctx context.Context, o Options) error {
 		return errors.New("no reconciler selected: enable --mcs, --cloudmap-dns or --syndicate")
 	}
 	if err := o.Watch.Validate(); err != nil {
-		return fmt.Errorf("--stale-cluster-expiry: %w", err)
+		return fmt.Errorf("--silent-cluster-ttl: %w", err)
 	}
 	cfg, err := restConfig(o)
 	if err != nil {
@@ -292,7 +292,8 @@ func Run(ctx context.Context, o Options) error {
 				if err == nil {
 					telemetry.Synced(telemetry.ModeMCS, region, time.Now())
 				}
-			}}); err != nil {
+			},
+			OnProofs: reporter.SetProofs}); err != nil {
 			return err
 		}
 	}

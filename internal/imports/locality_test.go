@@ -3,10 +3,13 @@ package imports
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
@@ -101,5 +104,75 @@ func TestImportRoutesLocalFirstWhenAsked(t *testing.T) {
 	if got := hintsOf(t, c, key); !reflect.DeepEqual(got, map[string][]string{
 		"10.9.0.1": {locality.Nowhere}, "10.1.0.1": {"zone-a", "zone-b"}, "10.2.0.1": {locality.Nowhere}}) {
 		t.Fatalf("local not ready: hints %v (zone-b has nobody in its zone id: the Region's)", got)
+	}
+}
+
+// A drained cluster stays in the import, its endpoints neither ready nor
+// serving (kube-proxy routes to none of them), named by the
+// ClustersDrained condition and once by a Warning Event; its proof back
+// restores it.
+func TestSilentClusterIsDrainedNotDropped(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
+		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).Build()
+	gate := &clusterid.Gate{}
+	gate.Open(clusterid.Identity{ClusterID: "here", ClusterSet: "set"}, nil)
+	view := NewView()
+	view.Synced()
+	events := record.NewFakeRecorder(100)
+	r := &Reconciler{Client: c, Gate: gate, View: view, Recorder: events, Namespaces: func(string) bool { return true }}
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	pass := func() *mcsv1beta1.ServiceImport {
+		t.Helper()
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey(key)}); err != nil {
+			t.Fatal(err)
+		}
+		si := &mcsv1beta1.ServiceImport{}
+		if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil {
+			t.Fatal(err)
+		}
+		return si
+	}
+	ready := func() map[string]bool {
+		var list discoveryv1.EndpointSliceList
+		if err := c.List(context.Background(), &list, client.InNamespace("ns")); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, s := range list.Items {
+			for _, ep := range s.Endpoints {
+				out[ep.Addresses[0]] = *ep.Conditions.Ready || *ep.Conditions.Serving
+			}
+		}
+		return out
+	}
+	alive := exportWith("alive", mcsv1beta1.ClusterSetIP, "10.1.0.1")
+	silent := exportWith("gone", mcsv1beta1.ClusterSetIP, "10.2.0.1")
+	silent.Silent = time.Unix(1_700_000_000, 0)
+	view.Set(key, []registry.Export{alive, silent})
+	si := pass()
+	if got := ready(); !reflect.DeepEqual(got, map[string]bool{"10.1.0.1": true, "10.2.0.1": false}) {
+		t.Errorf("ready or serving by address %v, want the drained cluster's neither", got)
+	}
+	if len(si.Status.Clusters) != 2 {
+		t.Errorf("clusters %v, want the drained one listed", si.Status.Clusters)
+	}
+	cond := meta.FindStatusCondition(si.Status.Conditions, ConditionClustersDrained)
+	if cond == nil || cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, "gone (last proof of life 2023-11-14T22:13:20Z)") {
+		t.Errorf("condition %+v", cond)
+	}
+	pass()
+	if n := len(events.Events); n != 1 {
+		t.Errorf("%d events after two passes, want one ClusterDrained", n)
+	} else if e := <-events.Events; !strings.Contains(e, "Warning ClusterDrained") {
+		t.Errorf("event %q", e)
+	}
+	silent.Silent = time.Time{}
+	view.Set(key, []registry.Export{alive, silent})
+	si = pass()
+	if got := ready(); !got["10.2.0.1"] {
+		t.Errorf("restored cluster's endpoint not ready: %v", got)
+	}
+	if cond := meta.FindStatusCondition(si.Status.Conditions, ConditionClustersDrained); cond != nil {
+		t.Errorf("condition left after the restore: %+v", cond)
 	}
 }

@@ -217,6 +217,11 @@ func slicesOf(key registry.Key, e registry.Export, spec mcsv1beta1.ServiceImport
 					Addresses:  []string{ip},
 					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(a.ready), Serving: ptr.To(a.serving), Terminating: ptr.To(a.terminating)},
 				}
+				if !e.Silent.IsZero() {
+					// Drained: kept, routed to by nothing (kube-proxy takes
+					// no endpoint that is neither ready nor serving).
+					ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(false)}
+				}
 				if a.zone != "" {
 					// Not the node name: a node of another cluster may share
 					// a local node's name, and kube-proxy would take it as local.

@@ -154,8 +154,9 @@ type Reconciler struct {
 	// invalidSaid remembers, per import, the skipped records last reported,
 	// so that each is said once, not at every reconcile.
 	invalidSaid sync.Map
-	// heldSaid remembers the imports whose held removal was reported.
-	heldSaid sync.Map
+	// heldSaid remembers the imports whose held removal was reported;
+	// drainedSaid the drained clusters last reported per import.
+	heldSaid, drainedSaid sync.Map
 }
 
 // SetupWithManager reconciles on view changes, on changes to what we
@@ -276,6 +277,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if len(exports) == 0 {
 		r.invalidSaid.Delete(key)
+		r.drainedSaid.Delete(key)
 		return r.removeChecked(ctx, key)
 	}
 	r.heldSaid.Delete(key)
@@ -351,6 +353,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	status := si.Status.DeepCopy()
 	status.Clusters = d.Import.Status.Clusters
 	meta.RemoveStatusCondition(&status.Conditions, ConditionRemovalHeld)
+	r.reportDrained(si, key, m.Exports, status)
 	if err := errors.Join(errs...); !errorsIsConflict(err) {
 		// A conflict is retried at once: no flip of Ready for it.
 		meta.SetStatusCondition(&status.Conditions, readyCondition(si.Generation, err))
@@ -632,3 +635,31 @@ func (r *Reconciler) reportConflicts(ctx context.Context, key registry.Key, m me
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=create;update;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+
+// ConditionClustersDrained names, on a ServiceImport, the exporting
+// clusters drained for silence (registry.Export.Silent): listed, their
+// endpoints kept but not routed to. Absent while none is.
+const ConditionClustersDrained = "ClustersDrained"
+
+// reportDrained sets the ClustersDrained condition and, when the drained
+// clusters change, a Warning Event naming them.
+func (r *Reconciler) reportDrained(si *mcsv1beta1.ServiceImport, key registry.Key, exports []registry.Export, status *mcsv1beta1.ServiceImportStatus) {
+	var drained []string
+	for _, e := range exports {
+		if !e.Silent.IsZero() {
+			drained = append(drained, fmt.Sprintf("%s (last proof of life %s)", e.Cluster, e.Silent.UTC().Format(time.RFC3339)))
+		}
+	}
+	slices.Sort(drained)
+	said := strings.Join(drained, ", ")
+	if prev, _ := r.drainedSaid.Swap(key, said); prev != said && said != "" {
+		r.Recorder.Event(si, corev1.EventTypeWarning, "ClusterDrained", "not routed to, kept in the import: "+said+
+			": silent past --silent-cluster-ttl while other clusters proved alive (docs/traffic.md)")
+	}
+	if said == "" {
+		meta.RemoveStatusCondition(&status.Conditions, ConditionClustersDrained)
+		return
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionClustersDrained, Status: metav1.ConditionTrue,
+		Reason: "ClusterSilent", Message: said + ": endpoints kept, not routed to, until the cluster proves alive again", ObservedGeneration: si.Generation})
+}

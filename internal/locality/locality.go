@@ -94,7 +94,7 @@ func Plan(here Here, exports []registry.Export) map[Endpoint][]string {
 		zone := map[string]string{}
 		for _, ep := range e.Endpoints {
 			r, seen := up[ep.IP]
-			up[ep.IP] = (r || !seen) && ep.Ready
+			up[ep.IP] = (r || !seen) && ep.Ready && e.Silent.IsZero()
 			zone[ep.IP] = ep.Zone
 		}
 		for ip, r := range up {

@@ -64,6 +64,10 @@ type Options struct {
 	// of the registry went (the status Lease reports both).
 	OnIdentity func(clusterid.Identity)
 	OnRead     func(region string, err error)
+	// OnProofs, when set, hears every cluster's last proof of life after
+	// each read of them in a Region, and who is drained (for the status
+	// Lease).
+	OnProofs func(region string, proofs map[string]time.Time, drained map[string]bool)
 	// Metrics, when set, gets the exports, imports and conflicts gauges.
 	Metrics prometheus.Registerer
 	Log     logr.Logger
@@ -111,7 +115,7 @@ func Setup(mgr manager.Manager, o Options) error {
 			writer := writerMark(ctx, mgr.GetAPIReader(), o.Log)
 			orphans.Cluster, orphans.Writer = id.ClusterID, writer
 			sink = orphans.Sink(formats.Tap(view))
-			reg = cloudMapRegistry(o, id, formats, staleEvents(mgr.GetAPIReader(), o.Recorder),
+			reg = cloudMapRegistry(o, id, formats, silentEvents(mgr.GetAPIReader(), o.Recorder),
 				writer, identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID})
 		}
 		if o.OnIdentity != nil {
@@ -145,11 +149,11 @@ func Setup(mgr manager.Manager, o Options) error {
 
 // cloudMapRegistry is the home Region's Cloud Map, or with several
 // Regions, every Region's read together and the home one written.
-func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onStale func(string, time.Time, bool),
+func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onSilent func(string, time.Time, bool),
 	writer string, events identityEvents) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
 		bo := cloudmap.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, Controller: o.Controller, Log: o.Log.WithName("cloudmap").WithValues("region", region),
-			RecordVersion: o.RecordVersion, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch, OnStale: onStale,
+			RecordVersion: o.RecordVersion, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch, OnSilent: onSilent,
 			OnPropagation: func(took time.Duration) { telemetry.Propagated(region, took) },
 			Writer:        writer, OnDuplicate: func(key registry.Key, other string) {
 				telemetry.DuplicateClusterID(region)
@@ -159,6 +163,9 @@ func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Format
 		}
 		if o.OnRead != nil {
 			bo.OnRead = func(err error) { o.OnRead(region, err) }
+		}
+		if o.OnProofs != nil {
+			bo.OnProofs = func(p map[string]time.Time, d map[string]bool) { o.OnProofs(region, p, d) }
 		}
 		return cloudmap.New(c, bo)
 	}
@@ -177,21 +184,21 @@ func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Format
 	return m
 }
 
-// staleEvents tells, on this cluster's ClusterProperty, that another
-// cluster's exports are dropped as stale, or taken back.
-func staleEvents(c client.Reader, rec record.EventRecorder) func(string, time.Time, bool) {
-	return func(cluster string, lastSeen time.Time, stale bool) {
+// silentEvents tells, on this cluster's ClusterProperty, that another
+// cluster is drained for silence, or restored.
+func silentEvents(c client.Reader, rec record.EventRecorder) func(string, time.Time, bool) {
+	return func(cluster string, lastProof time.Time, silent bool) {
 		cp := &aboutv1alpha1.ClusterProperty{}
 		if c.Get(context.Background(), client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp) != nil {
 			return
 		}
-		if stale {
-			rec.Eventf(cp, corev1.EventTypeWarning, "ClusterExportsDropped",
-				"cluster %s has not written its change record since %s (past --stale-cluster-expiry): its exports are no longer imported here; it lost access to the clusterset's namespaces, or is gone (docs/troubleshooting.md)",
-				cluster, lastSeen.UTC().Format(time.RFC3339))
+		if silent {
+			rec.Eventf(cp, corev1.EventTypeWarning, "ClusterDrained",
+				"cluster %s has not proved alive since %s (past --silent-cluster-ttl) while others did: its endpoints stay imported here but are not routed to; it lost access to Cloud Map, its controller is down, or it is gone (docs/troubleshooting.md)",
+				cluster, lastProof.UTC().Format(time.RFC3339))
 			return
 		}
-		rec.Eventf(cp, corev1.EventTypeNormal, "ClusterExportsRestored", "cluster %s writes its change record again: its exports are imported again", cluster)
+		rec.Eventf(cp, corev1.EventTypeNormal, "ClusterRestored", "cluster %s proved alive again (or its record went): its endpoints are routed to again", cluster)
 	}
 }
 

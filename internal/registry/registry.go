@@ -55,6 +55,10 @@ type Export struct {
 	// Region is the Region of the registry the export was read from: each
 	// cluster exports to its own Region's (empty where a registry has none).
 	Region string
+	// Silent, when set, is the last proof of life of a cluster drained for
+	// silence: its endpoints are kept, not routed to, until it proves
+	// alive again.
+	Silent time.Time
 }
 
 // InvalidRecord is a registry record that was skipped, and why.

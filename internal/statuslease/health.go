@@ -44,6 +44,9 @@ const (
 	// against their quotas.
 	AnnotationInstances    = "clustermap.io/cloudmap-instances"
 	AnnotationHeartbeatSec = "clustermap.io/heartbeat-seconds"
+	// AnnotationProofs is every exporting cluster's last proof of life as
+	// this cluster read it, and whether it is drained (JSON, by cluster).
+	AnnotationProofs = "clustermap.io/cluster-proofs"
 )
 
 // ManagedByLabel and ManagedBy mark a status namespace the controller
@@ -79,7 +82,37 @@ type Reporter struct {
 	cluster string
 	format  string
 	sources map[string]*Source
+	proofs  map[string]map[string]Proof // by source, by cluster
 	changed chan struct{}
+}
+
+// Proof is a cluster's last proof of life, and whether it is drained for
+// silence.
+type Proof struct {
+	Last    time.Time `json:"last"`
+	Drained bool      `json:"drained,omitempty"`
+}
+
+// SetProofs records every cluster's last proof as one source (a Region)
+// read it; drained ones are written at once, new proofs with the heartbeat.
+func (r *Reporter) SetProofs(source string, proofs map[string]time.Time, drained map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.proofs == nil {
+		r.proofs = map[string]map[string]Proof{}
+	}
+	m := map[string]Proof{}
+	for c, t := range proofs {
+		m[c] = Proof{Last: t.UTC(), Drained: drained[c]}
+	}
+	before := r.proofs[source]
+	r.proofs[source] = m
+	for c, p := range m {
+		if before[c].Drained != p.Drained {
+			r.poke()
+			return
+		}
+	}
 }
 
 // Source is how reading one Cloud Map source (a Region, as an account) went.
@@ -182,6 +215,23 @@ func (r *Reporter) annotations() map[string]string {
 	if r.PeersDown != nil {
 		a[AnnotationPeersDown] = strings.Join(r.PeersDown(), ",")
 	}
+	if len(r.proofs) > 0 {
+		// Each cluster's newest proof over the Regions, drained where any
+		// Region drains it.
+		all := map[string]Proof{}
+		for _, m := range r.proofs {
+			for c, p := range m {
+				q := all[c]
+				if p.Last.After(q.Last) {
+					q.Last = p.Last
+				}
+				q.Drained = q.Drained || p.Drained
+				all[c] = q
+			}
+		}
+		b, _ := json.Marshal(all)
+		a[AnnotationProofs] = string(b)
+	}
 	return a
 }
 
@@ -236,6 +286,8 @@ func signature(a map[string]string) string {
 			v = sourcesSignature(v)
 		case AnnotationInstances:
 			v = "" // counts move with every export: the heartbeat carries them
+		case AnnotationProofs:
+			v = drainedSignature(v)
 		case AnnotationCloudMapErr:
 			if v != "" {
 				v = "failing"
@@ -244,6 +296,21 @@ func signature(a map[string]string) string {
 		b.WriteString(k + "=" + v + "\n")
 	}
 	return b.String()
+}
+
+// drainedSignature is which clusters are drained.
+func drainedSignature(v string) string {
+	var proofs map[string]Proof
+	if json.Unmarshal([]byte(v), &proofs) != nil {
+		return v
+	}
+	var drained []string
+	for _, c := range slices.Sorted(maps.Keys(proofs)) {
+		if proofs[c].Drained {
+			drained = append(drained, c)
+		}
+	}
+	return strings.Join(drained, ",")
 }
 
 // sourcesSignature is which sources synced and which fail.

@@ -3,7 +3,9 @@ package statuslease
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
+	"time"
 )
 
 // What changes on every read does not make a write; a change of state does.
@@ -57,5 +59,33 @@ func TestSources(t *testing.T) {
 	if err := json.Unmarshal([]byte(a[AnnotationSources]), &sources); err != nil || len(sources) != 2 ||
 		sources["eu-west-1/111111111111"].Error == "" || sources["us-east-1/111111111111"].LastSync == nil {
 		t.Errorf("sources %s (%v)", a[AnnotationSources], err)
+	}
+}
+
+// Proofs read in several Regions: each cluster's newest proof, drained
+// where any Region drains it; a drain is news (written at once), a newer
+// proof waits for the heartbeat.
+func TestProofsAcrossRegions(t *testing.T) {
+	r := &Reporter{}
+	t1, t2 := time.Unix(1_000, 0).UTC(), time.Unix(2_000, 0).UTC()
+	r.SetProofs("us-east-1", map[string]time.Time{"a": t1, "b": t2}, map[string]bool{"a": true})
+	r.SetProofs("eu-west-1", map[string]time.Time{"a": t2}, nil)
+	a := r.annotations()
+	var got map[string]Proof
+	if err := json.Unmarshal([]byte(a[AnnotationProofs]), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Proof{"a": {Last: t2, Drained: true}, "b": {Last: t2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("proofs %v, want %v", got, want)
+	}
+	before := signature(a)
+	r.SetProofs("eu-west-1", map[string]time.Time{"a": t2.Add(time.Minute)}, nil)
+	if signature(r.annotations()) != before {
+		t.Error("a newer proof changed the signature: it would be written at once")
+	}
+	r.SetProofs("us-east-1", map[string]time.Time{"a": t1, "b": t2}, nil)
+	if signature(r.annotations()) == before {
+		t.Error("a restored cluster did not change the signature")
 	}
 }

@@ -220,7 +220,7 @@ func badValues(t *testing.T, ch *chart.Chart) {
 		{"a bad role ARN", func(v map[string]any) { v["serviceAccount"] = map[string]any{"roleArn": "clustermap"} }, "roleArn"},
 		{"an owner account that is no account", func(v map[string]any) { v["cloudMap"] = map[string]any{"ownerAccount": "1234"} }, "ownerAccount"},
 		{"a Region list with no Region", func(v map[string]any) { v["cloudMap"] = map[string]any{"regions": []any{"Ireland"}} }, "regions"},
-		{"a bad expiry", func(v map[string]any) { v["cloudMap"] = map[string]any{"staleClusterExpiry": "a day"} }, "staleClusterExpiry"},
+		{"a bad TTL", func(v map[string]any) { v["cloudMap"] = map[string]any{"silentClusterTTL": "a day"} }, "silentClusterTTL"},
 		{"the budget of old (minAvailable blocked every eviction at one replica)", func(v map[string]any) {
 			v["podDisruptionBudget"] = map[string]any{"minAvailable": 1}
 		}, "minAvailable"},
@@ -245,7 +245,7 @@ func badValues(t *testing.T, ch *chart.Chart) {
 
 func accountsValues(t *testing.T, ch *chart.Chart) {
 	v := modeValues(true, false, false, false)
-	v["cloudMap"] = map[string]any{"ownerAccount": "111111111111", "regions": []any{"us-east-1", "eu-west-1"}, "staleClusterExpiry": "2h"}
+	v["cloudMap"] = map[string]any{"ownerAccount": "111111111111", "regions": []any{"us-east-1", "eu-west-1"}, "staleClusterExpiry": "2h"} // the deprecated name is still read
 	objs, err := render(ch, v)
 	harness.Must(t, err)
 	var args []string
@@ -260,7 +260,7 @@ func accountsValues(t *testing.T, ch *chart.Chart) {
 			}
 		}
 	}
-	for _, want := range []string{"--cloudmap-owner-account=111111111111", "--regions=us-east-1,eu-west-1", "--stale-cluster-expiry=2h"} {
+	for _, want := range []string{"--cloudmap-owner-account=111111111111", "--regions=us-east-1,eu-west-1", "--silent-cluster-ttl=2h"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("the controller's arguments lack %s: %v", want, args)
 		}

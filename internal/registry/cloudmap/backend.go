@@ -49,9 +49,11 @@ type Options struct {
 	// reads went.
 	Watch  WatchOptions
 	OnRead func(error)
-	// OnStale, when set, hears that a cluster's exports are dropped (its
-	// change record is older than Watch.StaleAfter) or taken back.
-	OnStale func(cluster string, lastSeen time.Time, stale bool)
+	// OnSilent, when set, hears that a cluster is drained (its proof of
+	// life is older than Watch.SilentAfter) or restored; OnProofs hears
+	// every cluster's last proof after each read of them (liveness.go).
+	OnSilent func(cluster string, lastProof time.Time, silent bool)
+	OnProofs func(proofs map[string]time.Time, drained map[string]bool)
 	// OnPropagation, when set, hears how long another cluster's
 	// registration took to be read here (from AttrWritten).
 	OnPropagation func(time.Duration)
@@ -88,8 +90,14 @@ type Backend struct {
 	// checks are services this cluster imports that the watcher is asked
 	// to read as known exports (Check).
 	checks chan registry.Key
-	// feed is this cluster's change record, in a shared namespace.
-	feed *changeLog
+	// feed is this cluster's change record: its changes across accounts,
+	// and its proof of life in every mode (liveness.go); recordMu keeps a
+	// write of it and its retirement apart.
+	feed     *changeLog
+	recordMu sync.Mutex
+	// exporting are the services this cluster published and did not
+	// withdraw since it started.
+	exporting map[registry.Key]bool
 	// unshared are the namespaces a member last found not shared with it.
 	unshared  map[string]time.Time
 	nsLookups singleflight.Group
@@ -115,7 +123,7 @@ func New(c *sd.Client, o Options) *Backend {
 		c: c, o: o, owner: owner,
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
-		feed: newChangeLog(), unshared: map[string]time.Time{},
+		feed: newChangeLog(), unshared: map[string]time.Time{}, exporting: map[registry.Key]bool{},
 	}
 }
 
@@ -123,12 +131,10 @@ func New(c *sd.Client, o Options) *Backend {
 // such without asking again.
 const unsharedMemory = 5 * time.Second
 
-// Watch reads Cloud Map's changes into sink until ctx ends; in a shared
-// namespace it also writes this cluster's change record.
+// Watch reads Cloud Map's changes into sink until ctx ends, and writes
+// this cluster's change record once it exports.
 func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
-	if b.shared() {
-		go b.writeChanges(ctx)
-	}
+	go b.writeChanges(ctx)
 	w := newWatcher(b, sink)
 	return w.Start(ctx)
 }
@@ -138,6 +144,8 @@ func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
 func (b *Backend) reread(key registry.Key) {
 	if b.shared() {
 		b.feed.note(key)
+	} else {
+		b.feed.alive()
 	}
 	select {
 	case b.changed <- key:
@@ -162,6 +170,9 @@ var _ registry.Registry = (*Backend)(nil)
 func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 	err := b.publish(ctx, e)
 	if err == nil {
+		b.mu.Lock()
+		b.exporting[e.Key] = true
+		b.mu.Unlock()
 		b.reread(e.Key)
 	}
 	return err
@@ -313,6 +324,9 @@ func (b *Backend) Withdraw(ctx context.Context, key registry.Key) error {
 	err := b.withdraw(ctx, key)
 	if err == nil || errors.Is(err, ErrPending) {
 		b.reread(key)
+	}
+	if err == nil {
+		err = b.retireRecord(ctx, key)
 	}
 	return err
 }

@@ -16,7 +16,4 @@ type feed interface {
 	poll(ctx context.Context) error
 	// caughtUp says a catch-up read everything up to at.
 	caughtUp(at time.Time)
-	// dropped tells whether a cluster's exports are left out (its change
-	// record went stale).
-	dropped(cluster string) bool
 }

@@ -26,6 +26,8 @@ type operationsFeed struct {
 	// found outside the HTTP namespaces, and namespaces by id.
 	elsewhere map[string]bool
 	nsByID    map[string]*types.Namespace
+	// proofsWanted: a record was written since the last read of them.
+	proofsWanted bool
 }
 
 func newOperationsFeed(w *Watcher) *operationsFeed {
@@ -35,10 +37,10 @@ func newOperationsFeed(w *Watcher) *operationsFeed {
 
 func (f *operationsFeed) baseline(ctx context.Context) error {
 	_, err := f.operations(ctx)
+	f.proofsWanted = true // operations taken as read may have been heartbeats
 	return err
 }
 
-func (f *operationsFeed) dropped(string) bool   { return false }
 func (f *operationsFeed) caughtUp(at time.Time) { f.lastFull = at }
 
 // poll reads the instance operations that succeeded since the
@@ -67,11 +69,50 @@ func (f *operationsFeed) poll(ctx context.Context) error {
 			}
 			return err
 		}
-		if key != (registry.Key{}) {
+		switch {
+		case key.Namespace == ChangesNamespace(f.b.o.ClusterSet):
+			f.proofsWanted = true // a cluster proved alive: read it now
+		case key != (registry.Key{}):
 			f.dirty[key] = time.Time{}
 		}
 	}
+	if f.proofsWanted || now.Sub(f.proofsAt) >= f.opts.ProofReadInterval {
+		f.readProofs(ctx, now)
+	}
 	return nil
+}
+
+// readProofs reads the clusters' records when their service's revision
+// moved (one data-plane call otherwise) and judges; a failed read judges
+// nothing, and is tried again at the next poll.
+func (f *operationsFeed) readProofs(ctx context.Context, now time.Time) {
+	rev, err := f.b.c.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
+		NamespaceName: aws.String(ChangesNamespace(f.b.o.ClusterSet)), ServiceName: aws.String(ChangesService),
+	})
+	if isNotFound(err) {
+		f.proofsWanted, f.proofsAt = false, now
+		f.proved(now, nil, -1)
+		return
+	}
+	if err == nil && aws.ToInt64(rev.InstancesRevision) == f.recordRev {
+		f.proofsWanted, f.proofsAt = false, now
+		f.proved(now, f.records, f.recordRev)
+		return
+	}
+	var out *sd.DiscoverInstancesOutput
+	if err == nil {
+		out, err = f.b.readRecords(ctx)
+	}
+	if err != nil {
+		f.b.o.Log.Error(err, "reading the clusters' proofs of life failed; nobody is drained or restored until a read answers", "retryIn", f.opts.PollInterval)
+		return
+	}
+	f.proofsWanted, f.proofsAt = false, now
+	if out == nil {
+		f.proved(now, nil, -1)
+		return
+	}
+	f.proved(now, out.Instances, aws.ToInt64(out.InstancesRevision))
 }
 
 // operations lists the successful instance operations of the poll window

@@ -6,7 +6,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
-	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 )
 
 // recordsFeed is the change feed across accounts: each other cluster's
@@ -15,19 +14,16 @@ type recordsFeed struct {
 	*Watcher
 	// rev is the records' service revision last read; marks each other
 	// cluster's epoch and sequence as last read.
-	rev      int64
-	marks    map[string]feedMark
-	lastSeen map[string]time.Time // each other cluster's record's time
-	stale    map[string]bool      // clusters whose exports are dropped
+	rev   int64
+	marks map[string]feedMark
 }
 
 func newRecordsFeed(w *Watcher) *recordsFeed {
-	return &recordsFeed{Watcher: w, rev: -1, marks: map[string]feedMark{}, lastSeen: map[string]time.Time{}, stale: map[string]bool{}}
+	return &recordsFeed{Watcher: w, rev: -1, marks: map[string]feedMark{}}
 }
 
 func (f *recordsFeed) baseline(ctx context.Context) error { return f.read(ctx, true) }
 func (f *recordsFeed) poll(ctx context.Context) error     { return f.read(ctx, false) }
-func (f *recordsFeed) dropped(cluster string) bool        { return f.stale[cluster] }
 func (f *recordsFeed) caughtUp(time.Time)                 {}
 
 // read reads the other clusters' change records when their
@@ -42,25 +38,22 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 	})
 	if err == nil && !baseline && aws.ToInt64(rev.InstancesRevision) == f.rev {
 		f.clock.LastPoll = now
-		f.judgeStale(now)
+		f.proved(now, f.records, f.recordRev)
 		return nil
 	}
 	var out *sd.DiscoverInstancesOutput
-	if err == nil {
-		out, err = f.b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
-			NamespaceName: ns, ServiceName: aws.String(ChangesService), OwnerAccount: f.b.ownerAccount(),
-			HealthStatus: types.HealthStatusFilterAll, MaxResults: aws.Int32(MaxInstances),
-			QueryParameters: map[string]string{AttrClusterSetID: f.b.o.ClusterSet},
-		})
-	}
-	if isNotFound(err) {
-		// No cluster wrote a record yet (or the namespace is not shared
-		// with this account: the exports say so).
-		f.clock.LastPoll = now
-		return nil
+	if err == nil || isNotFound(err) {
+		out, err = f.b.readRecords(ctx)
 	}
 	if err != nil {
 		return err
+	}
+	if out == nil {
+		// No cluster wrote a record yet (or the namespace is not shared
+		// with this account: the exports say so).
+		f.clock.LastPoll = now
+		f.proved(now, nil, -1)
+		return nil
 	}
 	var clusters []string
 	for _, in := range out.Instances {
@@ -71,7 +64,20 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 	if err := f.b.bindRecords(ctx, clusters); err != nil {
 		return err
 	}
-	defer f.judgeStale(now)
+	defer f.proved(now, out.Instances, aws.ToInt64(out.InstancesRevision))
+	present := map[string]bool{}
+	for _, c := range clusters {
+		present[c] = true
+	}
+	for cluster := range f.marks {
+		if !present[cluster] {
+			// Its record went (clustermap forget-cluster, run by the owner,
+			// whose deregistrations this account cannot see): read
+			// everything again.
+			delete(f.marks, cluster)
+			f.clock.CatchUpWanted = !baseline
+		}
+	}
 	for _, in := range out.Instances {
 		cluster := in.Attributes[AttrClusterID]
 		if cluster == f.b.o.Cluster {
@@ -90,7 +96,6 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 		}
 		prev := f.marks[cluster]
 		f.marks[cluster] = feedMark{r.epoch, r.seq}
-		f.lastSeen[cluster] = r.updated
 		if baseline {
 			continue
 		}
@@ -107,40 +112,4 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 	f.rev = aws.ToInt64(out.InstancesRevision)
 	f.clock.LastPoll = now
 	return nil
-}
-
-// judgeStale drops the exports of clusters whose change record is older
-// than StaleAfter and takes back those that wrote again: every service is
-// read anew (once per such change, data-plane calls).
-func (f *recordsFeed) judgeStale(now time.Time) {
-	if f.opts.StaleAfter <= 0 {
-		return
-	}
-	changed := false
-	for cluster, seen := range f.lastSeen {
-		stale := now.Sub(seen) > f.opts.StaleAfter
-		if stale == f.stale[cluster] {
-			continue
-		}
-		changed = true
-		if stale {
-			f.stale[cluster] = true
-			f.b.o.Log.Info("dropping the exports of a cluster whose change record is stale: it lost access to the clusterset's namespaces, or is gone",
-				"cluster", cluster, "lastSeen", seen, "staleAfter", f.opts.StaleAfter)
-		} else {
-			delete(f.stale, cluster)
-			f.b.o.Log.Info("a cluster whose exports were dropped writes its change record again; importing them again", "cluster", cluster)
-		}
-		if f.b.o.OnStale != nil {
-			f.b.o.OnStale(cluster, seen, stale)
-		}
-	}
-	if changed {
-		for key := range f.revisions {
-			f.dirty[key] = time.Time{}
-		}
-		for key := range f.exported {
-			f.dirty[key] = time.Time{}
-		}
-	}
 }

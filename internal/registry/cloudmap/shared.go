@@ -157,6 +157,35 @@ func (l *changeLog) due(now time.Time, heartbeat time.Duration, cluster, cluster
 	return attrs, true
 }
 
+// alive says this cluster exports, in one account, where its record only
+// proves it alive (liveness.go): the record is written, then rewritten
+// every heartbeat.
+func (l *changeLog) alive() {
+	l.mu.Lock()
+	if l.seq == 0 {
+		l.seq, l.unsent = 1, true
+	}
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// retire stops the writes until this cluster exports again.
+func (l *changeLog) retire() {
+	l.mu.Lock()
+	l.seq, l.recent, l.unsent = 0, nil, false
+	l.mu.Unlock()
+}
+
+// nextBeat is how long until the record is due again by the heartbeat.
+func (l *changeLog) nextBeat(now time.Time, heartbeat time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(0, l.written.Add(heartbeat).Sub(now))
+}
+
 // failed puts a write that did not happen back.
 func (l *changeLog) failed() {
 	l.mu.Lock()
@@ -176,12 +205,13 @@ func (l *changeLog) sent(now time.Time) {
 func (b *Backend) writeChanges(ctx context.Context) {
 	opts := b.o.Watch
 	opts.defaults()
-	heartbeat := time.NewTicker(opts.Heartbeat)
-	defer heartbeat.Stop()
 	for {
 		attrs, ok := b.feed.due(time.Now(), opts.Heartbeat, b.o.Cluster, b.o.ClusterSet)
 		if ok {
-			if err := b.writeRecord(ctx, attrs); err != nil {
+			b.recordMu.Lock()
+			err := b.writeRecord(ctx, attrs)
+			b.recordMu.Unlock()
+			if err != nil {
 				b.feed.failed()
 				b.o.Log.Error(err, "writing this cluster's change record failed; other accounts see its changes later", "retryIn", ChangeWriteInterval)
 			} else {
@@ -194,11 +224,13 @@ func (b *Backend) writeChanges(ctx context.Context) {
 			}
 			continue
 		}
+		// Due a heartbeat after the last write (a ticker started before
+		// it skipped every other beat).
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.feed.wake:
-		case <-heartbeat.C:
+		case <-time.After(b.feed.nextBeat(time.Now(), opts.Heartbeat)):
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -49,18 +48,20 @@ type WatchOptions struct {
 	// MaxLookback is how far back a poll reads operations after a gap;
 	// a longer gap is caught up instead.
 	MaxLookback time.Duration
-	// Across accounts (change records): Heartbeat is how often an idle
-	// cluster rewrites its record; StaleAfter, when set, drops the exports
-	// of a cluster whose record is older than that (it lost access, or is
-	// gone) until it writes again. At least three heartbeats.
-	Heartbeat, StaleAfter time.Duration
+	// Heartbeat is how often an exporting cluster rewrites its change
+	// record, its proof of life; SilentAfter drains the exports of a
+	// cluster whose proof is older than that (liveness.go) until it
+	// proves alive again: at least three heartbeats; negative: never.
+	Heartbeat, SilentAfter time.Duration
+	// ProofReadInterval spaces the reads of the proofs in one account.
+	ProofReadInterval time.Duration
 }
 
 // Validate says what is wrong with the options a user set.
 func (o WatchOptions) Validate() error {
 	o.defaults()
-	if o.StaleAfter > 0 && o.StaleAfter < 3*o.Heartbeat {
-		return fmt.Errorf("a stale-cluster expiry of %v is under three heartbeats (%v): a cluster that is only quiet would be dropped", o.StaleAfter, 3*o.Heartbeat)
+	if o.SilentAfter > 0 && o.SilentAfter < 3*o.Heartbeat {
+		return fmt.Errorf("a silent-cluster TTL of %v is under three heartbeats (%v): a cluster that is only quiet would be drained", o.SilentAfter, 3*o.Heartbeat)
 	}
 	return nil
 }
@@ -106,6 +107,12 @@ func (o *WatchOptions) defaults() {
 	if o.Heartbeat == 0 {
 		o.Heartbeat = DefaultHeartbeat
 	}
+	if o.SilentAfter == 0 {
+		o.SilentAfter = DefaultSilentAfter
+	}
+	if o.ProofReadInterval == 0 {
+		o.ProofReadInterval = DefaultProofReadInterval
+	}
 }
 
 // Watcher turns Cloud Map changes into Sink calls.
@@ -129,6 +136,12 @@ type Watcher struct {
 	// last read: a new value is a registration that propagated.
 	written map[registry.Key]map[string]string
 	started time.Time
+	// alive judges every cluster's proof of life; records are the change
+	// records as last read, and when.
+	alive     *liveness
+	records   []types.HttpInstanceSummary
+	recordRev int64
+	proofsAt  time.Time
 }
 
 type feedMark struct {
@@ -146,6 +159,7 @@ func newWatcher(b *Backend, sink registry.Sink) *Watcher {
 		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
 		written: map[registry.Key]map[string]string{}, started: time.Now(),
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
+		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1,
 	}
 	if b.shared() {
 		w.feed = newRecordsFeed(w)
@@ -431,9 +445,10 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		w.b.o.Log.Error(nil, "refused records that make no export: they are not the cluster's they claim (their instance ids are another's), or invalid; a forged or corrupted record: deregister it",
 			"service", key.String(), "records", refused)
 	}
-	exports := slices.DeleteFunc(decoded, func(e registry.Export) bool { return w.feed.dropped(e.Cluster) })
+	exports := decoded
 	for i := range exports {
 		exports[i].Region = w.b.region()
+		exports[i].Silent = w.alive.silentSince(exports[i].Cluster)
 	}
 	if exports == nil {
 		exports = []registry.Export{}

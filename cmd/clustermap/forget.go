@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+func newForgetCluster() *cobra.Command {
+	var o cloudmap.ForgetOptions
+	var co cloudmapclient.Options
+	cmd := &cobra.Command{
+		Use:   "forget-cluster CLUSTER",
+		Short: "Remove a cluster gone for good from the clusterset: its Cloud Map records, hence its endpoints in every import",
+		Long: `A cluster deleted without clustermap uninstall leaves its records in Cloud
+Map; importers drain it once it is silent past --silent-cluster-ttl, and
+keep it in their imports. forget-cluster deregisters every record it left in
+the clusterset's namespaces of one Region (--region; run it per Region it
+exported to), then its proof-of-life record: every importer then drops it.
+
+It refuses a cluster that proved alive within --silent-cluster-ttl (--force
+to forget it anyway). Across accounts run it as the owner account
+(--cloudmap-owner-account): only the owner may deregister another
+account's records. AWS credentials come from the standard chain.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.ClusterSet == "" {
+				return fmt.Errorf("--clusterset is required: the clusterset's id (the clusterset.k8s.io ClusterProperty)")
+			}
+			o.Cluster = args[0]
+			c, err := cloudmapclient.New(cmd.Context(), co)
+			if err != nil {
+				return err
+			}
+			n, err := cloudmap.Forget(cmd.Context(), c, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "cluster %s forgotten in %s: %d records deregistered\n", o.Cluster, c.Options().Region, n)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.ClusterSet, "clusterset", "", "the clusterset's id")
+	f.StringVar(&o.Owner, "cloudmap-owner-account", "", "across accounts: the account owning the clusterset's namespaces (run as it)")
+	f.DurationVar(&o.SilentAfter, "silent-cluster-ttl", cloudmap.DefaultSilentAfter, "refuse a cluster that proved alive more recently than this")
+	f.BoolVar(&o.Force, "force", false, "forget the cluster even if it proved alive recently")
+	f.StringVar(&co.Region, "region", "", "the AWS Region whose records to remove (default: AWS_REGION, the shared config)")
+	f.StringVar(&co.Endpoint, "cloudmap-endpoint", "", "Cloud Map endpoint URL (default: the AWS endpoint of the Region)")
+	return cmd
+}

@@ -1,0 +1,130 @@
+package cloudmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/go-logr/logr"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// ForgetOptions name a cluster gone for good and where its records are.
+type ForgetOptions struct {
+	ClusterSet, Cluster string
+	// Owner is the account owning the clusterset's namespaces across
+	// accounts (the caller must be it: only the owner may deregister
+	// another account's records); empty in one account.
+	Owner string
+	// SilentAfter: a cluster that proved alive more recently is refused
+	// unless Force.
+	SilentAfter time.Duration
+	Force       bool
+}
+
+// AliveError refuses to forget a cluster that proved alive recently.
+type AliveError struct {
+	Cluster string
+	Last    time.Time
+}
+
+func (e *AliveError) Error() string {
+	return fmt.Sprintf("cluster %s proved alive at %s, within the silent-cluster TTL: it is not gone (stop it, or uninstall it: clustermap uninstall); --force forgets it anyway",
+		e.Cluster, e.Last.UTC().Format(time.RFC3339))
+}
+
+// Forget deregisters every record a cluster left in the clusterset's
+// namespaces of this client's Region, then its change record: importers
+// read every service again when a record goes, so it leaves every import.
+// It returns how many records went.
+func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
+	b := New(c, Options{ClusterSet: o.ClusterSet, Cluster: o.Cluster, Owner: o.Owner, Account: o.Owner, Log: logr.Discard()})
+	records, err := b.readRecords(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var recordSvc string
+	if records != nil {
+		for _, in := range records.Instances {
+			if in.Attributes[AttrClusterID] != o.Cluster {
+				continue
+			}
+			if r, ok := parseRecord(in.Attributes); ok && !o.Force && o.SilentAfter > 0 && time.Since(r.updated) <= o.SilentAfter {
+				return 0, &AliveError{Cluster: o.Cluster, Last: r.updated}
+			}
+			recordSvc = aws.ToString(in.ServiceName)
+		}
+	}
+	n := 0
+	nsPages := sd.NewListNamespacesPaginator(c, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{
+		{Name: types.NamespaceFilterNameType, Values: []string{string(types.NamespaceTypeHttp)}},
+	}})
+	for nsPages.HasMorePages() {
+		page, err := nsPages.NextPage(ctx)
+		if err != nil {
+			return n, err
+		}
+		for _, ns := range page.Namespaces {
+			name := aws.ToString(ns.Name)
+			if b.shared() && aws.ToString(ns.ResourceOwner) != o.Owner || name == ChangesNamespace(o.ClusterSet) {
+				continue
+			}
+			svcPages := sd.NewListServicesPaginator(c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
+				{Name: types.ServiceFilterNameNamespaceId, Values: []string{b.ref(ns.Id, ns.Arn)}},
+			}})
+			for svcPages.HasMorePages() {
+				sp, err := svcPages.NextPage(ctx)
+				if err != nil {
+					return n, err
+				}
+				for _, s := range sp.Services {
+					gone, err := b.forgetIn(ctx, name, aws.ToString(s.Name), b.ref(s.Id, s.Arn))
+					n += gone
+					if err != nil {
+						return n, err
+					}
+				}
+			}
+		}
+	}
+	if recordSvc != "" {
+		gone, err := b.forgetIn(ctx, ChangesNamespace(o.ClusterSet), ChangesService, "")
+		return n + gone, err
+	}
+	return n, nil
+}
+
+// forgetIn deregisters the cluster's records of one service (svcRef ""
+// finds the service by name).
+func (b *Backend) forgetIn(ctx context.Context, ns, svc, svcRef string) (int, error) {
+	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
+		NamespaceName: aws.String(ns), ServiceName: aws.String(svc), HealthStatus: types.HealthStatusFilterAll, OwnerAccount: b.ownerAccount(),
+		QueryParameters: map[string]string{AttrClusterID: b.o.Cluster, AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(MaxInstances),
+	})
+	if isNotFound(err) {
+		return 0, nil
+	}
+	if err != nil || len(out.Instances) == 0 {
+		return 0, err
+	}
+	if svcRef == "" {
+		if svcRef, err = b.serviceID(ctx, registry.Key{Namespace: ns, Name: svc}); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	for _, in := range out.Instances {
+		_, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcRef), InstanceId: in.InstanceId})
+		var missing *types.InstanceNotFound
+		if err != nil && !errors.As(err, &missing) {
+			return n, fmt.Errorf("deregistering %s from %s/%s: %w", aws.ToString(in.InstanceId), ns, svc, err)
+		}
+		n++
+	}
+	return n, nil
+}

@@ -1,0 +1,174 @@
+package cloudmap
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// Liveness. Every cluster that exports proves it is alive with its change
+// record (shared.go), rewritten at least every heartbeat, in one account
+// as across accounts. An importer drains the exports of a cluster whose
+// proof is older than SilentAfter: they stay imported, not routed to
+// (registry.Export.Silent). Only on positive knowledge: right after a read
+// of the records that answered, and only while some record is fresh (this
+// cluster's own included), so that an outage, a wrong clock or a quiet
+// clusterset drains nobody. A cluster that never wrote a record (an older
+// release, the AWS controller) is never drained, nor is this one.
+
+// DefaultSilentAfter is three heartbeats: a controller upgrade or a
+// registry outage of several minutes drains nobody.
+const DefaultSilentAfter = 3 * DefaultHeartbeat
+
+// DefaultProofReadInterval spaces the reads of the records in one account
+// (one DiscoverInstancesRevision, a data-plane call, and a DiscoverInstances
+// when they changed; another cluster's heartbeat asks for one sooner);
+// across accounts they are read at every poll anyway.
+const DefaultProofReadInterval = time.Minute
+
+// liveness holds every cluster's last proof and who is drained.
+type liveness struct {
+	self   string
+	ttl    time.Duration // <= 0: never drain
+	proofs map[string]time.Time
+	silent map[string]time.Time
+}
+
+func newLiveness(self string, ttl time.Duration) *liveness {
+	return &liveness{self: self, ttl: ttl, proofs: map[string]time.Time{}, silent: map[string]time.Time{}}
+}
+
+// judge drains and restores clusters from the proofs as last read, at now;
+// it returns the clusters whose state changed.
+func (l *liveness) judge(now time.Time) []string {
+	fresh := false
+	for _, at := range l.proofs {
+		if now.Sub(at) <= l.ttl {
+			fresh = true
+		}
+	}
+	var changed []string
+	for cluster, at := range l.proofs {
+		drain := l.ttl > 0 && fresh && cluster != l.self && now.Sub(at) > l.ttl
+		_, was := l.silent[cluster]
+		switch {
+		case drain && !was:
+			l.silent[cluster] = at
+			changed = append(changed, cluster)
+		case !drain && was:
+			delete(l.silent, cluster)
+			changed = append(changed, cluster)
+		}
+	}
+	for cluster := range l.silent {
+		if _, ok := l.proofs[cluster]; !ok { // its record is gone
+			delete(l.silent, cluster)
+			changed = append(changed, cluster)
+		}
+	}
+	return changed
+}
+
+// silentSince is the last proof of a drained cluster (zero: not drained).
+func (l *liveness) silentSince(cluster string) time.Time { return l.silent[cluster] }
+
+// readRecords reads every cluster's record of the clusterset: nil, nil
+// when none was written yet.
+func (b *Backend) readRecords(ctx context.Context) (*sd.DiscoverInstancesOutput, error) {
+	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
+		NamespaceName: aws.String(ChangesNamespace(b.o.ClusterSet)), ServiceName: aws.String(ChangesService), OwnerAccount: b.ownerAccount(),
+		HealthStatus: types.HealthStatusFilterAll, MaxResults: aws.Int32(MaxInstances),
+		QueryParameters: map[string]string{AttrClusterSetID: b.o.ClusterSet},
+	})
+	if isNotFound(err) {
+		return nil, nil
+	}
+	return out, err
+}
+
+// proved notes the records' times as proofs (instances: the records as
+// read, at revision rev) and judges; every service is read again when a
+// cluster was drained or restored, so that its exports say so.
+func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, rev int64) {
+	w.records, w.recordRev = instances, rev
+	seen := map[string]bool{}
+	for _, in := range instances {
+		cluster := in.Attributes[AttrClusterID]
+		if cluster == "" {
+			continue
+		}
+		seen[cluster] = true
+		if r, ok := parseRecord(in.Attributes); ok && !r.updated.IsZero() {
+			w.alive.proofs[cluster] = r.updated
+		}
+	}
+	for cluster := range w.alive.proofs {
+		if !seen[cluster] {
+			delete(w.alive.proofs, cluster)
+		}
+	}
+	changed := w.alive.judge(now)
+	for _, cluster := range changed {
+		since, silent := w.alive.silent[cluster]
+		if silent {
+			w.b.o.Log.Info("draining a silent cluster: its endpoints stay imported, not routed to, until it proves alive again (or clustermap forget-cluster)",
+				"cluster", cluster, "lastProof", since, "silentAfter", w.alive.ttl)
+		} else {
+			w.b.o.Log.Info("a drained cluster proved alive again (or its record went); routing to it again", "cluster", cluster)
+		}
+		if w.b.o.OnSilent != nil {
+			w.b.o.OnSilent(cluster, w.alive.proofs[cluster], silent)
+		}
+	}
+	if len(changed) > 0 {
+		for key := range w.revisions {
+			w.dirty[key] = time.Time{}
+		}
+		for key := range w.exported {
+			w.dirty[key] = time.Time{}
+		}
+	}
+	if w.b.o.OnProofs != nil {
+		drained := map[string]bool{}
+		for c := range w.alive.silent {
+			drained[c] = true
+		}
+		w.b.o.OnProofs(maps.Clone(w.alive.proofs), drained)
+	}
+}
+
+// retireRecord, in one account, removes this cluster's record with its
+// last export, and the record's service and namespace when nothing else
+// is left in them: an uninstalled cluster leaves nothing in Cloud Map.
+// Across accounts the record stays: it tells the others of the withdrawal.
+func (b *Backend) retireRecord(ctx context.Context, key registry.Key) error {
+	b.mu.Lock()
+	delete(b.exporting, key)
+	last := len(b.exporting) == 0
+	b.mu.Unlock()
+	if b.shared() || !last {
+		return nil
+	}
+	b.recordMu.Lock()
+	defer b.recordMu.Unlock()
+	b.feed.retire()
+	rec := registry.Key{Namespace: ChangesNamespace(b.o.ClusterSet), Name: ChangesService}
+	for range 20 {
+		if err := b.withdraw(ctx, rec); !errors.Is(err, ErrPending) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return ErrPending
+}

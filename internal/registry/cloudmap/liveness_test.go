@@ -1,0 +1,154 @@
+package cloudmap_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+// Heartbeat, TTL and the one-account proof reads are seconds here rather
+// than the shipped 10 minutes, 30 minutes and 1 minute, so that the tests
+// take seconds, not an hour; the TTL leaves room for how old a live proof
+// can look (its time in whole seconds, read at the next poll).
+var fastLiveness = cloudmap.WatchOptions{Heartbeat: time.Second, SilentAfter: 8 * time.Second, ProofReadInterval: time.Second}
+
+// silentThenBack: west stops proving alive (its controller stops; its
+// records stay in Cloud Map): east keeps west's export but drains it, and
+// restores it once a new west controller writes again. Forgetting west is
+// refused while it is alive; once it is silent again, forgetting it (as
+// east's account, the owner) removes it from east's import.
+func silentThenBack(t *testing.T, ctx context.Context, east *member, owner string, startWest func(context.Context) *member) {
+	t.Helper()
+	web := registry.Key{Namespace: "apps", Name: "web"}
+	westCtx, stopWest := context.WithCancel(ctx)
+	west := startWest(westCtx)
+	waitUntil(t, "west's export", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
+	waitUntil(t, "east imports both", func() bool { return len(east.clusters(web)) == 2 })
+	if got := east.drained(web); len(got) != 0 {
+		t.Fatalf("drained %v while both prove alive", got)
+	}
+	waitUntil(t, "west's proof read", func() bool { return east.proved("west") })
+	stopWest()
+	waitUntil(t, "west drained", func() bool { return slices.Equal(east.drained(web), []string{"west"}) })
+	if got := east.clusters(web); len(got) != 2 {
+		t.Fatalf("a drained cluster's export is kept: heard %v", got)
+	}
+	westCtx, stopWest = context.WithCancel(ctx)
+	west = startWest(westCtx)
+	waitUntil(t, "west's export again", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
+	waitUntil(t, "west restored", func() bool { return len(east.drained(web)) == 0 && len(east.clusters(web)) == 2 })
+	east.mu.Lock()
+	if !slices.Equal(east.silentEvents, []string{"west:true", "west:false"}) {
+		t.Errorf("silent events %v, want west drained then restored", east.silentEvents)
+	}
+	east.mu.Unlock()
+
+	forget := cloudmap.ForgetOptions{ClusterSet: "set", Cluster: "west", Owner: owner, SilentAfter: fastLiveness.SilentAfter}
+	var alive *cloudmap.AliveError
+	if _, err := cloudmap.Forget(ctx, east.c, forget); !errors.As(err, &alive) {
+		t.Fatalf("forgetting a live cluster: %v, want refused", err)
+	}
+	waitUntil(t, "west's proof read again", func() bool { return east.proved("west") })
+	stopWest()
+	waitUntil(t, "west drained again", func() bool { return slices.Equal(east.drained(web), []string{"west"}) })
+	n, err := cloudmap.Forget(ctx, east.c, forget)
+	if err != nil || n < 2 {
+		t.Fatalf("forget: %d records, %v; want its export and its record", n, err)
+	}
+	waitUntil(t, "west gone from east's import", func() bool { return slices.Equal(east.clusters(web), []string{"east"}) })
+}
+
+func TestSilentClusterDrainedAcrossAccounts(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := accountsEmulator(t)
+	if err := fastLiveness.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := (cloudmap.WatchOptions{SilentAfter: time.Minute}).Validate(); err == nil {
+		t.Error("a TTL under three shipped heartbeats (10 min) was accepted")
+	}
+	east := newMember(t, ctx, srv, "AKIDOWNER", ownerAccount, "east", fastLiveness)
+	if err := east.b.Publish(ctx, export("east", registry.Key{Namespace: "apps", Name: "web"}, "10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	shareWithMember(t, srv, east)
+	silentThenBack(t, ctx, east, ownerAccount, func(ctx context.Context) *member {
+		return newMember(t, ctx, srv, "AKIDMEMBER", memberAccount, "west", fastLiveness)
+	})
+}
+
+func TestSilentClusterDrainedInOneAccount(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+	east := newCluster(t, ctx, srv, "AKIDEAST", "", "", "east", fastLiveness)
+	if err := east.b.Publish(ctx, export("east", registry.Key{Namespace: "apps", Name: "web"}, "10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	silentThenBack(t, ctx, east, "", func(ctx context.Context) *member {
+		return newCluster(t, ctx, srv, "AKIDWEST", "", "", "west", fastLiveness)
+	})
+}
+
+// In one account a cluster's record goes with its last export, with the
+// record's service and namespace: clustermap uninstall leaves nothing.
+func TestRecordGoesWithTheLastExport(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+	east := newCluster(t, ctx, srv, "AKIDEAST", "", "", "east", fastLiveness)
+	web, api := registry.Key{Namespace: "apps", Name: "web"}, registry.Key{Namespace: "apps", Name: "api"}
+	for _, k := range []registry.Key{web, api} {
+		if err := east.b.Publish(ctx, export("east", k, "10.1.0.1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setup := srv.Client(t, cloudmapclient.Options{})
+	records := func() int {
+		out, err := setup.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{NamespaceName: aws.String(cloudmap.ChangesNamespace("set")),
+			ServiceName: aws.String(cloudmap.ChangesService), HealthStatus: types.HealthStatusFilterAll})
+		if err != nil {
+			return 0
+		}
+		return len(out.Instances)
+	}
+	waitUntil(t, "east's record", func() bool { return records() == 1 })
+	withdraw := func(k registry.Key) {
+		t.Helper()
+		waitUntil(t, "withdrawn "+k.String(), func() bool { return east.b.Withdraw(ctx, k) == nil })
+	}
+	withdraw(web)
+	if records() != 1 {
+		t.Fatal("the record went while an export is left")
+	}
+	withdraw(api)
+	nss, err := setup.ListNamespaces(ctx, &sd.ListNamespacesInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nss.Namespaces) != 0 {
+		t.Errorf("namespaces left after the last withdrawal: %d", len(nss.Namespaces))
+	}
+}
+
+// proved says whether this member read a proof of cluster's within the
+// last two seconds (a heartbeat of the tests', and a poll).
+func (m *member) proved(cluster string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.proofs[cluster]
+	return ok && time.Since(at) < 3*time.Second
+}
