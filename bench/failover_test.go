@@ -25,7 +25,6 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/internal/kube"
-	"github.com/clustermap/clustermap/internal/locality"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -50,13 +49,7 @@ func BenchmarkFailover(b *testing.B) {
 	for i, c := range env.Clusters {
 		cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
 		harness.Must(b, err)
-		var nodes corev1.NodeList
-		harness.Must(b, cl.List(ctx, &nodes))
-		for _, n := range nodes.Items {
-			n.Labels[locality.LabelZone] = fmt.Sprintf("us-east-1%c", 'a'+i)
-			n.Labels[locality.LabelZoneID] = "use1-az1"
-			harness.Must(b, cl.Update(ctx, &n))
-		}
+		harness.PlaceNodes(b, cl, fmt.Sprintf("us-east-1%c", 'a'+i), "use1-az1")
 		harness.Must(b, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 		createAppWith(ctx, b, cl, ns, name, 2, on, nil)
 		harness.Must(b, cl.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,

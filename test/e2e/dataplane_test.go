@@ -67,7 +67,6 @@ func TestDataplane(t *testing.T) {
 	t.Run("only the exporting cluster answers, then both", d.exporters)
 	t.Run("each port reaches the cluster defining it", d.ports)
 	t.Run("headless per-pod names reach their pods", d.headless)
-	t.Run("PreferClose keeps requests in the cluster and fails over", d.localFirst)
 	t.Run("an unexported Service is unreachable", d.unexported)
 	t.Run("syndicate replicas carry traffic", d.replica)
 }

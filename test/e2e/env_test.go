@@ -85,8 +85,15 @@ func (w *world) connect(t *testing.T) {
 // startControllers runs a controller per cluster, in MCS mode unless tune
 // says otherwise; the returned func stops them.
 func (w *world) startControllers(t *testing.T, tune func(*controller.Options)) (stop func()) {
+	return w.startControllersIn(t, w.env.Clusters, tune)
+}
+
+// startControllersIn is startControllers in some of the clusters only.
+func (w *world) startControllersIn(t *testing.T, clusters []*devenv.Cluster, tune func(*controller.Options)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	wait := w.env.StartControllers(ctx, w.cm.URL,
+	some := *w.env
+	some.Clusters = clusters
+	wait := some.StartControllers(ctx, w.cm.URL,
 		func(*devenv.Cluster) logr.Logger { return testr.NewWithOptions(t, testr.Options{Verbosity: 0}) },
 		func(o *controller.Options) {
 			// Polls every 500 ms rather than 1.5 s, to keep the suite

@@ -5,51 +5,132 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/export"
+	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/locality"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
-// localFirst: a Service exported from both clusters with the PreferClose
-// annotation. The clusters' nodes are in one zone id under two zone names
-// (two AWS accounts). Requests from cluster-2's pod stay in cluster-2
-// while it has ready endpoints, go to cluster-1 when its Deployment scales
-// to 0, and come back when it returns; on the stock kube-proxy, which
-// follows the imported slices' zone hints.
-func (d *dpWorld) localFirst(t *testing.T) {
-	const name, port = "near", 43
-	host := name + "." + d.ns + ".svc.clusterset.local"
-	ctx := context.Background()
-	for i, cl := range d.clients {
-		var nodes corev1.NodeList
-		harness.Must(t, cl.List(ctx, &nodes))
-		for _, n := range nodes.Items {
-			n.Labels[locality.LabelZone] = fmt.Sprintf("us-east-1%c", 'a'+i)
-			n.Labels[locality.LabelZoneID] = "use1-az1"
-			harness.Must(t, cl.Update(ctx, &n))
+// placement is where each cluster of TestLocalFirst runs, as on AWS: the
+// client's cluster-2 in zone id use1-az1; cluster-1 in the same zone id
+// under another zone name (another account names its zones otherwise);
+// cluster-3 in another zone of us-east-1; cluster-4 in eu-west-1.
+var placement = []struct{ zone, zoneID, region string }{
+	{"us-east-1a", "use1-az1", "us-east-1"},
+	{"us-east-1b", "use1-az1", "us-east-1"},
+	{"us-east-1c", "use1-az2", "us-east-1"},
+	{"eu-west-1a", "euw1-az1", "eu-west-1"},
+}
+
+// TestLocalFirst: four clusters on the lab's real data plane (the stock
+// kube-proxy), placed as above, each exporting to its own Region and
+// reading both. A Service of 2 socat pods in each, exported from all four
+// with the PreferClose annotation; a client pod of cluster-2 asks it.
+func TestLocalFirst(t *testing.T) {
+	// Beside other tests: it asserts where requests go, not how fast.
+	inParallel(t)
+	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: len(placement), Dataplane: true}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
+	w.connect(t)
+	const ns = "near"
+	for i, cl := range w.clients {
+		harness.PlaceNodes(t, cl, placement[i].zone, placement[i].zoneID)
+		namespace(t, cl, ns)
+	}
+	d := &nearWorld{dpWorld: &dpWorld{world: w, at: w.env.Clusters[1], ns: ns, client: clientPod(t, w, 1, ns, onDataplane)}}
+	stop := w.startControllers(t, d.place)
+	t.Run("requests stay in the cluster and fail over by zone, then Region", d.failover)
+	stop()
+	t.Run("a silent cluster is drained, restored and forgotten", d.silent)
+}
+
+type nearWorld struct{ *dpWorld }
+
+const nearName, nearPort = "near", 43
+
+// place sets a controller's Region from its cluster's placement.
+func (d *nearWorld) place(o *controller.Options) {
+	o.Regions = []string{"us-east-1", "eu-west-1"}
+	for i, c := range d.env.Clusters {
+		if o.Config.Host == c.Config.Host {
+			o.Region = placement[i].region
 		}
 	}
+}
+
+// stays asks n times; every answer must come from cluster.
+func (d *nearWorld) stays(t *testing.T, cluster string, n int) func() error {
+	host := nearName + "." + d.ns + ".svc.clusterset.local"
+	return func() error {
+		if got := d.answering(t, n, "tcp", host, nearPort); !slices.Equal(got, []string{cluster}) {
+			return fmt.Errorf("%d requests answered by %v, want %s only", n, got, cluster)
+		}
+		return nil
+	}
+}
+
+// movesTo waits for the first answer from cluster (requests may fail on the
+// way: an endpoint can be gone before kube-proxy knows), then for n of n.
+func (d *nearWorld) movesTo(t *testing.T, cluster string, n int, after string) {
+	t.Helper()
+	host := nearName + "." + d.ns + ".svc.clusterset.local"
+	since := time.Now()
+	harness.Eventually(t, time.Minute, "requests answered by "+cluster+" after "+after, func() error {
+		a, err := d.nc("tcp", nil, host, nearPort)
+		if err != nil || a.cluster != cluster {
+			return fmt.Errorf("answer %v %v", a, err)
+		}
+		return nil
+	})
+	t.Logf("first answer from %s %v after %s", cluster, time.Since(since).Round(100*time.Millisecond), after)
+	harness.Eventually(t, time.Minute, fmt.Sprintf("%d of %d requests answered by %s", n, n, cluster), d.stays(t, cluster, n))
+}
+
+// scale sets the replicas of the Deployment in cluster i.
+func (d *nearWorld) scale(t *testing.T, i int, replicas int32) {
+	t.Helper()
+	dep := &appsv1.Deployment{}
+	harness.Must(t, d.clients[i].Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: nearName}, dep))
+	dep.Spec.Replicas = ptr.To(replicas)
+	harness.Must(t, d.clients[i].Update(context.Background(), dep))
+}
+
+// failover: with cluster-2's endpoints ready, 20 of 20 requests stay in
+// it; as the nearer clusters' Deployments scale to 0 requests go to
+// cluster-1 (same zone id), then cluster-3 (same Region), then cluster-4,
+// and back to cluster-2 when it returns. Then cluster-2's pods turn
+// unready (their TCP listener killed, their containers running):
+// cluster-1 answers until they are replaced.
+func (d *nearWorld) failover(t *testing.T) {
+	ctx := context.Background()
 	for _, cl := range d.clients {
-		listener(t, cl, d.ns, name, 2, port, nil)
-		harness.Must(t, cl.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: d.ns,
+		listener(t, cl, d.ns, nearName, 2, nearPort, onDataplane)
+		harness.Must(t, cl.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: nearName, Namespace: d.ns,
 			Annotations: map[string]string{export.AnnotationTrafficDistribution: corev1.ServiceTrafficDistributionPreferClose}}}))
 	}
 	here := d.clients[1]
-	harness.Eventually(t, time.Minute, "the import lists both clusters, cluster-2's endpoints hinted for its zone", func() error {
+	harness.Eventually(t, time.Minute, "the import's slices hint cluster-2's endpoints for its zone, the others for none", func() error {
 		var list discoveryv1.EndpointSliceList
-		if err := here.List(ctx, &list, client.InNamespace(d.ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: name}); err != nil {
+		if err := here.List(ctx, &list, client.InNamespace(d.ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: nearName}); err != nil {
 			return err
 		}
 		hinted := map[string]string{}
@@ -60,38 +141,157 @@ func (d *dpWorld) localFirst(t *testing.T) {
 				}
 			}
 		}
-		if hinted["cluster-1"] != locality.Nowhere || hinted["cluster-2"] != "us-east-1b" {
-			return fmt.Errorf("hints by cluster %v", hinted)
-		}
-		return nil
-	})
-	stays := func(cluster string, n int) func() error {
-		return func() error {
-			if got := d.answering(t, n, "tcp", host, port); !slices.Equal(got, []string{cluster}) {
-				return fmt.Errorf("%d requests answered by %v, want %s only", n, got, cluster)
+		want := map[string]string{"cluster-1": locality.Nowhere, "cluster-2": "us-east-1b", "cluster-3": locality.Nowhere, "cluster-4": locality.Nowhere}
+		for c, zone := range want {
+			if hinted[c] != zone {
+				return fmt.Errorf("hints by cluster %v, want %v", hinted, want)
 			}
-			return nil
-		}
-	}
-	harness.Eventually(t, time.Minute, "20 of 20 requests answered in cluster-2", stays("cluster-2", 20))
-
-	scale := func(replicas int32) {
-		dep := &appsv1.Deployment{}
-		harness.Must(t, here.Get(ctx, client.ObjectKey{Namespace: d.ns, Name: name}, dep))
-		dep.Spec.Replicas = ptr.To(replicas)
-		harness.Must(t, here.Update(ctx, dep))
-	}
-	scale(0)
-	gone := time.Now()
-	harness.Eventually(t, time.Minute, "requests fail over to cluster-1", func() error {
-		a, err := d.nc("tcp", nil, host, port)
-		if err != nil || a.cluster != "cluster-1" {
-			return fmt.Errorf("answer %v %v", a, err)
 		}
 		return nil
 	})
-	t.Logf("first answer from cluster-1 %v after cluster-2 scaled to 0", time.Since(gone).Round(100*time.Millisecond))
-	harness.Eventually(t, time.Minute, "10 of 10 requests answered in cluster-1", stays("cluster-1", 10))
-	scale(2)
-	harness.Eventually(t, 2*time.Minute, "20 of 20 requests answered in cluster-2 again", stays("cluster-2", 20))
+	harness.Eventually(t, time.Minute, "20 of 20 requests answered in cluster-2", d.stays(t, "cluster-2", 20))
+	d.scale(t, 1, 0)
+	d.movesTo(t, "cluster-1", 10, "cluster-2 scaled to 0 (same zone id)")
+	d.scale(t, 0, 0)
+	d.movesTo(t, "cluster-3", 10, "cluster-1 scaled to 0 (same Region)")
+	d.scale(t, 2, 0)
+	d.movesTo(t, "cluster-4", 10, "cluster-3 scaled to 0 (another Region)")
+	for i := range d.clients {
+		d.scale(t, i, 2)
+	}
+	d.movesTo(t, "cluster-2", 20, "every cluster scaled back to 2")
+
+	pods := d.nearPods(t, 1)
+	for _, p := range pods {
+		// The container runs on (its UDP listener); its TCP port no longer
+		// listens, which the lab's readiness check sees within a second.
+		script := fmt.Sprintf("kill $(ss -Hltnp 'sport = :%d' | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)", nearPort)
+		if out, err := harness.Exec(ctx, d.env, d.at, d.ns, p, "sh", "-c", script); err != nil {
+			t.Fatalf("killing the TCP listener of %s: %v %s", p, err, out)
+		}
+	}
+	d.movesTo(t, "cluster-1", 10, "cluster-2's pods turned unready")
+	for _, p := range pods {
+		harness.Must(t, here.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: p}}))
+	}
+	d.movesTo(t, "cluster-2", 20, "cluster-2's pods were replaced")
+}
+
+// nearPods are the Ready pods of the Deployment in cluster i.
+func (d *nearWorld) nearPods(t *testing.T, i int) []string {
+	t.Helper()
+	var names []string
+	harness.Eventually(t, time.Minute, "2 Ready pods", func() error {
+		var list corev1.PodList
+		if err := d.clients[i].List(context.Background(), &list, client.InNamespace(d.ns), client.MatchingLabels{"app": nearName}); err != nil {
+			return err
+		}
+		names = names[:0]
+		for _, p := range list.Items {
+			if podReady(&p) && p.DeletionTimestamp == nil {
+				names = append(names, p.Name)
+			}
+		}
+		if len(names) != 2 {
+			return fmt.Errorf("ready pods %v", names)
+		}
+		return nil
+	})
+	return names
+}
+
+// fastLiveness is the controllers' liveness in the silent subtest: a
+// heartbeat every 3 s and a TTL of 15 s rather than the shipped 10 and
+// 30 minutes, which would make the test take an hour. Every other setting
+// is startControllers'.
+func (d *nearWorld) fastLiveness(o *controller.Options) {
+	d.place(o)
+	o.Watch.Heartbeat, o.Watch.SilentAfter = 3*time.Second, 15*time.Second
+}
+
+// silent: cluster-1's controller stops while its pods serve on. Cluster-2
+// drains it (the ServiceImport's ClustersDrained condition and a Warning
+// Event name it) and, its own Deployment scaled to 0, sends requests to
+// cluster-3, not to the drained cluster-1 of its zone; cluster-1's
+// controller back, it is restored and answers again; stopped again, then
+// forgotten with clustermap forget-cluster, it leaves cluster-2's import.
+func (d *nearWorld) silent(t *testing.T) {
+	others := []*devenv.Cluster{d.env.Clusters[1], d.env.Clusters[2], d.env.Clusters[3]}
+	t.Cleanup(d.startControllersIn(t, others, d.fastLiveness))
+	stop1 := d.startControllersIn(t, d.env.Clusters[:1], d.fastLiveness)
+	here := d.clients[1]
+	d.scale(t, 1, 0)
+	d.movesTo(t, "cluster-1", 10, "cluster-2 scaled to 0, every cluster alive")
+
+	stop1()
+	stopped := time.Now()
+	harness.Eventually(t, time.Minute, "cluster-1 drained in cluster-2's import", d.drained(here, "cluster-1"))
+	t.Logf("cluster-1 drained %v after its controller stopped", time.Since(stopped).Round(100*time.Millisecond))
+	harness.Eventually(t, time.Minute, "a ClusterDrained Event on the import", wantEvent(here, d.ns, nearName, "ClusterDrained", corev1.EventTypeWarning, "cluster-1"))
+	d.movesTo(t, "cluster-3", 20, "cluster-1 was drained (its pods still serve)")
+
+	stop1 = d.startControllersIn(t, d.env.Clusters[:1], d.fastLiveness)
+	harness.Eventually(t, time.Minute, "cluster-1 restored", d.drained(here))
+	d.movesTo(t, "cluster-1", 10, "cluster-1's controller came back")
+
+	stop1()
+	harness.Eventually(t, time.Minute, "cluster-1 drained again", d.drained(here, "cluster-1"))
+	// As an operator would, with the TTL the controllers run with.
+	forget := exec.Command(filepath.Join(devenv.BinDir(), "clustermap"), "forget-cluster", "cluster-1",
+		"--clusterset", devenv.DefaultClusterSet, "--region", "us-east-1", "--cloudmap-endpoint", d.cm.URL,
+		"--silent-cluster-ttl", "15s")
+	forget.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "AWS_EC2_METADATA_DISABLED=true")
+	out, err := forget.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "cluster cluster-1 forgotten") {
+		t.Fatalf("clustermap forget-cluster: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	harness.Eventually(t, time.Minute, "cluster-1 gone from cluster-2's import and its slices", func() error {
+		si, err := getImport(here, d.ns, nearName)
+		if err != nil {
+			return err
+		}
+		var clusters []string
+		for _, c := range si.Status.Clusters {
+			clusters = append(clusters, c.Cluster)
+		}
+		if slices.Contains(clusters, "cluster-1") || meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClustersDrained) != nil {
+			return fmt.Errorf("import lists %v, conditions %v", clusters, si.Status.Conditions)
+		}
+		var list discoveryv1.EndpointSliceList
+		if err := here.List(context.Background(), &list, client.InNamespace(d.ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: nearName, mcsv1beta1.LabelSourceCluster: "cluster-1"}); err != nil {
+			return err
+		}
+		if len(list.Items) > 0 {
+			return fmt.Errorf("%d slices of cluster-1 left", len(list.Items))
+		}
+		return nil
+	})
+	harness.Eventually(t, time.Minute, "20 of 20 requests answered by cluster-3", d.stays(t, "cluster-3", 20))
+}
+
+// drained checks that the import's ClustersDrained condition names the
+// clusters given (none: that it has no such condition).
+func (d *nearWorld) drained(cl client.Client, clusters ...string) func() error {
+	return func() error {
+		si, err := getImport(cl, d.ns, nearName)
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClustersDrained)
+		switch {
+		case len(clusters) == 0 && c == nil:
+			return nil
+		case len(clusters) == 0:
+			return fmt.Errorf("condition %s: %s", c.Status, c.Message)
+		case c == nil || c.Status != metav1.ConditionTrue:
+			return fmt.Errorf("no ClustersDrained condition: %v", si.Status.Conditions)
+		}
+		for _, cluster := range clusters {
+			if !strings.Contains(c.Message, cluster+" (last proof of life") {
+				return fmt.Errorf("condition says %q, want %s", c.Message, cluster)
+			}
+		}
+		return nil
+	}
 }

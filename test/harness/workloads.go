@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/clustermap/clustermap/internal/locality"
 )
 
 // App is a Deployment of Replicas pods labelled app=Name and a Service of
@@ -68,4 +70,18 @@ func CreateApp(t testing.TB, cl client.Client, a App) *corev1.Service {
 	Must(t, cl.Create(context.Background(), dep))
 	Must(t, cl.Create(context.Background(), svc))
 	return svc
+}
+
+// PlaceNodes labels every node of the cluster with a zone name and a zone
+// id, as EKS labels its nodes: zone names map to different zones in
+// different accounts, zone ids do not.
+func PlaceNodes(t testing.TB, cl client.Client, zone, zoneID string) {
+	t.Helper()
+	var nodes corev1.NodeList
+	Must(t, cl.List(context.Background(), &nodes))
+	for _, n := range nodes.Items {
+		n.Labels[locality.LabelZone] = zone
+		n.Labels[locality.LabelZoneID] = zoneID
+		Must(t, cl.Update(context.Background(), &n))
+	}
 }

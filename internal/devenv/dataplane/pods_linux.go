@@ -44,8 +44,13 @@ type podRun struct {
 }
 
 // readyPoll is how often a running pod's declared ports are looked at
-// until they listen.
-const readyPoll = 200 * time.Millisecond
+// until they listen; readyRecheck how often after, as a readiness probe
+// with periodSeconds 1 would: a port that stops listening turns the pod
+// unready, and its endpoints with it.
+const (
+	readyPoll    = 200 * time.Millisecond
+	readyRecheck = time.Second
+)
 
 func (a *agent) sync(ctx context.Context, k string) error {
 	ns, name, _ := cache.SplitMetaNamespaceKey(k)
@@ -193,15 +198,16 @@ func exitCode(err error) int {
 }
 
 // report writes the pod's status when its containers' states changed, and
-// looks again shortly while a running container's ports do not listen.
+// looks again shortly while a running container's ports do not listen,
+// every readyRecheck while they do.
 func (a *agent) report(ctx context.Context, k string, p *corev1.Pod, run *podRun) error {
 	run.mu.Lock()
-	waiting := false
+	waiting, probed := false, false
 	for name, r := range run.runs {
-		if r.Running && !r.Listening {
+		if r.Running && len(run.tcp[name]) > 0 {
 			r.Listening = listens(run.pids[name], run.tcp[name])
 			run.runs[name] = r
-			waiting = waiting || !r.Listening
+			waiting, probed = waiting || !r.Listening, true
 		}
 	}
 	runs := make(map[string]ContainerRun, len(run.runs))
@@ -209,8 +215,11 @@ func (a *agent) report(ctx context.Context, k string, p *corev1.Pod, run *podRun
 		runs[name] = r
 	}
 	run.mu.Unlock()
-	if waiting {
+	switch {
+	case waiting:
 		a.queue.AddAfter(k, readyPoll)
+	case probed:
+		a.queue.AddAfter(k, readyRecheck)
 	}
 	want := PodStatus(p, runs, time.Now())
 	if SameStatus(p.Status, want) {
