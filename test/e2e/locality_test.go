@@ -214,7 +214,8 @@ func (d *nearWorld) fastLiveness(o *controller.Options) {
 // Event name it) and, its own Deployment scaled to 0, sends requests to
 // cluster-3, not to the drained cluster-1 of its zone; cluster-1's
 // controller back, it is restored and answers again; stopped again, then
-// forgotten with clustermap forget-cluster, it leaves cluster-2's import.
+// forgotten with clustermap forget-cluster, it leaves every running
+// cluster's import.
 func (d *nearWorld) silent(t *testing.T) {
 	others := []*devenv.Cluster{d.env.Clusters[1], d.env.Clusters[2], d.env.Clusters[3]}
 	t.Cleanup(d.startControllersIn(t, others, d.fastLiveness))
@@ -246,27 +247,29 @@ func (d *nearWorld) silent(t *testing.T) {
 		t.Fatalf("clustermap forget-cluster: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
-	harness.Eventually(t, time.Minute, "cluster-1 gone from cluster-2's import and its slices", func() error {
-		si, err := getImport(here, d.ns, nearName)
-		if err != nil {
-			return err
-		}
-		var clusters []string
-		for _, c := range si.Status.Clusters {
-			clusters = append(clusters, c.Cluster)
-		}
-		if slices.Contains(clusters, "cluster-1") || meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClustersDrained) != nil {
-			return fmt.Errorf("import lists %v, conditions %v", clusters, si.Status.Conditions)
-		}
-		var list discoveryv1.EndpointSliceList
-		if err := here.List(context.Background(), &list, client.InNamespace(d.ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: nearName, mcsv1beta1.LabelSourceCluster: "cluster-1"}); err != nil {
-			return err
-		}
-		if len(list.Items) > 0 {
-			return fmt.Errorf("%d slices of cluster-1 left", len(list.Items))
-		}
-		return nil
-	})
+	for i, cl := range d.clients[1:] {
+		harness.Eventually(t, time.Minute, fmt.Sprintf("cluster-1 gone from cluster-%d's import and its slices", i+2), func() error {
+			si, err := getImport(cl, d.ns, nearName)
+			if err != nil {
+				return err
+			}
+			var clusters []string
+			for _, c := range si.Status.Clusters {
+				clusters = append(clusters, c.Cluster)
+			}
+			if slices.Contains(clusters, "cluster-1") || meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClustersDrained) != nil {
+				return fmt.Errorf("import lists %v, conditions %v", clusters, si.Status.Conditions)
+			}
+			var list discoveryv1.EndpointSliceList
+			if err := cl.List(context.Background(), &list, client.InNamespace(d.ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: nearName, mcsv1beta1.LabelSourceCluster: "cluster-1"}); err != nil {
+				return err
+			}
+			if len(list.Items) > 0 {
+				return fmt.Errorf("%d slices of cluster-1 left", len(list.Items))
+			}
+			return nil
+		})
+	}
 	harness.Eventually(t, time.Minute, "20 of 20 requests answered by cluster-3", d.stays(t, "cluster-3", 20))
 }
 
