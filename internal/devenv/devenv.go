@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"text/template"
 	"time"
 
@@ -365,6 +366,11 @@ func kwokctl(ctx context.Context, binDir, stateDir string, args ...string) ([]by
 	// kwokctl keeps its clusters under KWOK_WORKDIR: one per environment, so
 	// that a demo and tests never see each other's clusters.
 	cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+kwokWorkdir(stateDir))
+	// Cancelled, its whole process group goes: kwokctl's helpers (a kubectl
+	// polling a starting apiserver) outlived it otherwise. The components it
+	// starts have sessions of their own, stopped from their pid files.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	return cmd.CombinedOutput()
 }
 
