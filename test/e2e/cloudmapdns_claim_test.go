@@ -223,8 +223,10 @@ func (d *dnsWorld) renamed(t *testing.T, restart func()) {
 	if newOwner == oldOwner {
 		t.Fatalf("owner unchanged: %s", oldOwner)
 	}
-	harness.Eventually(t, importDeadline, "re-registered under the new name, the old instances gone", d.registered(id, newOwner, ips, nil))
-	harness.Must(t, d.registered(id, oldOwner, nil, nil)())
+	harness.Eventually(t, importDeadline, "re-registered under the new name", d.registered(id, newOwner, ips, nil))
+	// Then the old instances go: registrations come first, so that the
+	// name never goes empty (CloudMap.Apply).
+	harness.Eventually(t, importDeadline, "the old instances gone", d.registered(id, oldOwner, nil, nil))
 	harness.Eventually(t, importDeadline, "still registered", serviceCondition(cl, "web", "moved", "True/Registered"))
 	removeAnnotations(t, cl, "web", "moved", cloudmapdns.AnnotationNamespace, cloudmapdns.AnnotationHostname)
 	d.withdrawn(t, cl, "web", "moved", d.privateNS, "moved")
