@@ -189,6 +189,9 @@ func (w *world) nameClash(t *testing.T) {
 		Shape: func(s *corev1.Service) {
 			metav1.SetMetaDataAnnotation(&s.ObjectMeta, replication.AnnotationMode, string(replication.ModeSingular))
 		}})
+	for _, cl := range w.clients[:2] {
+		harness.Eventually(t, importDeadline, "no replica of a singular Service", gone(cl, "web", "clash"))
+	}
 	own := waitPods(t, w.clients[2], "web", "clash", 1)
 	app(t, w.clients[0], "web", "clash", 2, false, httpPort(80, 8080))
 	ips := waitPods(t, w.clients[0], "web", "clash", 2)
