@@ -405,7 +405,7 @@ func (d *dpWorld) processes(t *testing.T) {
 	// Fails once: Never leaves it failed.
 	harness.Must(t, cl.Create(ctx, pod("once", corev1.RestartPolicyNever, script("once", `echo "bye from $PWD"; exit 5`))))
 	// Declares port 42 but listens only once the gate file appears.
-	gated := script("gated", `echo waiting; while [ ! -e gate ]; do sleep 0.1; done; exec socat TCP-LISTEN:42,fork,reuseaddr SYSTEM:'echo open'`)
+	gated := script("gated", `echo waiting; while [ ! -e gate ]; do sleep 0.1; done; exec socat TCP-LISTEN:42,fork,reuseaddr SYSTEM:'read -r line; echo open'`)
 	gated.Ports = []corev1.ContainerPort{{ContainerPort: 42}}
 	harness.Must(t, cl.Create(ctx, pod("gated", corev1.RestartPolicyAlways, gated)))
 
@@ -439,8 +439,11 @@ func (d *dpWorld) processes(t *testing.T) {
 	}
 	harness.Must(t, os.WriteFile(filepath.Join(dir, "gate"), nil, 0o644))
 	p = waitPodReady(t, cl, d.ns, "gated")
-	// -w is nc's idle timeout: socat forks a shell per connection, which a
-	// loaded machine can take over 2 s to run (nc then prints nothing).
+	// The gated listener reads the request's line before it answers, as
+	// listenerPods do: closed with it unread, the connection is reset,
+	// and the reset can discard "open" before nc reads it (nc then
+	// prints nothing and exits 0; seen under load). -w 10: socat forks a
+	// shell per connection, slow on a loaded machine.
 	if out, err := d.exec("echo | nc -w 10 " + p.Status.PodIP + " 42"); err != nil || strings.TrimSpace(out) != "open" {
 		t.Errorf("gated is Ready; its port answered %q %v", out, err)
 	}
