@@ -19,7 +19,10 @@ import (
 // does, must not take the stopped one's ports: the stopped cluster comes
 // back on its own address, with its own data.
 func TestStoppedClusterKeepsItsPorts(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Three cluster starts, each waiting its turn behind every other test
+	// process's (starts are serialized machine-wide): 3 minutes ran out
+	// with two suites on 2 cores. The test judges addresses, not speed.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	up := func(prefix string) *devenv.Env {
 		env, err := devenv.Up(ctx, devenv.Options{Clusters: 1, BinDir: devenv.BinDir(), Prefix: prefix,
