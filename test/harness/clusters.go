@@ -35,7 +35,10 @@ func ClustersWith(t testing.TB, opts devenv.Options) *devenv.Env {
 	}
 	suffix := make([]byte, 3)
 	_, _ = rand.Read(suffix)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// Starts are serialized machine-wide, so a test waits behind every
+	// other test's (and process's) starts: 5 minutes ran out for 4
+	// clusters beside two suites on 2 cores. More clusters, more time.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(opts.Clusters)*2*time.Minute)
 	defer cancel()
 	opts.BinDir, opts.StateDir, opts.Prefix, opts.Log = devenv.BinDir(), dir, "t"+hex.EncodeToString(suffix), testLog{t}
 	env, err := devenv.Up(ctx, opts)
