@@ -269,15 +269,25 @@ func (d *dpWorld) untilAnswered(t *testing.T, proto string, flags []string, host
 // request must be answered.
 func (d *dpWorld) answering(t *testing.T, n int, proto string, host string, port int32) []string {
 	t.Helper()
+	got, err := d.ask(n, proto, host, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// ask asks n times and returns the clusters that answered, or the first
+// request that was not answered.
+func (d *dpWorld) ask(n int, proto string, host string, port int32) ([]string, error) {
 	seen := map[string]bool{}
 	for i := range n {
 		a, err := d.nc(proto, nil, host, port)
 		if err != nil {
-			t.Fatalf("request %d of %d to %s:%d/%s: %v", i+1, n, host, port, proto, err)
+			return nil, fmt.Errorf("request %d of %d to %s:%d/%s: %v", i+1, n, host, port, proto, err)
 		}
 		seen[a.cluster] = true
 	}
-	return slices.Sorted(maps.Keys(seen))
+	return slices.Sorted(maps.Keys(seen)), nil
 }
 
 // lookup asks the client pod's DNS with dig +short (or nslookup) and

@@ -84,16 +84,11 @@ func (d *nearWorld) place(o *controller.Options) {
 func (d *nearWorld) stays(cluster string, n int) func() error {
 	host := nearName + "." + d.ns + ".svc.clusterset.local"
 	return func() error {
-		for i := range n {
-			a, err := d.nc("tcp", nil, host, nearPort)
-			if err != nil {
-				return fmt.Errorf("request %d of %d: %v", i+1, n, err)
-			}
-			if a.cluster != cluster {
-				return fmt.Errorf("request %d of %d answered by %s, want %s", i+1, n, a.cluster, cluster)
-			}
+		got, err := d.ask(n, "tcp", host, nearPort)
+		if err == nil && !slices.Equal(got, []string{cluster}) {
+			err = fmt.Errorf("%d requests answered by %v, want %s only", n, got, cluster)
 		}
-		return nil
+		return err
 	}
 }
 
