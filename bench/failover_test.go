@@ -35,7 +35,7 @@ import (
 // 100 ms apart). 20 cycles: cluster-2's Deployment scales to 0, timed to
 // the first answer from cluster-1 (failover); back to 2, timed to the
 // first answer from cluster-2 (failback: its pods start in that time).
-// Printed p50/p99.
+// Printed p50/p99, and how many requests of the cycles went unanswered.
 func BenchmarkFailover(b *testing.B) {
 	const cycles, ns, name = 20, "bench-failover", "near"
 	ctx, cancel := context.WithCancel(context.Background())
@@ -83,7 +83,9 @@ func BenchmarkFailover(b *testing.B) {
 		close(answers)
 	}()
 	// first waits for an answer from cluster stamped after since; then,
-	// when settle is set, for settle answers in a row from it.
+	// when settle is set, for settle answers in a row from it. While
+	// measuring, it counts the requests and those nobody answered.
+	measuring, asked, unanswered, phase := false, 0, map[string]int{}, ""
 	first := func(cluster string, since time.Time, settle int) time.Time {
 		var at time.Time
 		run := 0
@@ -93,6 +95,12 @@ func BenchmarkFailover(b *testing.B) {
 			case a, ok := <-answers:
 				if !ok {
 					b.Fatalf("the client's probes ended: %v", probe.Wait())
+				}
+				if measuring {
+					asked++
+					if a.cluster == "" {
+						unanswered[phase]++
+					}
 				}
 				if a.at.Before(since) {
 					continue
@@ -121,10 +129,13 @@ func BenchmarkFailover(b *testing.B) {
 	}
 	first("cluster-2", time.Now(), 30)
 	b.ResetTimer()
+	measuring = true
 	var failover, failback []time.Duration
 	for range cycles {
+		phase = "failover"
 		gone := scale(0)
 		failover = append(failover, first("cluster-1", gone, 1).Sub(gone))
+		phase = "failback"
 		back := scale(2)
 		failback = append(failback, first("cluster-2", back, 30).Sub(back))
 	}
@@ -134,4 +145,6 @@ func BenchmarkFailover(b *testing.B) {
 		percentile(failover, 50).Round(10*time.Millisecond), percentile(failover, 99).Round(10*time.Millisecond))
 	fmt.Printf("  local Deployment back -> first local answer (pods start):      p50 %v  p99 %v\n",
 		percentile(failback, 50).Round(10*time.Millisecond), percentile(failback, 99).Round(10*time.Millisecond))
+	fmt.Printf("  requests over all cycles: %d; unanswered (curl timed out or refused): %d while failing over, %d while failing back\n",
+		asked, unanswered["failover"], unanswered["failback"])
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -53,8 +54,15 @@ func TestImportRoutesLocalFirstWhenAsked(t *testing.T) {
 	node := func(name, zone, id string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{locality.LabelZone: zone, locality.LabelZoneID: id}}}
 	}
+	var written []string // source clusters of the slices updated, in order
 	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
-		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, node("n1", "zone-a", "use1-az1"), node("n2", "zone-b", "use1-az2")).Build()
+		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, node("n1", "zone-a", "use1-az1"), node("n2", "zone-b", "use1-az2")).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				written = append(written, s.Labels[mcsv1beta1.LabelSourceCluster])
+			}
+			return cl.Update(ctx, obj, opts...)
+		}}).Build()
 	gate := &clusterid.Gate{}
 	gate.Open(clusterid.Identity{ClusterID: "here", ClusterSet: "set"}, nil)
 	view := NewView()
@@ -70,11 +78,11 @@ func TestImportRoutesLocalFirstWhenAsked(t *testing.T) {
 	exports := func(ask bool, localReady bool) []registry.Export {
 		local := exportWith("here", mcsv1beta1.ClusterSetIP, "10.9.0.1")
 		local.Endpoints[0].Ready, local.Region = localReady, "us-east-1"
-		near := exportWith("near", mcsv1beta1.ClusterSetIP, "10.1.0.1")
+		near := exportWith("close", mcsv1beta1.ClusterSetIP, "10.1.0.1")
 		near.Endpoints[0].Zone, near.Region = "use1-az1", "us-east-1"
 		far := exportWith("far", mcsv1beta1.ClusterSetIP, "10.2.0.1")
 		far.Region = "eu-west-1"
-		out := []registry.Export{local, near, far}
+		out := []registry.Export{near, far, local}
 		if ask {
 			for i := range out {
 				out[i].TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferClose)
@@ -100,7 +108,11 @@ func TestImportRoutesLocalFirstWhenAsked(t *testing.T) {
 		t.Fatalf("LocalFirst %v", got)
 	}
 	view.Set(key, exports(true, false))
+	written = nil
 	pass()
+	if !reflect.DeepEqual(written, []string{"here", "close"}) {
+		t.Errorf("slices updated in the order %v, want here's (turned unready) before close's (now hinted for the zones)", written)
+	}
 	if got := hintsOf(t, c, key); !reflect.DeepEqual(got, map[string][]string{
 		"10.9.0.1": {locality.Nowhere}, "10.1.0.1": {"zone-a", "zone-b"}, "10.2.0.1": {locality.Nowhere}}) {
 		t.Fatalf("local not ready: hints %v (zone-b has nobody in its zone id: the Region's)", got)

@@ -7,8 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/locality"
 	"github.com/clustermap/clustermap/internal/merge"
 	"github.com/clustermap/clustermap/internal/registry"
 )
@@ -120,6 +122,45 @@ func TestPlanLeavesOutAPortThatLostItsConflict(t *testing.T) {
 		}
 		if src == "c1" && (len(s.Ports) != 1 || *s.Ports[0].Port != 8080) {
 			t.Errorf("c1's slice ports %+v", s.Ports)
+		}
+	}
+}
+
+// A write narrows when it takes traffic from an endpoint: the address gone,
+// neither ready nor serving while terminating (what kube-proxy routes to),
+// or hinted for fewer zones.
+func TestNarrows(t *testing.T) {
+	ep := func(addr string, ready, terminating bool, zones ...string) discoveryv1.Endpoint {
+		e := discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready), Serving: ptr.To(ready || terminating), Terminating: ptr.To(terminating)}}
+		if zones != nil {
+			e.Hints = &discoveryv1.EndpointHints{}
+			for _, z := range zones {
+				e.Hints.ForZones = append(e.Hints.ForZones, discoveryv1.ForZone{Name: z})
+			}
+		}
+		return e
+	}
+	a, b := "10.0.0.1", "10.0.0.2"
+	for _, c := range []struct {
+		name     string
+		from, to []discoveryv1.Endpoint
+		want     bool
+	}{
+		{"same", []discoveryv1.Endpoint{ep(a, true, false)}, []discoveryv1.Endpoint{ep(a, true, false)}, false},
+		{"added", []discoveryv1.Endpoint{ep(a, true, false)}, []discoveryv1.Endpoint{ep(a, true, false), ep(b, true, false)}, false},
+		{"removed", []discoveryv1.Endpoint{ep(a, true, false), ep(b, true, false)}, []discoveryv1.Endpoint{ep(a, true, false)}, true},
+		{"unready", []discoveryv1.Endpoint{ep(a, true, false)}, []discoveryv1.Endpoint{ep(a, false, false)}, true},
+		{"terminating, still serving", []discoveryv1.Endpoint{ep(a, true, false)}, []discoveryv1.Endpoint{ep(a, false, true)}, false},
+		{"turned ready", []discoveryv1.Endpoint{ep(a, false, false)}, []discoveryv1.Endpoint{ep(a, true, false)}, false},
+		{"unready one removed", []discoveryv1.Endpoint{ep(a, false, false)}, nil, false},
+		{"hinted away", []discoveryv1.Endpoint{ep(a, true, false, "z1", "z2")}, []discoveryv1.Endpoint{ep(a, true, false, locality.Nowhere)}, true},
+		{"hinted here from nowhere", []discoveryv1.Endpoint{ep(a, true, false, locality.Nowhere)}, []discoveryv1.Endpoint{ep(a, true, false, "z1")}, false},
+		{"hinted for fewer", []discoveryv1.Endpoint{ep(a, true, false)}, []discoveryv1.Endpoint{ep(a, true, false, "z1")}, true},
+		{"hinted for more", []discoveryv1.Endpoint{ep(a, true, false, "z1")}, []discoveryv1.Endpoint{ep(a, true, false, "z1", "z2")}, false},
+		{"hints dropped", []discoveryv1.Endpoint{ep(a, true, false, "z1")}, []discoveryv1.Endpoint{ep(a, true, false)}, false},
+	} {
+		if got := narrows(c.from, c.to); got != c.want {
+			t.Errorf("%s: narrows %v, want %v", c.name, got, c.want)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -499,6 +500,10 @@ func readyCondition(generation int64, err error) metav1.Condition {
 }
 
 // applySlices makes our EndpointSlices of the import exactly the desired ones.
+// Writes that take traffic from an endpoint go before the others: between
+// two writes kube-proxy then routes to fewer endpoints, never to dying ones
+// beside their replacements (on failover, cluster A's slice turns unready
+// before cluster B's is hinted for the zone).
 func (r *Reconciler) applySlices(ctx context.Context, owner *mcsv1beta1.ServiceImport, key registry.Key, want []*discoveryv1.EndpointSlice) error {
 	have := &discoveryv1.EndpointSliceList{}
 	if err := r.Client.List(ctx, have, client.InNamespace(key.Namespace),
@@ -509,25 +514,80 @@ func (r *Reconciler) applySlices(ctx context.Context, owner *mcsv1beta1.ServiceI
 	for i := range have.Items {
 		existing[have.Items[i].Name] = &have.Items[i]
 	}
-	var errs []error
+	var narrowing, rest []func() error
+	var wanted []discoveryv1.Endpoint
 	for _, s := range want {
 		if err := controllerutil.SetControllerReference(owner, s, r.Client.Scheme()); err != nil {
 			return err
 		}
+		wanted = append(wanted, s.Endpoints...)
 		cur, ok := existing[s.Name]
 		delete(existing, s.Name)
 		switch {
 		case !ok:
-			errs = append(errs, r.Client.Create(ctx, s))
+			rest = append(rest, func() error { return r.Client.Create(ctx, s) })
 		case !reflect.DeepEqual(cur.Endpoints, s.Endpoints) || !reflect.DeepEqual(cur.Ports, s.Ports) || !reflect.DeepEqual(cur.Labels, s.Labels):
-			cur.Endpoints, cur.Ports, cur.Labels = s.Endpoints, s.Ports, s.Labels
-			errs = append(errs, r.Client.Update(ctx, cur))
+			write := func() error {
+				cur.Endpoints, cur.Ports, cur.Labels = s.Endpoints, s.Ports, s.Labels
+				return r.Client.Update(ctx, cur)
+			}
+			if narrows(cur.Endpoints, s.Endpoints) {
+				narrowing = append(narrowing, write)
+			} else {
+				rest = append(rest, write)
+			}
 		}
 	}
 	for _, s := range existing {
-		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, s)))
+		// A slice renamed (its ports changed) goes after its replacement.
+		write := func() error { return client.IgnoreNotFound(r.Client.Delete(ctx, s)) }
+		if narrows(s.Endpoints, wanted) {
+			narrowing = append(narrowing, write)
+		} else {
+			rest = append(rest, write)
+		}
+	}
+	var errs []error
+	for _, write := range append(narrowing, rest...) {
+		errs = append(errs, write())
 	}
 	return errors.Join(errs...)
+}
+
+// narrows reports whether endpoints to take traffic from some endpoint of
+// from: its address gone, no longer one kube-proxy routes to, or hinted for
+// fewer zones (no hints is every zone).
+func narrows(from, to []discoveryv1.Endpoint) bool {
+	const anyZone = ""
+	routes := func(eps []discoveryv1.Endpoint) map[[2]string]bool {
+		out := map[[2]string]bool{}
+		for _, ep := range eps {
+			c := ep.Conditions
+			// kube-proxy's choice: ready ones, else serving terminating ones.
+			if !ptr.Deref(c.Ready, true) && !(ptr.Deref(c.Serving, false) && ptr.Deref(c.Terminating, false)) {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				if ep.Hints == nil {
+					out[[2]string{a, anyZone}] = true
+					continue
+				}
+				for _, z := range ep.Hints.ForZones {
+					if z.Name != locality.Nowhere { // a zone no node is in
+						out[[2]string{a, z.Name}] = true
+					}
+				}
+			}
+		}
+		return out
+	}
+	now := routes(to)
+	for r := range routes(from) {
+		if !now[r] && !now[[2]string{r[0], anyZone}] {
+			return true
+		}
+	}
+	return false
 }
 
 // remove deletes the import and what it owns: the service is exported
