@@ -13,12 +13,10 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -112,10 +110,7 @@ func (d *nearWorld) movesTo(t *testing.T, cluster string, n int, after string) {
 // scale sets the replicas of the Deployment in cluster i.
 func (d *nearWorld) scale(t *testing.T, i int, replicas int32) {
 	t.Helper()
-	dep := &appsv1.Deployment{}
-	harness.Must(t, d.clients[i].Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: nearName}, dep))
-	dep.Spec.Replicas = ptr.To(replicas)
-	harness.Must(t, d.clients[i].Update(context.Background(), dep))
+	scale(t, d.clients[i], d.ns, nearName, replicas)
 }
 
 // failover: with cluster-2's endpoints ready, 20 of 20 requests stay in

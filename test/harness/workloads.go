@@ -80,8 +80,11 @@ func PlaceNodes(t testing.TB, cl client.Client, zone, zoneID string) {
 	var nodes corev1.NodeList
 	Must(t, cl.List(context.Background(), &nodes))
 	for _, n := range nodes.Items {
+		// A patch, not an update: the node's heartbeat may have changed it
+		// since the list, and an update would then fail on the conflict.
+		patch := client.MergeFrom(n.DeepCopy())
 		n.Labels[locality.LabelZone] = zone
 		n.Labels[locality.LabelZoneID] = zoneID
-		Must(t, cl.Update(context.Background(), &n))
+		Must(t, cl.Patch(context.Background(), &n, patch))
 	}
 }
