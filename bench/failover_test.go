@@ -13,11 +13,8 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -122,15 +119,7 @@ func BenchmarkFailover(b *testing.B) {
 		}
 	}
 	scale := func(replicas int32) time.Time {
-		// The Deployment controller writes it too: retry on conflicts.
-		harness.Must(b, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			dep := &appsv1.Deployment{}
-			if err := here.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dep); err != nil {
-				return err
-			}
-			dep.Spec.Replicas = ptr.To(replicas)
-			return here.Update(ctx, dep)
-		}))
+		harness.Scale(b, here, ns, name, replicas)
 		return time.Now()
 	}
 	first("cluster-2", time.Now(), 30)

@@ -251,7 +251,7 @@ func (d *dnsWorld) besideECS(t *testing.T) {
 	annotated(t, cl, "web", "nginx", 3, "test-namespace", "nginx-service")
 	owner := d.owner(t, d.ecsServiceID, "web", "nginx")
 	for _, n := range []int32{3, 6, 1, 3} {
-		scale(t, cl, "web", "nginx", n)
+		harness.Scale(t, cl, "web", "nginx", n)
 		ips := waitPods(t, cl, "web", "nginx", int(n))
 		harness.Eventually(t, importDeadline, fmt.Sprintf("%d pods registered beside ECS", n), d.registered(d.ecsServiceID, owner, ips, d.ecs))
 	}

@@ -110,7 +110,7 @@ func (d *nearWorld) movesTo(t *testing.T, cluster string, n int, after string) {
 // scale sets the replicas of the Deployment in cluster i.
 func (d *nearWorld) scale(t *testing.T, i int, replicas int32) {
 	t.Helper()
-	scale(t, d.clients[i], d.ns, nearName, replicas)
+	harness.Scale(t, d.clients[i], d.ns, nearName, replicas)
 }
 
 // failover: with cluster-2's endpoints ready, 20 of 20 requests stay in

@@ -44,7 +44,7 @@ func (w *world) outage(t *testing.T) {
 		}
 		w.cm.SetFaults(fault.faults)
 		start := time.Now()
-		scale(t, src, ns, name, replicas) // a change Cloud Map cannot take now
+		harness.Scale(t, src, ns, name, replicas) // a change Cloud Map cannot take now
 		for time.Since(start) < faultDuration {
 			for i, cl := range w.clients {
 				si, err := getImport(cl, ns, name)
@@ -93,7 +93,7 @@ func TestRestartDuringOutageKeepsImports(t *testing.T) {
 		}
 	}
 	w.cm.SetFaults(cloudmaplocal.Faults{})
-	scale(t, w.clients[0], ns, name, 3)
+	harness.Scale(t, w.clients[0], ns, name, 3)
 	ips = waitPods(t, w.clients[0], ns, name, 3)
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
 
@@ -103,7 +103,7 @@ func TestRestartDuringOutageKeepsImports(t *testing.T) {
 	w.cm.SetFaults(cloudmaplocal.Faults{FailReadsOf: []string{ns + "/" + name}})
 	stop = w.startControllers(t, nil)
 	fresh := w.exportApp(t, ns, "fresh", 2)
-	scale(t, w.clients[0], ns, name, 1)
+	harness.Scale(t, w.clients[0], ns, name, 1)
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
 		for i, cl := range w.clients {
 			if slices, err := importSlices(cl, ns, name); err != nil || !reflect.DeepEqual(readyIPs(slices), ips) {

@@ -84,7 +84,7 @@ func TestRestartReadingTheWrongPlaceKeepsImports(t *testing.T) {
 	// Restarted right: the imports follow changes again, the condition goes.
 	stop()
 	stop = w.startControllers(t, nil)
-	scale(t, w.clients[0], ns, "orders", 3)
+	harness.Scale(t, w.clients[0], ns, "orders", 3)
 	w.importedEverywhere(t, importDeadline, ns, "orders", "cluster-1", waitPods(t, w.clients[0], ns, "orders", 3))
 	harness.Eventually(t, importDeadline, "RemovalHeld cleared", func() error {
 		for name := range ips {

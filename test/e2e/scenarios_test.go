@@ -123,19 +123,6 @@ func (w *world) headless(t *testing.T) {
 	}
 }
 
-func scale(t *testing.T, cl client.Client, ns, name string, n int32) {
-	t.Helper()
-	// The Deployment controller writes it too: retry on conflicts.
-	harness.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		dep := &appsv1.Deployment{}
-		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dep); err != nil {
-			return err
-		}
-		dep.Spec.Replicas = ptr.To(n)
-		return cl.Update(context.Background(), dep)
-	}))
-}
-
 func (w *world) scaling(t *testing.T) {
 	const ns, name = "scaling", "api"
 	w.allNamespaces(t, ns)
@@ -143,7 +130,7 @@ func (w *world) scaling(t *testing.T) {
 	app(t, src, ns, name, 3, false, httpPort(80, 8080))
 	exportService(t, src, ns, name)
 	for _, n := range []int32{3, 10, 0, 3} {
-		scale(t, src, ns, name, n)
+		harness.Scale(t, src, ns, name, n)
 		ips := waitPods(t, src, ns, name, int(n))
 		w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
 	}
@@ -398,7 +385,7 @@ func (w *world) otherClusterSet(t *testing.T) {
 		Attributes: map[string]string{"AWS_INSTANCE_IPV4": "10.250.0.1", "AWS_INSTANCE_PORT": "8080", "CLUSTER_ID": "cluster-1", "CLUSTERSET_ID": "another-set",
 			"SERVICE_PORT": "80", "SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1"}})
 	harness.Must(t, err)
-	scale(t, src, ns, name, 2) // a change to import
+	harness.Scale(t, src, ns, name, 2) // a change to import
 	ips := waitPods(t, src, ns, name, 2)
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
 

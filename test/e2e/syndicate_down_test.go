@@ -96,7 +96,7 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 
 	// cluster-2 back, its controller too: both converge, a change made in
 	// cluster-1 meanwhile included.
-	scale(t, one, "web", "from1", 3)
+	harness.Scale(t, one, "web", "from1", 3)
 	ips1 = waitPods(t, one, "web", "from1", 3)
 	harness.Must(t, w.env.StartCluster(ctx, w.env.Clusters[1]))
 	stop1()
@@ -132,6 +132,6 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 		replication.ReasonPeerKubeconfigInvalid, corev1.EventTypeWarning, "cluster-2.yaml"))
 	harness.Must(t, replicaOf(one, "web", "from2", "cluster-2", false, ips2)())
 	harness.Must(t, os.WriteFile(peerFile, data, 0o600))
-	scale(t, two, "web", "from2", 1)
+	harness.Scale(t, two, "web", "from2", 1)
 	harness.Eventually(t, 60*time.Second, "synced again once the file is fixed", replicaOf(one, "web", "from2", "cluster-2", false, waitPods(t, two, "web", "from2", 1)))
 }

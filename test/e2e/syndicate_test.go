@@ -163,7 +163,7 @@ func (w *world) replicate(t *testing.T) {
 		t.Fatalf("replica slices %+v, want one with port http 8080", list.Items)
 	}
 	for _, n := range []int32{5, 1} {
-		scale(t, src, "web", "api", n)
+		harness.Scale(t, src, "web", "api", n)
 		ips := waitPods(t, src, "web", "api", int(n))
 		start := time.Now()
 		for _, peer := range w.clients[1:] {
@@ -456,7 +456,7 @@ func (w *world) peerDown(t *testing.T) {
 	}
 	harness.Must(t, w.env.StopCluster(ctx, w.env.Clusters[1]))
 	stopped := time.Now()
-	scale(t, one, "web", "from1", 3)
+	harness.Scale(t, one, "web", "from1", 3)
 	ips1 = waitPods(t, one, "web", "from1", 3)
 	harness.Eventually(t, importDeadline, "cluster-3 follows while cluster-2 is down", replicaOf(three, "web", "from1", "cluster-1", false, ips1))
 	for time.Since(stopped) < 30*time.Second {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -87,4 +88,18 @@ func PlaceNodes(t testing.TB, cl client.Client, zone, zoneID string) {
 		n.Labels[locality.LabelZoneID] = zoneID
 		Must(t, cl.Patch(context.Background(), &n, patch))
 	}
+}
+
+// Scale sets the replicas of a Deployment. The Deployment controller
+// writes it too: a conflict is retried.
+func Scale(t testing.TB, cl client.Client, ns, name string, n int32) {
+	t.Helper()
+	Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		dep := &appsv1.Deployment{}
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, dep); err != nil {
+			return err
+		}
+		dep.Spec.Replicas = ptr.To(n)
+		return cl.Update(context.Background(), dep)
+	}))
 }
