@@ -38,6 +38,12 @@ func newRoot() *cobra.Command {
 		limits        []string
 		credentials   []string
 		accounts      []string
+		profileName   string
+		opTime        string
+		readLag       time.Duration
+		tenants       float64
+		lateFailures  float64
+		controlRate   string
 	)
 	cmd := &cobra.Command{
 		Use:   "cloudmap-local",
@@ -81,18 +87,19 @@ Where the AWS docs are silent this emulator takes the strict reading:
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			profile, err := profileFrom(cmd, profileName, opTime, readLag, tenants, lateFailures, controlRate)
+			if err != nil {
+				return err
+			}
+			opts.Profile = &profile
 			opts.Faults = cloudmaplocal.Faults{
 				Outage: outage, ErrorRate: errorRate, Latency: cloudmaplocal.Duration{Duration: latency},
-				RateLimits: cloudmaplocal.DefaultRateLimits(),
+				RateLimits: map[string]cloudmaplocal.RateLimit{},
 			}
 			for _, l := range limits {
 				op, rl, err := parseRateLimit(l)
 				if err != nil {
 					return err
-				}
-				if rl.Rate <= 0 {
-					delete(opts.Faults.RateLimits, op) // OP=0 lifts a default limit
-					continue
 				}
 				opts.Faults.RateLimits[op] = rl
 			}
@@ -149,15 +156,59 @@ Where the AWS docs are silent this emulator takes the strict reading:
 	f.StringVar(&opts.Account, "account", "123456789012", "account of every access key --access-key does not name")
 	f.StringSliceVar(&accounts, "access-key", nil, "ACCESS_KEY_ID=ACCOUNT_ID: the account a key belongs to (repeatable)")
 	f.BoolVar(&opts.PermissiveSharing, "permissive-sharing", false, "let any account of a shared namespace change or remove what another created in it (the loose reading; default strict)")
-	f.DurationVar(&opts.OperationDelay, "operation-delay", 0, "time asynchronous operations stay SUBMITTED/PENDING")
+	aws := cloudmaplocal.AWS()
+	f.StringVar(&profileName, "profile", "aws", "behaviour where Cloud Map's reference is silent: aws (as documented, conservative assumptions; docs/emulator.md) or instant (operations at once, no lag, no quotas on calls: unit tests of logic only); the flags below change one of its parameters")
+	f.StringVar(&opTime, "operation-time", aws.OperationTime.String(), "how long asynchronous operations stay SUBMITTED/PENDING: DURATION, or MIN-MAX drawn uniformly")
+	f.DurationVar(&readLag, "read-lag", aws.ReadLag, "how far DiscoverInstances and DiscoverInstancesRevision trail completed operations (each read: uniformly up to this)")
+	f.Float64Var(&tenants, "tenant-operations", aws.TenantOperations, "operations per second of the account's other tenants (an ECS service), which ListOperations pages through")
+	f.Float64Var(&lateFailures, "late-failure-rate", aws.LateFailureRate, "share of asynchronous operations accepted and then ending FAIL")
+	f.StringVar(&controlRate, "control-rate", fmt.Sprintf("%g/%d", aws.ControlRate.Rate, aws.ControlRate.Burst), "request quota of each control-plane operation per account and Region, RATE[/BURST] (0: none)")
 	f.IntVar(&opts.MaxNamespaces, "max-namespaces", 50, "namespace quota")
 	f.IntVar(&opts.MaxInstancesPerNamespace, "max-instances-per-namespace", 2000, "instances-per-namespace quota")
 	f.BoolVar(&outage, "outage", false, "start in an outage (every call answers 503)")
 	f.Float64Var(&errorRate, "error-rate", 0, "share of calls answered with 500 InternalFailure")
 	f.DurationVar(&latency, "latency", 0, "latency added to every call")
-	f.StringSliceVar(&limits, "rate-limit", nil, "OPERATION=RATE[/BURST] token bucket (repeatable; * for every operation; RATE 0 lifts a limit)")
+	f.StringSliceVar(&limits, "rate-limit", nil, "OPERATION=RATE[/BURST] token bucket as a fault, on top of the profile's quotas (repeatable; * for every operation)")
 	f.StringSliceVar(&credentials, "credentials", nil, "ACCESS_KEY_ID:SECRET; when set, SigV4 signatures are checked")
 	return cmd
+}
+
+// profileFrom is the named profile with the parameters set by flags.
+func profileFrom(cmd *cobra.Command, name, opTime string, readLag time.Duration, tenants, lateFailures float64, controlRate string) (cloudmaplocal.Profile, error) {
+	p, err := cloudmaplocal.ProfileNamed(name)
+	if err != nil {
+		return p, fmt.Errorf("--profile: %w", err)
+	}
+	f := cmd.Flags()
+	if f.Changed("operation-time") {
+		lo, hi, ranged := strings.Cut(opTime, "-")
+		if !ranged {
+			hi = lo
+		}
+		min, err1 := time.ParseDuration(lo)
+		max, err2 := time.ParseDuration(hi)
+		if err := errors.Join(err1, err2); err != nil || max < min {
+			return p, fmt.Errorf("--operation-time %q: want DURATION or MIN-MAX, e.g. 500ms-4s", opTime)
+		}
+		p.OperationTime = cloudmaplocal.Spread{Min: min, Max: max}
+	}
+	if f.Changed("read-lag") {
+		p.ReadLag = readLag
+	}
+	if f.Changed("tenant-operations") {
+		p.TenantOperations = tenants
+	}
+	if f.Changed("late-failure-rate") {
+		p.LateFailureRate = lateFailures
+	}
+	if f.Changed("control-rate") {
+		_, rl, err := parseRateLimit("control=" + controlRate)
+		if err != nil {
+			return p, fmt.Errorf("--control-rate %q: want RATE[/BURST], e.g. 50/100", controlRate)
+		}
+		p.ControlRate = rl
+	}
+	return p, nil
 }
 
 // parseRateLimit reads OPERATION=RATE[/BURST].

@@ -22,6 +22,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 )
 
 // httpService makes a namespace and service and returns the service id.
@@ -153,7 +154,7 @@ func asStatus(err error, target *interface{ HTTPStatusCode() int }) bool {
 func TestStateSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{DataDir: dir})
+	srv, err := cloudmaplocal.New(cloudmaplocal.Options{DataDir: dir, Profile: cloudmaptest.Instant().Profile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 	}
 }
 
-// With an operation delay, operations pass through SUBMITTED and PENDING,
+// Operations that take time pass through SUBMITTED and PENDING,
 // a second registration of the same instance meanwhile is a DuplicateRequest,
 // and the instance appears only when the operation succeeds. A restart in
 // the middle finishes the operation.
@@ -198,7 +199,8 @@ func TestAsynchronousOperations(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	delay := 400 * time.Millisecond
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{OperationDelay: delay, DataDir: dir})
+	fixed := cloudmaplocal.Profile{OperationTime: cloudmaplocal.Spread{Min: delay, Max: delay}}
+	srv, err := cloudmaplocal.New(cloudmaplocal.Options{Profile: &fixed, DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +234,7 @@ func TestAsynchronousOperations(t *testing.T) {
 	op = must[*sd.RegisterInstanceOutput](t)(register(ctx, c, svc, "i-2", map[string]string{"AWS_INSTANCE_IPV4": "10.2.0.2"}))
 	api.Close()
 	srv.Close()
-	_, c2, _ := emulator(t, cloudmaplocal.Options{OperationDelay: delay, DataDir: dir}, cloudmapclient.Options{})
+	_, c2, _ := emulator(t, cloudmaplocal.Options{Profile: &fixed, DataDir: dir}, cloudmapclient.Options{})
 	opDone(t, c2, op.OperationId)
 	must[*sd.GetInstanceOutput](t)(c2.GetInstance(ctx, &sd.GetInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String("i-2")}))
 }
@@ -375,7 +377,7 @@ func TestDataHostPrefix(t *testing.T) {
 // With credentials configured, SigV4 signatures are checked.
 func TestSignatureChecking(t *testing.T) {
 	ctx := context.Background()
-	srv, err := cloudmaplocal.New(cloudmaplocal.Options{Credentials: map[string]string{"AKIDEXAMPLE": "right-secret"}})
+	srv, err := cloudmaplocal.New(cloudmaplocal.Options{Credentials: map[string]string{"AKIDEXAMPLE": "right-secret"}, Profile: cloudmaptest.Instant().Profile})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,6 +95,33 @@ func (fs *faultState) inject(ctx context.Context, op string, who caller) *apiErr
 	return nil
 }
 
+// quotaState holds the profile's request quotas: token buckets per
+// operation, account and Region, as AWS applies them. Faults' RateLimits
+// come on top.
+type quotaState struct {
+	mu       sync.Mutex
+	limiters map[limiterKey]*rate.Limiter
+}
+
+func (q *quotaState) take(p Profile, op string, who caller) *apiError {
+	rl, ok := p.rateLimit(op)
+	if !ok {
+		return nil
+	}
+	key := limiterKey{op, who.account, who.region}
+	q.mu.Lock()
+	lim := q.limiters[key]
+	if lim == nil {
+		lim = rate.NewLimiter(rate.Limit(rl.Rate), max(rl.Burst, 1))
+		q.limiters[key] = lim
+	}
+	q.mu.Unlock()
+	if !lim.Allow() {
+		return errorf("RequestLimitExceeded", "Rate exceeded for %s", op)
+	}
+	return nil
+}
+
 // failRead fails DiscoverInstances of the services FailReadsOf names.
 func (fs *faultState) failRead(op string, who caller, decoded any) *apiError {
 	f := fs.get()

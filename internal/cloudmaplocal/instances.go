@@ -3,10 +3,12 @@ package cloudmaplocal
 import (
 	"context"
 	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
+	"time"
 )
 
 // Attributes the service reserves; they do not count as custom attributes.
@@ -235,6 +237,45 @@ func matchesAll(attrs, filter map[string]string) bool {
 	return true
 }
 
+// record keeps what a change of instance id replaces, for the reads that
+// lag (Profile.ReadLag); callers hold s.mu for writing and change
+// svc.Instances[id] and the revision right after.
+func (s *region) record(svc *serviceRec, id string) {
+	now := time.Now()
+	if s.profile.ReadLag <= 0 {
+		return
+	}
+	drop := 0
+	for drop < len(svc.history) && now.Sub(svc.history[drop].at) > s.profile.ReadLag {
+		drop++
+	}
+	svc.history = append(svc.history[drop:], instanceChange{at: now, id: id, prev: svc.Instances[id], prevRevision: svc.Revision})
+}
+
+// seen is a service's instances and revision as one data-plane read shows
+// them: as they were at a moment drawn from the last ReadLag. Callers hold
+// s.mu; the map returned is not to be changed.
+func (s *region) seen(svc *serviceRec) (map[string]*instanceRec, int64) {
+	if s.profile.ReadLag <= 0 || len(svc.history) == 0 {
+		return svc.Instances, svc.Revision
+	}
+	at := time.Now().Add(-rand.N(s.profile.ReadLag))
+	if !svc.history[len(svc.history)-1].at.After(at) {
+		return svc.Instances, svc.Revision
+	}
+	instances, rev := maps.Clone(svc.Instances), svc.Revision
+	for i := len(svc.history) - 1; i >= 0 && svc.history[i].at.After(at); i-- {
+		c := svc.history[i]
+		if c.prev == nil {
+			delete(instances, c.id)
+		} else {
+			instances[c.id] = c.prev
+		}
+		rev = c.prevRevision
+	}
+	return instances, rev
+}
+
 func (s *region) DiscoverInstances(ctx context.Context, in *DiscoverInstancesRequest) (*DiscoverInstancesResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -242,6 +283,7 @@ func (s *region) DiscoverInstances(ctx context.Context, in *DiscoverInstancesReq
 	if err != nil {
 		return nil, err
 	}
+	instances, rev := s.seen(svc)
 	// Health only filters services that have a health check. Without a
 	// HealthStatus, HEALTHY is assumed (the model documents no default).
 	want := in.HealthStatus
@@ -249,7 +291,7 @@ func (s *region) DiscoverInstances(ctx context.Context, in *DiscoverInstancesReq
 		want = "HEALTHY"
 	}
 	var matched []*instanceRec
-	for _, inst := range svc.Instances {
+	for _, inst := range instances {
 		if matchesAll(inst.Attributes, in.QueryParameters) {
 			matched = append(matched, inst)
 		}
@@ -292,7 +334,6 @@ func (s *region) DiscoverInstances(ctx context.Context, in *DiscoverInstancesReq
 	if len(matched) > limit {
 		matched = matched[:limit]
 	}
-	rev := svc.Revision
 	out := &DiscoverInstancesResponse{InstancesRevision: &rev, Instances: make([]HttpInstanceSummary, 0, len(matched))}
 	for _, inst := range matched {
 		health := inst.Health
@@ -314,7 +355,7 @@ func (s *region) DiscoverInstancesRevision(ctx context.Context, in *DiscoverInst
 	if err != nil {
 		return nil, err
 	}
-	rev := svc.Revision
+	_, rev := s.seen(svc)
 	return &DiscoverInstancesRevisionResponse{InstancesRevision: &rev}, nil
 }
 
@@ -367,7 +408,10 @@ func (s *region) UpdateInstanceCustomHealthStatus(ctx context.Context, in *Updat
 		return nil, errorf("CustomHealthNotFound", "Service %s has no custom health check", svc.Id)
 	}
 	if inst.Health != in.Status {
-		inst.Health = in.Status
+		s.record(svc, inst.Id)
+		changed := *inst
+		changed.Health = in.Status
+		svc.Instances[inst.Id] = &changed
 		// What DiscoverInstances returns changed: so does the revision.
 		svc.Revision++
 		s.changed()

@@ -3,16 +3,18 @@ package cloudmaplocal
 import (
 	"context"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"time"
 )
 
 // Asynchronous operations: namespace create/update/delete, UpdateService and
 // instance (de)registration answer with an OperationId at once; the change
-// itself happens when the operation completes, OperationDelay later.
+// itself happens when the operation completes, the profile's OperationTime
+// later.
 
-// startOperation records account's operation on ns and, without a delay,
-// completes it before returning. Callers hold s.mu.
+// startOperation records account's operation on ns and, when the profile
+// gives it no time, completes it before returning. Callers hold s.mu.
 func (s *region) startOperation(account string, ns *namespaceRec, opType string, targets map[string]string, p *pending, creatorKey string) *operationRec {
 	now := time.Now()
 	op := &operationRec{
@@ -24,11 +26,13 @@ func (s *region) startOperation(account string, ns *namespaceRec, opType string,
 		s.st.Creators[creatorKey] = op.Id
 	}
 	s.changed()
-	if s.opts.OperationDelay <= 0 {
+	d := s.profile.OperationTime.draw()
+	if d <= 0 {
 		s.complete(op)
 		return op
 	}
-	op.DueAt = now.Add(s.opts.OperationDelay)
+	op.DueAt = now.Add(d)
+	s.pending[op.Id] = op
 	s.schedule(op)
 	return op
 }
@@ -55,6 +59,7 @@ func (s *region) complete(op *operationRec) {
 	}
 	op.Pending = nil
 	op.DueAt = time.Time{}
+	delete(s.pending, op.Id)
 	op.UpdateDate = time.Now()
 	s.finished = append(s.finished, op.Id)
 	s.prune()
@@ -135,6 +140,7 @@ func (s *region) apply(op *operationRec) *apiError {
 			}
 			s.ix.nsInstances[svc.NamespaceId]++
 		}
+		s.record(svc, p.Instance.Id)
 		svc.Instances[p.Instance.Id] = p.Instance
 		svc.Revision++
 	case "DEREGISTER_INSTANCE":
@@ -143,6 +149,7 @@ func (s *region) apply(op *operationRec) *apiError {
 		if svc == nil || svc.Instances[id] == nil {
 			return errorf("InstanceNotFound", "Instance %s not found", id)
 		}
+		s.record(svc, id)
 		delete(svc.Instances, id)
 		s.ix.nsInstances[svc.NamespaceId]--
 		svc.Revision++
@@ -154,14 +161,8 @@ func (s *region) apply(op *operationRec) *apiError {
 // given ones: the service answers a second change meanwhile with
 // DuplicateRequest. Callers hold s.mu.
 func (s *region) pendingOn(targets map[string]string) *operationRec {
-	if s.opts.OperationDelay <= 0 {
-		return nil
-	}
 next:
-	for _, op := range s.st.Operations {
-		if op.Pending == nil {
-			continue
-		}
+	for _, op := range s.pending {
 		for k, v := range targets {
 			if op.Targets[k] != v {
 				continue next
@@ -178,12 +179,13 @@ func duplicateRequest(op *operationRec) *apiError {
 	return e
 }
 
-// status reports SUBMITTED for the first half of the delay, then PENDING.
+// status reports SUBMITTED for the first half of the operation's time,
+// then PENDING.
 func (s *region) status(op *operationRec) string {
 	if op.Pending == nil {
 		return op.Status
 	}
-	if time.Since(op.CreateDate) < s.opts.OperationDelay/2 {
+	if time.Since(op.CreateDate) < op.DueAt.Sub(op.CreateDate)/2 {
 		return "SUBMITTED"
 	}
 	return "PENDING"
@@ -217,26 +219,25 @@ func (s *region) reachable(op *operationRec, who, ownerAccount string) bool {
 	return ownerAccount == op.Owner && (ns == nil || s.visibleTo(ns, who))
 }
 
-// ListOperations lists the caller's operations on its own namespaces.
-// Operations on a shared namespace by other accounts are never listed (the
-// Developer Guide); nor are a consumer's own operations on a namespace
-// shared with it (not documented: strict reading).
+// ListOperations lists the caller's operations on its own namespaces,
+// newest first. Operations on a shared namespace by other accounts are
+// never listed (the Developer Guide); nor are a consumer's own operations
+// on a namespace shared with it (not documented: strict reading). As the
+// model documents, a page is MaxResults of all those operations, filtered
+// after: it may hold none that match and still carry a NextToken.
 func (s *region) ListOperations(ctx context.Context, in *ListOperationsRequest) (*ListOperationsResponse, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
 	who := callerFrom(ctx).account
 	match, err := operationFilter(in.Filters)
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addTenantOperations(who, time.Now())
 	// Newest first, as the console shows them; the key pages stably.
 	keys := map[string]*operationRec{}
 	for _, op := range s.st.Operations {
-		if op.Account != who || op.Owner != who {
-			continue
-		}
-		st := s.status(op)
-		if match(op, st) {
+		if op.Account == who && op.Owner == who {
 			keys[pageKeyNewestFirst(op.CreateDate, op.Id)] = op
 		}
 	}
@@ -247,7 +248,55 @@ func (s *region) ListOperations(ctx context.Context, in *ListOperationsRequest) 
 	out := &ListOperationsResponse{NextToken: next, Operations: []OperationSummary{}}
 	for _, k := range page {
 		op := keys[k]
-		out.Operations = append(out.Operations, OperationSummary{Id: op.Id, Status: s.status(op)})
+		if st := s.status(op); match(op, st) {
+			out.Operations = append(out.Operations, OperationSummary{Id: op.Id, Status: st})
+		}
 	}
 	return out, nil
+}
+
+// tenantNamespace and tenantService are where the account's other tenants
+// (Profile.TenantOperations) register: a DNS namespace's service this
+// emulator does not hold, as an ECS service's would be to clustermap.
+const (
+	tenantNamespace = "ns-tenantecsservice"
+	tenantService   = "srv-tenantecsservice"
+)
+
+// addTenantOperations adds the finished operations the account's other
+// tenants made since the last call, at their rate: task registrations and
+// deregistrations of an ECS service. The first call starts the clock.
+// Callers hold s.mu for writing.
+func (s *region) addTenantOperations(account string, now time.Time) {
+	rate := s.profile.TenantOperations
+	if rate <= 0 {
+		return
+	}
+	last, ok := s.tenants[account]
+	if !ok {
+		s.tenants[account] = now
+		return
+	}
+	every := time.Duration(float64(time.Second) / rate)
+	// A long pause adds no more than MaxOperations keep.
+	if n := now.Sub(last) / every; n > time.Duration(s.opts.MaxOperations) {
+		last = now.Add(-time.Duration(s.opts.MaxOperations) * every)
+	}
+	for t := last.Add(every); !t.After(now); t = t.Add(every) {
+		typ := "REGISTER_INSTANCE"
+		if rand.IntN(2) == 0 {
+			typ = "DEREGISTER_INSTANCE"
+		}
+		op := &operationRec{
+			Id: newOperationID(), Type: typ, Status: "SUCCESS", Account: account, Owner: account,
+			CreateDate: t.Add(-s.profile.OperationTime.draw()), UpdateDate: t,
+			Targets: map[string]string{"NAMESPACE": tenantNamespace, "SERVICE": tenantService, "INSTANCE": "task-" + randomID(12)},
+		}
+		s.st.Operations[op.Id] = op
+		s.finished = append(s.finished, op.Id)
+		last = t
+	}
+	s.tenants[account] = last
+	s.prune()
+	s.changed()
 }

@@ -21,8 +21,14 @@ import (
 )
 
 // emulator starts a server on loopback and a real SDK client for it.
+// emulator starts one for a test of one of its behaviours: instant unless
+// the test names a profile (the aws profile's parts are tested apart, in
+// profile_test.go).
 func emulator(t testing.TB, opts cloudmaplocal.Options, co cloudmapclient.Options) (*cloudmaplocal.Server, *sd.Client, string) {
 	t.Helper()
+	if opts.Profile == nil {
+		opts.Profile = cloudmaptest.Instant().Profile
+	}
 	e := cloudmaptest.Start(t, opts)
 	return e.Server, e.Client(t, co), e.URL
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 const targetPrefix = "Route53AutoNaming_v20170314."
@@ -37,9 +39,10 @@ type Options struct {
 	// an instance makes it the registrant's): the loose reading of what
 	// the docs leave open, where the strict one (the default) refuses.
 	PermissiveSharing bool
-	// OperationDelay is how long asynchronous operations stay SUBMITTED or
-	// PENDING before they succeed or fail; 0 completes them at once.
-	OperationDelay time.Duration
+	// Profile is how Cloud Map behaves where its reference is silent; nil
+	// is AWS(), Cloud Map as documented. Instant() is for unit tests of
+	// logic only.
+	Profile *Profile
 	// Quotas the service lets accounts raise.
 	MaxNamespaces            int
 	MaxInstancesPerNamespace int
@@ -71,7 +74,9 @@ type Server struct {
 	regions map[string]*region
 	dirty   bool
 
+	profile Profile
 	faults  *faultState
+	quotas  *quotaState
 	metrics *metrics
 	done    chan struct{}
 	wg      sync.WaitGroup
@@ -88,6 +93,11 @@ type region struct {
 	// finished are the ids of finished operations, oldest first: pruned
 	// past MaxOperations.
 	finished []string
+	// tenants are when each account's other tenants last added an
+	// operation (Profile.TenantOperations).
+	tenants map[string]time.Time
+	// pending are the unfinished operations.
+	pending map[string]*operationRec
 }
 
 // New loads any saved state and starts the server's background work.
@@ -117,8 +127,14 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	profile := AWS()
+	if opts.Profile != nil {
+		profile = *opts.Profile
+	}
 	s := &Server{
 		opts:    opts,
+		profile: profile,
+		quotas:  &quotaState{limiters: map[limiterKey]*rate.Limiter{}},
 		regions: map[string]*region{},
 		faults:  newFaultState(opts.Faults),
 		metrics: newMetrics(),
@@ -128,11 +144,12 @@ func New(opts Options) (*Server, error) {
 	s.metrics.register(s)
 	s.mu.Lock()
 	for name, st := range states {
-		r := &region{Server: s, name: name, st: st, ix: buildIndex(st)}
+		r := &region{Server: s, name: name, st: st, ix: buildIndex(st), tenants: map[string]time.Time{}, pending: map[string]*operationRec{}}
 		s.regions[name] = r
 		// Operations a previous run left unfinished finish now or when due.
 		for _, op := range st.Operations {
 			if op.Pending != nil {
+				r.pending[op.Id] = op
 				r.schedule(op)
 			} else {
 				r.finished = append(r.finished, op.Id)
@@ -250,6 +267,10 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		code = writeError(w, aerr)
 		return
 	}
+	if aerr := s.quotas.take(s.profile, op, who); aerr != nil {
+		code = writeError(w, aerr)
+		return
+	}
 	var decoded any = map[string]any{}
 	if len(bytes.TrimSpace(body)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(body))
@@ -356,9 +377,15 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return err
 }
 
+// failOperation decides whether an accepted operation ends FAIL: the
+// profile's late failures, and the injected ones.
 func (s *Server) failOperation() bool {
-	rate := s.faults.get().OperationFailureRate
-	return rate > 0 && rand.Float64() < rate
+	for _, rate := range []float64{s.profile.LateFailureRate, s.faults.get().OperationFailureRate} {
+		if rate > 0 && rand.Float64() < rate {
+			return true
+		}
+	}
+	return false
 }
 
 // arn names a resource of owner the way the service does.
@@ -377,7 +404,7 @@ func (s *Server) region(name string) *region {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r = s.regions[name]; r == nil {
-		r = &region{Server: s, name: name, st: newState(), ix: buildIndex(newState())}
+		r = &region{Server: s, name: name, st: newState(), ix: buildIndex(newState()), tenants: map[string]time.Time{}, pending: map[string]*operationRec{}}
 		s.regions[name] = r
 	}
 	return r

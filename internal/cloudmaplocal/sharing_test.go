@@ -35,6 +35,9 @@ const (
 func accountsEmulator(t *testing.T, opts cloudmaplocal.Options) (*cloudmaplocal.Server, string) {
 	t.Helper()
 	opts.Accounts = map[string]string{"AKIDOWNER": ownerAcct, "AKIDCONSUMER": consumerAcct, "AKIDSTRANGER": strangerAcct}
+	if opts.Profile == nil {
+		opts.Profile = cloudmaptest.Instant().Profile // the sharing rules, one at a time
+	}
 	e := cloudmaptest.Start(t, opts)
 	return e.Server, e.URL
 }

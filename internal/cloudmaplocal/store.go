@@ -46,6 +46,18 @@ type serviceRec struct {
 	// Revision changes whenever what DiscoverInstances returns may change.
 	Revision  int64
 	Instances map[string]*instanceRec
+	// history is what the data plane may still show (Profile.ReadLag):
+	// the recent changes, oldest first, each with what it replaced.
+	history []instanceChange
+}
+
+// instanceChange is one change of a service's instances: prev is the
+// record it replaced (nil: none), prevRevision the revision before it.
+type instanceChange struct {
+	at           time.Time
+	id           string
+	prev         *instanceRec
+	prevRevision int64
 }
 
 type instanceRec struct {

@@ -1,6 +1,8 @@
 // Package cloudmaptest is the one in-process Cloud Map fixture of the
-// tests: the emulator on a loopback port, with Cloud Map's quotas on unless
-// a test's options change them, and real SDK clients over HTTP to it.
+// tests: the emulator on a loopback port, behaving as Cloud Map does (the
+// aws profile: asynchronous operations, lagging reads, a busy account,
+// quotas, late failures) unless a test's options say otherwise, and real
+// SDK clients over HTTP to it.
 package cloudmaptest
 
 import (
@@ -25,8 +27,8 @@ type Emulator struct {
 	URL string
 }
 
-// Start serves an emulator with o (the zero Options: one account, AWS's
-// quotas) until the test ends.
+// Start serves an emulator with o (the zero Options: one account, Cloud Map
+// as documented) until the test ends.
 func Start(t testing.TB, o cloudmaplocal.Options) *Emulator {
 	t.Helper()
 	srv, err := cloudmaplocal.New(o)
@@ -80,4 +82,13 @@ func Namespace(t testing.TB, c *sd.Client, name string) string {
 		t.Fatal(err)
 	}
 	return o.Targets["NAMESPACE"]
+}
+
+// Instant is the options of an emulator that answers at once (operations
+// complete before their call returns, reads never lag, no other tenant, no
+// quota on calls, nothing fails late): for unit tests of logic only, never
+// for a test of what clustermap promises.
+func Instant() cloudmaplocal.Options {
+	p := cloudmaplocal.Instant()
+	return cloudmaplocal.Options{Profile: &p}
 }
