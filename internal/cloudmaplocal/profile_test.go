@@ -83,7 +83,7 @@ func TestListOperationsPagesBeforeFiltering(t *testing.T) {
 	svc := httpService(t, c, "busy", "web")
 	op := must[*sd.RegisterInstanceOutput](t)(register(ctx, c, svc, "i-1", map[string]string{"AWS_INSTANCE_IPV4": "10.3.0.2"}))
 	must[*sd.ListOperationsOutput](t)(c.ListOperations(ctx, &sd.ListOperationsInput{})) // the tenants' clock starts
-	time.Sleep(300 * time.Millisecond)                                                 // ~600 of their operations
+	time.Sleep(300 * time.Millisecond)                                                  // ~600 of their operations
 	mine := []types.OperationFilter{{Name: types.OperationFilterNameServiceId, Values: []string{svc}}}
 	first := must[*sd.ListOperationsOutput](t)(c.ListOperations(ctx, &sd.ListOperationsInput{Filters: mine}))
 	if len(first.Operations) != 0 || first.NextToken == nil {
