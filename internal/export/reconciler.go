@@ -58,6 +58,10 @@ type Reconciler struct {
 	// asks for: they are withdrawn (orphans.go).
 	Orphans  <-chan event.GenericEvent
 	Orphaned func(registry.Key) bool
+	// Rewrites, when set, names exports a write of which the registry
+	// accepted and failed later, or made good since: they are published
+	// again, and their condition follows.
+	Rewrites <-chan event.GenericEvent
 	// APIReader confirms at the API server that a ServiceExport is gone
 	// before its orphaned records are withdrawn.
 	APIReader client.Reader
@@ -100,6 +104,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Orphans != nil {
 		b = b.WatchesRawSource(source.Channel(r.Orphans, &handler.EnqueueRequestForObject{}))
+	}
+	if r.Rewrites != nil {
+		b = b.WatchesRawSource(source.Channel(r.Rewrites, &handler.EnqueueRequestForObject{}))
 	}
 	return b.
 		Named("serviceexport").
@@ -241,9 +248,18 @@ func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, 
 func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus, err error) (reconcile.Result, error) {
 	var limit *registry.LimitError
 	var notShared *registry.NotSharedError
+	var late *registry.LateFailureError
 	switch {
 	case errors.Is(err, registry.ErrPending):
 		return reconcile.Result{RequeueAfter: time.Second}, nil
+	case errors.As(err, &late):
+		// Written again already; published again until a write succeeds
+		// (the registry says so, and this export is queued at once).
+		msg := late.Reason + "; written again, waiting for a write to succeed"
+		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonPending, msg) {
+			r.Recorder.Event(se, corev1.EventTypeWarning, "CloudMapWriteFailed", msg)
+		}
+		return reconcile.Result{RequeueAfter: LateFailureRetry}, r.updateStatus(ctx, se, before)
 	case errors.As(err, &notShared):
 		// Only the owner account's RAM share fixes this: nothing is
 		// touched meanwhile, and the export is tried again now and then.
@@ -272,6 +288,11 @@ func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, be
 // calls run 8 at a time (cloudmapclient.FanOut) but its steps one after
 // another, and at 20 calls/s four keep the budget busy.
 const exportWorkers = 4
+
+// LateFailureRetry is how often an export whose write failed after Cloud
+// Map accepted it is written again until a write succeeds: about an
+// operation's time.
+const LateFailureRetry = 5 * time.Second
 
 // ReasonNamespaceNotShared is the Ready reason (and Event reason) of an
 // export whose Cloud Map namespace another account owns and has not shared

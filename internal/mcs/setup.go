@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,6 +89,7 @@ func Setup(mgr manager.Manager, o Options) error {
 	gate := &clusterid.Gate{}
 	view := imports.NewView()
 	orphans := &export.OrphanTap{Cache: mgr.GetClient(), InScope: o.Namespaces, Orphans: make(chan event.GenericEvent, 1024)}
+	rewrites := make(chan event.GenericEvent, 1024)
 	republish := make(chan event.GenericEvent, 1)
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		id, err := waitIdentity(ctx, mgr.GetAPIReader(), o.Recorder, o.Log)
@@ -116,7 +118,7 @@ func Setup(mgr manager.Manager, o Options) error {
 			orphans.Cluster, orphans.Writer = id.ClusterID, writer
 			sink = orphans.Sink(formats.Tap(view))
 			reg = cloudMapRegistry(o, id, formats, silentEvents(mgr.GetAPIReader(), o.Recorder),
-				writer, identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID})
+				writer, identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID}, rewrites)
 		}
 		if o.OnIdentity != nil {
 			o.OnIdentity(id)
@@ -128,7 +130,7 @@ func Setup(mgr manager.Manager, o Options) error {
 		return err
 	}
 	if err := (&export.Reconciler{Client: mgr.GetClient(), Gate: gate, Recorder: o.Recorder, Namespaces: o.Namespaces, Republish: republish,
-		Orphans: orphans.Orphans, Orphaned: orphans.Orphaned, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		Orphans: orphans.Orphans, Orphaned: orphans.Orphaned, APIReader: mgr.GetAPIReader(), Rewrites: rewrites}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	region := ""
@@ -150,7 +152,7 @@ func Setup(mgr manager.Manager, o Options) error {
 // cloudMapRegistry is the home Region's Cloud Map, or with several
 // Regions, every Region's read together and the home one written.
 func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onSilent func(string, time.Time, bool),
-	writer string, events identityEvents) registry.Registry {
+	writer string, events identityEvents, rewrites chan<- event.GenericEvent) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
 		bo := cloudmap.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, Controller: o.Controller, Log: o.Log.WithName("cloudmap").WithValues("region", region),
 			RecordVersion: o.RecordVersion, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch, OnSilent: onSilent,
@@ -160,6 +162,13 @@ func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Format
 				events.duplicate(key, other)
 			},
 			OnForeignRecord: events.foreign,
+			OnPollPages:     func(pages int) { telemetry.PollPages(region, pages) },
+			OnWriteFailed: func(key registry.Key) {
+				select { // the export is published again, and says so
+				case rewrites <- event.GenericEvent{Object: &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
+				default:
+				}
+			},
 		}
 		if o.OnRead != nil {
 			bo.OnRead = func(err error) { o.OnRead(region, err) }

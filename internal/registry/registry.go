@@ -133,6 +133,13 @@ type Sink interface {
 // come back soon.
 var ErrPending = errors.New("waiting for the registry to finish deregistering")
 
+// LateFailureError says a write of the export was accepted by the registry
+// and failed later: it was written again, and the export is not whole
+// until a later write succeeds.
+type LateFailureError struct{ Reason string }
+
+func (e *LateFailureError) Error() string { return e.Reason }
+
 // LimitError reports an export the registry cannot hold (a quota); it
 // stays refused until the export changes.
 type LimitError struct{ Reason string }

@@ -34,6 +34,12 @@ var (
 		// the exporter's change record too.
 		Buckets: []float64{0.5, 1, 2, 3, 5, 7.5, 10, 15, 30, 60, 120, 300},
 	}, []string{"region"})
+	pollPages = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "clustermap_cloudmap_poll_pages",
+		Help: "ListOperations pages each poll of the change feed read, by Region: Cloud Map pages through every operation of the account (other tools' too) before it filters, so a busy account costs more pages.",
+		// The shipped budget is 5 pages a poll (--cloudmap-poll-pages).
+		Buckets: []float64{1, 2, 3, 4, 5},
+	}, []string{"region"})
 	duplicates = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "clustermap_mcs_duplicate_cluster_id_total",
 		Help: "Times another cluster's records were found under this cluster's id (two clusters share the id), by Region; reported at most every 10 minutes per service.",
@@ -42,7 +48,7 @@ var (
 
 // Collectors are the metrics, for registration.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{calls, lastSync, limitWait, propagation, duplicates}
+	return []prometheus.Collector{calls, lastSync, limitWait, propagation, duplicates, pollPages}
 }
 
 // Modes that sync with Cloud Map.
@@ -73,4 +79,9 @@ func DuplicateClusterID(region string) { duplicates.WithLabelValues(region).Inc(
 // Propagated records how long an export record took to reach this cluster.
 func Propagated(region string, took time.Duration) {
 	propagation.WithLabelValues(region).Observe(max(took, 0).Seconds())
+}
+
+// PollPages records how many ListOperations pages one poll read.
+func PollPages(region string, pages int) {
+	pollPages.WithLabelValues(region).Observe(float64(pages))
 }

@@ -65,6 +65,13 @@ type Options struct {
 	// OnForeignRecord, when set, hears of records refused across accounts
 	// because another account created them (accounts.go).
 	OnForeignRecord func(ForeignRecord)
+	// OnPollPages, when set, hears how many ListOperations pages each poll
+	// of the change feed read.
+	OnPollPages func(pages int)
+	// OnWriteFailed, when set, hears that a write of this cluster's export
+	// of a service failed after Cloud Map accepted it, or that one written
+	// since made it good: publish it again (WriteFailure says which).
+	OnWriteFailed func(key registry.Key)
 }
 
 // Backend is the Cloud Map Registry of one cluster.
@@ -106,6 +113,15 @@ type Backend struct {
 	// created by, across accounts (accounts.go).
 	reported map[string]time.Time
 	bound    map[string]string
+	// failed are the services whose records a write of this cluster's
+	// failed after Cloud Map accepted it, not made good since.
+	failed map[registry.Key]lateFailure
+}
+
+// lateFailure is an operation of this cluster's that ended FAIL.
+type lateFailure struct {
+	at     time.Time
+	reason string
 }
 
 type ownOp struct {
@@ -124,6 +140,7 @@ func New(c *sd.Client, o Options) *Backend {
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
 		feed: newChangeLog(), unshared: map[string]time.Time{}, exporting: map[registry.Key]bool{},
+		failed: map[registry.Key]lateFailure{},
 	}
 }
 
@@ -167,6 +184,9 @@ var _ registry.Registry = (*Backend)(nil)
 // Publish registers what this cluster's export lacks and deregisters what it
 // no longer has: new records first, so that a service never goes empty
 // while it changes.
+//
+// A write Cloud Map accepted and failed later (WriteFailure) was written
+// again by this publish; it is reported until a later write succeeds.
 func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 	err := b.publish(ctx, e)
 	if err == nil {
@@ -174,6 +194,7 @@ func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 		b.exporting[e.Key] = true
 		b.mu.Unlock()
 		b.reread(e.Key)
+		err = b.WriteFailure(e.Key)
 	}
 	return err
 }
@@ -228,6 +249,13 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		}
 	}
 	register, deregister := Plan(desired, current)
+	if len(register)+len(deregister) == 0 {
+		// What a failed write was to make is there: written since by a
+		// write that started before the failure was known.
+		b.mu.Lock()
+		delete(b.failed, e.Key)
+		b.mu.Unlock()
+	}
 	ids := make([]string, 0, len(register))
 	for id := range register {
 		ids = append(ids, id)
@@ -248,6 +276,12 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 				// Another cluster removed the empty service meanwhile: the
 				// retry creates it again.
 				b.forget(e.Key)
+			}
+			var busy *types.DuplicateRequest
+			if errors.As(err, &busy) {
+				// An earlier write of this record is still running: its
+				// outcome comes first, then this one is written again.
+				return ErrPending
 			}
 			return fmt.Errorf("registering %s in %s: %w", ids[i], e.Key, err)
 		}
@@ -308,6 +342,10 @@ func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key
 		var missing *types.InstanceNotFound
 		if errors.As(err, &missing) {
 			return nil
+		}
+		var busy *types.DuplicateRequest
+		if errors.As(err, &busy) {
+			return ErrPending // a write of this record still runs
 		}
 		if err != nil {
 			return fmt.Errorf("deregistering %s from %s: %w", ids[i], key, err)
@@ -485,17 +523,27 @@ func (b *Backend) lookUpNamespace(ctx context.Context, name string) (string, err
 			Description: aws.String("Kubernetes namespace " + name + ", created by clustermap"),
 		})
 		var exists *types.NamespaceAlreadyExists
+		var busy *types.DuplicateRequest
+		var opID *string
+		if out != nil {
+			opID = out.OperationId
+		}
 		switch {
 		case errors.As(err, &exists):
 			id = aws.ToString(exists.NamespaceId)
-		case err != nil:
-			return "", fmt.Errorf("creating Cloud Map namespace %s: %w", name, err)
-		default:
-			op, err := cloudmapclient.WaitOperation(ctx, b.c, out.OperationId)
+		case errors.As(err, &busy):
+			// Another cluster of the account is creating it: its
+			// operation says when, and what.
+			opID = busy.DuplicateOperationId
+			fallthrough
+		case err == nil:
+			op, err := cloudmapclient.WaitOperation(ctx, b.c, opID)
 			if err != nil {
 				return "", fmt.Errorf("creating Cloud Map namespace %s: %w", name, err)
 			}
 			id = op.Targets[string(types.OperationTargetTypeNamespace)]
+		default:
+			return "", fmt.Errorf("creating Cloud Map namespace %s: %w", name, err)
 		}
 	}
 	b.mu.Lock()
@@ -632,14 +680,58 @@ func (b *Backend) ownOp(id *string, key registry.Key) {
 	b.ownOps[aws.ToString(id)] = ownOp{key: key, started: time.Now()}
 }
 
-// takeOwnOp tells whether this cluster started an operation, and on
-// which service; it is forgotten then.
-func (b *Backend) takeOwnOp(id string) (registry.Key, bool) {
+// takeOwnOp tells whether this cluster started an operation, on which
+// service and when; it is forgotten then.
+func (b *Backend) takeOwnOp(id string) (ownOp, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	op, ok := b.ownOps[id]
 	delete(b.ownOps, id)
-	return op.key, ok
+	return op, ok
+}
+
+// opFinished hears how an operation of this cluster's on key ended: a
+// failure is held against the service until an operation started after it
+// succeeds, and the exporter is told of both.
+func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, started time.Time, failed bool) {
+	b.mu.Lock()
+	prev, had := b.failed[key]
+	b.mu.Unlock()
+	if !failed {
+		if had && started.After(prev.at) {
+			b.mu.Lock()
+			delete(b.failed, key)
+			b.mu.Unlock()
+			b.o.Log.Info("a write that failed in Cloud Map was made good", "service", key.String())
+			if b.o.OnWriteFailed != nil {
+				b.o.OnWriteFailed(key)
+			}
+		}
+		return
+	}
+	reason := "Cloud Map accepted a write of this export's records, then failed it (operation " + id + ")"
+	if out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id)}); err == nil && out.Operation != nil {
+		reason += ": " + string(out.Operation.Type) + " " + aws.ToString(out.Operation.ErrorCode) + " " + aws.ToString(out.Operation.ErrorMessage)
+	}
+	b.mu.Lock()
+	b.failed[key] = lateFailure{at: time.Now(), reason: reason}
+	b.mu.Unlock()
+	b.o.Log.Error(nil, "a Cloud Map operation failed after it was accepted; the export is written again", "service", key.String(), "operation", id, "reason", reason)
+	if b.o.OnWriteFailed != nil {
+		b.o.OnWriteFailed(key)
+	}
+}
+
+// WriteFailure says why this cluster's export of key is not all in Cloud
+// Map although every call was accepted: a write failed later, and none
+// since made it good. Nil when there is no such failure.
+func (b *Backend) WriteFailure(key registry.Key) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if f, ok := b.failed[key]; ok {
+		return &registry.LateFailureError{Reason: f.reason}
+	}
+	return nil
 }
 
 // expireOwnOps forgets operations started before cutoff.

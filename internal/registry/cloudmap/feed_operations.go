@@ -2,7 +2,6 @@ package cloudmap
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -19,9 +18,9 @@ import (
 // backend, foreign ones attributed one GetOperation at a time.
 type operationsFeed struct {
 	*Watcher
-	seen     map[string]time.Time // operation ids already handled
-	lastFull time.Time            // last poll with the whole overlap
-	lookups  *rate.Limiter        // the budget of GetOperation attributions
+	seen    map[string]time.Time // operation ids already handled, and when first
+	pages   int                  // the last poll's
+	lookups *rate.Limiter        // the budget of GetOperation attributions
 	// Foreign operations are attributed without asking twice: services
 	// found outside the HTTP namespaces, and namespaces by id.
 	elsewhere map[string]bool
@@ -36,19 +35,19 @@ func newOperationsFeed(w *Watcher) *operationsFeed {
 }
 
 func (f *operationsFeed) baseline(ctx context.Context) error {
-	_, err := f.operations(ctx)
+	_, err := f.operations(ctx, true)
 	f.proofsWanted = true // operations taken as read may have been heartbeats
 	return err
 }
 
-func (f *operationsFeed) caughtUp(at time.Time) { f.lastFull = at }
+func (f *operationsFeed) caughtUp(time.Time) {}
 
 // poll reads the instance operations that succeeded since the
 // last successful poll and marks their services for reading. Operations
 // this cluster started name their service; foreign ones are looked up one
 // by one within the lookup budget; past it, they ask for a catch-up.
 func (f *operationsFeed) poll(ctx context.Context) error {
-	foreign, err := f.operations(ctx)
+	foreign, err := f.operations(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -73,7 +72,7 @@ func (f *operationsFeed) poll(ctx context.Context) error {
 		case key.Namespace == ChangesNamespace(f.b.o.ClusterSet):
 			f.proofsWanted = true // a cluster proved alive: read it now
 		case key != (registry.Key{}):
-			f.dirty[key] = time.Time{}
+			f.changed(key, now)
 		}
 	}
 	if f.proofsWanted || now.Sub(f.proofsAt) >= f.opts.ProofReadInterval {
@@ -115,59 +114,82 @@ func (f *operationsFeed) readProofs(ctx context.Context, now time.Time) {
 	f.proved(now, out.Instances, aws.ToInt64(out.InstancesRevision))
 }
 
-// operations lists the successful instance operations of the poll window
-// not seen before, marks them seen and the poll done, queues the services
-// of this cluster's own, and returns the foreign ones.
-func (f *operationsFeed) operations(ctx context.Context) (foreign []string, err error) {
+// operations reads the instance operations that finished since the last
+// poll, newest first, marks them seen, queues the services of this
+// cluster's own (telling the backend which failed), and returns the
+// foreign ones that succeeded.
+//
+// Cloud Map pages before it filters, over every operation of the account
+// (ECS's and other tools' too), so no filter bounds a poll; the order does.
+// Operations come newest first by creation, so a poll reads pages until one
+// holds an operation seen by an earlier poll at least an Overlap ago:
+// everything after it was created before it, and finished long enough ago
+// to have been read then (an operation pending longer than Overlap, and
+// created before one already seen, is left to the listing and the sweep).
+// Past MaxPollPages without one, it asks for a catch-up instead.
+func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign []string, err error) {
 	now := f.clock.Now
-	from, full := pollFrom(f.clock, f.lastFull, f.opts)
 	pages := sd.NewListOperationsPaginator(f.b.c, &sd.ListOperationsInput{Filters: []types.OperationFilter{
-		{Name: types.OperationFilterNameStatus, Values: []string{string(types.OperationStatusSuccess)}},
+		{Name: types.OperationFilterNameStatus, Condition: types.FilterConditionIn, Values: []string{
+			string(types.OperationStatusSuccess), string(types.OperationStatusFail)}},
 		{Name: types.OperationFilterNameType, Condition: types.FilterConditionIn, Values: []string{
 			string(types.OperationTypeRegisterInstance), string(types.OperationTypeDeregisterInstance)}},
-		{Name: types.OperationFilterNameUpdateDate, Condition: types.FilterConditionBetween, Values: []string{
-			fmt.Sprint(from.Unix()), fmt.Sprint(now.Add(time.Hour).Unix())}},
 	}})
-	var ids []string
-	for pages.HasMorePages() {
+	seen := map[string]time.Time{}
+	var fresh []types.OperationSummary
+	read, found := 0, false
+	for !found && pages.HasMorePages() {
+		if read == f.opts.MaxPollPages {
+			f.clock.CatchUpWanted = true
+			break
+		}
 		page, err := pages.NextPage(ctx)
 		if err != nil {
 			return nil, err
 		}
+		read++
 		for _, op := range page.Operations {
-			ids = append(ids, aws.ToString(op.Id))
+			id := aws.ToString(op.Id)
+			first, known := f.seen[id]
+			if known && now.Sub(first) >= f.opts.Overlap {
+				seen[id], found = first, true
+				break
+			}
+			if baseline {
+				// Taken as read (the listing reads every service), and a
+				// mark for the polls after.
+				seen[id], found = time.Time{}, true
+				continue
+			}
+			if !known {
+				first = now
+				fresh = append(fresh, op)
+			}
+			seen[id] = first
 		}
 	}
-	for _, id := range ids {
-		if _, done := f.seen[id]; done {
-			continue
-		}
-		f.seen[id] = now
-		if key, own := f.b.takeOwnOp(id); own {
+	f.pages = read
+	if f.b.o.OnPollPages != nil {
+		f.b.o.OnPollPages(read)
+	}
+	f.seen = seen
+	for _, op := range fresh {
+		id := aws.ToString(op.Id)
+		failed := op.Status == types.OperationStatusFail
+		if mine, own := f.b.takeOwnOp(id); own {
 			// Read back, without polling faster: this cluster's own writes
 			// are read back anyway (Backend.reread), and fast polls during
 			// its bulk export would take the budget its writes need.
-			f.dirty[key] = time.Time{}
+			f.changed(mine.key, now)
+			f.b.opFinished(ctx, id, mine.key, mine.started, failed)
 			continue
 		}
-		foreign = append(foreign, id)
-	}
-	f.clock.LastPoll = now
-	if full {
-		f.lastFull = now
-	}
-	// An operation seen more than an overlap (and the second the date
-	// filter rounds down to) ago updated before any later window begins:
-	// none lists it again. (A fast poll's own window is shorter: pruning
-	// by it made the next full poll take operations for new; pruning
-	// without the rounding second made this cluster's own operations
-	// come back as foreign ones, a GetOperation each.)
-	for id, t := range f.seen {
-		if now.Sub(t) > f.opts.Overlap+time.Second {
-			delete(f.seen, id)
+		if !failed {
+			foreign = append(foreign, id)
 		}
 	}
-	// An operation of ours not seen succeed by now failed, or was missed.
+	f.clock.LastPoll = now
+	// An operation of ours not seen finish by now was missed.
 	f.b.expireOwnOps(now.Add(-10 * f.opts.Overlap))
 	return foreign, nil
 }
@@ -188,6 +210,7 @@ func (f *operationsFeed) operationKey(ctx context.Context, opID string) (registr
 	}
 	svc, err := f.b.c.GetService(ctx, &sd.GetServiceInput{Id: aws.String(svcID)})
 	if isNotFound(err) {
+		f.elsewhere[svcID] = true // deleted, or not one this account may read
 		return registry.Key{}, nil
 	}
 	if err != nil {

@@ -105,7 +105,7 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 			continue
 		}
 		for _, key := range keys {
-			f.dirty[key] = time.Time{}
+			f.changed(key, f.clock.Now)
 			f.clock.LastChange = now
 		}
 	}

@@ -50,6 +50,31 @@ type member struct {
 	sinks []registry.Sink
 }
 
+// Publish publishes as the export reconciler does: again a second later
+// while an earlier write of a record still runs (ErrPending), and every
+// LateFailureRetry while a write failed after Cloud Map accepted it.
+func (m *member) Publish(ctx context.Context, e registry.Export) error {
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		err := m.Backend.Publish(ctx, e)
+		var late *registry.LateFailureError
+		wait := time.Second
+		switch {
+		case errors.As(err, &late):
+			wait = 5 * time.Second // export.LateFailureRetry
+		case !errors.Is(err, registry.ErrPending):
+			return err
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
 // attached is a member's registry whose Watch hears the member's running
 // watch: a backend has one watch, as in the controller.
 type attached struct{ *member }

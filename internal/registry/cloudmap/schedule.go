@@ -36,12 +36,15 @@ type clock struct {
 	// one by one; LastCatchUp is when the last catch-up ran.
 	CatchUpWanted bool
 	LastCatchUp   time.Time
+	// ResweepAt is when to compare the revisions again after a catch-up:
+	// its reads may not show what changed just before it (ReadLag).
+	ResweepAt time.Time
 }
 
 // nextStep decides the watcher's next step. Its cost is bounded whatever
-// happened before: a gap in polling is read back from the last successful
-// poll (ListOperations filters by date), never by re-reading every service,
-// so a slow step cannot make the next one slower.
+// happened before: a gap in polling is read back from the operations since
+// the last successful poll (at most MaxPollPages of them), never by
+// re-reading every service, so a slow step cannot make the next one slower.
 func nextStep(c clock, o WatchOptions) step {
 	switch {
 	case !c.Synced || c.Now.Sub(c.LastList) >= o.ListInterval:
@@ -50,7 +53,7 @@ func nextStep(c clock, o WatchOptions) step {
 		return stepCatchUp
 	case c.CatchUpWanted && c.Now.Sub(c.LastCatchUp) >= o.CatchUpInterval:
 		return stepCatchUp
-	case c.Now.Sub(c.LastSweep) >= o.SweepInterval:
+	case !c.ResweepAt.IsZero() && !c.Now.Before(c.ResweepAt), c.Now.Sub(c.LastSweep) >= o.SweepInterval:
 		return stepSweep
 	default:
 		return stepPoll
@@ -67,23 +70,10 @@ func nextWait(c clock, o WatchOptions) time.Duration {
 	if c.CatchUpWanted {
 		wait = min(wait, max(c.LastCatchUp.Add(o.CatchUpInterval).Sub(c.Now), o.FastInterval))
 	}
+	if !c.ResweepAt.IsZero() {
+		wait = min(wait, max(c.ResweepAt.Sub(c.Now), 0))
+	}
 	return wait
-}
-
-// pollFrom is where a poll's date window starts: a second back from the
-// last successful poll, however long ago, and the whole overlap (for clock
-// skew and operations listed late) once every overlap. (Every PollInterval
-// was one page per 100 operations of the last 10 s, every 1.5 s: during
-// this cluster's own bulk export, three pages a poll of its own writes,
-// taken from the budget those writes need.)
-func pollFrom(c clock, lastFull time.Time, o WatchOptions) (from time.Time, full bool) {
-	if c.LastPoll.IsZero() {
-		return c.Now.Add(-o.Overlap), true
-	}
-	if c.Now.Sub(lastFull) >= o.Overlap {
-		return c.LastPoll.Add(-o.Overlap), true
-	}
-	return c.LastPoll.Add(-time.Second), false
 }
 
 // readResult is what the watcher does after reading one service.

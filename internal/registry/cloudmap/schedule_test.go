@@ -58,30 +58,6 @@ func TestNextWait(t *testing.T) {
 	}
 }
 
-func TestPollFrom(t *testing.T) {
-	o := WatchOptions{}
-	o.defaults()
-	t0 := time.Unix(1700000000, 0)
-	for _, tc := range []struct {
-		name     string
-		c        clock
-		lastFull time.Time
-		want     time.Time
-		full     bool
-	}{
-		{"first poll: the overlap", clock{Now: t0}, time.Time{}, t0.Add(-o.Overlap), true},
-		{"fast poll: a second back", clock{Now: t0, LastPoll: t0.Add(-300 * time.Millisecond)}, t0.Add(-time.Second), t0.Add(-1300 * time.Millisecond), false},
-		{"poll: a second back", clock{Now: t0, LastPoll: t0.Add(-o.PollInterval)}, t0.Add(-o.Overlap + time.Second), t0.Add(-o.PollInterval - time.Second), false},
-		{"full poll once an overlap: the overlap", clock{Now: t0, LastPoll: t0.Add(-time.Second)}, t0.Add(-o.Overlap), t0.Add(-time.Second - o.Overlap), true},
-		{"after an outage: from the last successful poll", clock{Now: t0, LastPoll: t0.Add(-time.Minute)}, t0.Add(-time.Minute), t0.Add(-time.Minute - o.Overlap), true},
-	} {
-		from, full := pollFrom(tc.c, tc.lastFull, o)
-		if !from.Equal(tc.want) || full != tc.full {
-			t.Errorf("%s: from %v full %v, want %v %v", tc.name, from, full, tc.want, tc.full)
-		}
-	}
-}
-
 func TestAfterRead(t *testing.T) {
 	o := WatchOptions{}
 	o.defaults()

@@ -55,6 +55,15 @@ type WatchOptions struct {
 	Heartbeat, SilentAfter time.Duration
 	// ProofReadInterval spaces the reads of the proofs in one account.
 	ProofReadInterval time.Duration
+	// MaxPollPages bounds the ListOperations pages of one poll: Cloud Map
+	// pages through every operation of the account before it filters, and
+	// past this many a catch-up costs less.
+	MaxPollPages int
+	// ReadLag is how long after a change Cloud Map's data plane may still
+	// show the service as it was: reads of a changed service go on until
+	// one shows a new revision, StaleRetry apart, and once more when the
+	// window ends, for a change the first read showed only part of.
+	ReadLag, StaleRetry time.Duration
 }
 
 // Validate says what is wrong with the options a user set.
@@ -113,6 +122,15 @@ func (o *WatchOptions) defaults() {
 	if o.ProofReadInterval == 0 {
 		o.ProofReadInterval = DefaultProofReadInterval
 	}
+	if o.MaxPollPages == 0 {
+		o.MaxPollPages = 5
+	}
+	if o.ReadLag == 0 {
+		o.ReadLag = 5 * time.Second
+	}
+	if o.StaleRetry == 0 {
+		o.StaleRetry = 500 * time.Millisecond
+	}
 }
 
 // Watcher turns Cloud Map changes into Sink calls.
@@ -130,8 +148,12 @@ type Watcher struct {
 	unreadable map[registry.Key]bool
 	revisions  map[registry.Key]int64
 	exported   map[registry.Key]bool // keys the sink last heard exports for
-	clock      clock
-	feed       feed
+	// settling are the services changed within ReadLag, until when; behind
+	// counts reads in a row that went back past the revision held.
+	settling map[registry.Key]time.Time
+	behind   map[registry.Key]int
+	clock    clock
+	feed     feed
 	// written is each service's other-cluster instances' AttrWritten as
 	// last read: a new value is a registration that propagated.
 	written map[registry.Key]map[string]string
@@ -158,6 +180,7 @@ func newWatcher(b *Backend, sink registry.Sink) *Watcher {
 		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{},
 		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
 		written: map[registry.Key]map[string]string{}, started: time.Now(),
+		settling: map[registry.Key]time.Time{}, behind: map[registry.Key]int{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
 		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1,
 	}
@@ -195,13 +218,13 @@ func (w *Watcher) Start(ctx context.Context) error {
 			return nil
 		case <-time.After(nextWait(w.clock, w.opts)):
 		case key := <-w.b.changed:
-			w.dirty[key] = time.Time{}
+			w.changed(key, time.Now())
 			// A bulk export queues many: all are read in the next pass,
 			// not one pass (and one poll) each.
 			for more := true; more; {
 				select {
 				case key := <-w.b.changed:
-					w.dirty[key] = time.Time{}
+					w.changed(key, time.Now())
 				default:
 					more = false
 				}
@@ -210,6 +233,49 @@ func (w *Watcher) Start(ctx context.Context) error {
 			w.check(key)
 		}
 	}
+}
+
+// changed marks a service changed at now: read it now, and go on reading
+// it until a read shows the change (settled).
+func (w *Watcher) changed(key registry.Key, now time.Time) {
+	if _, pending := w.dirty[key]; !pending || w.dirty[key].After(now) {
+		w.dirty[key] = time.Time{}
+	}
+	w.settling[key] = now.Add(w.opts.ReadLag)
+}
+
+// maxBehind is how many reads in a row may go back past the revision held
+// before the older one is taken: a service deleted and made again starts
+// over.
+const maxBehind = 10
+
+// settled decides, after a read of a service at revision rev, whether the
+// read stands or the service is read again (and when): a read may trail a
+// change by up to ReadLag. It returns false for a read to ignore, one
+// that went back past the revision already held.
+func (w *Watcher) settled(key registry.Key, rev int64, now time.Time) bool {
+	held, had := w.revisions[key]
+	if had && rev < held && w.behind[key] < maxBehind {
+		w.behind[key]++
+		w.dirty[key] = now.Add(w.opts.StaleRetry)
+		return false
+	}
+	delete(w.behind, key)
+	until, changing := w.settling[key]
+	switch {
+	case !changing:
+	case !now.Before(until):
+		delete(w.settling, key) // this read is the last of the window
+	case had && rev == held:
+		next := now.Add(w.opts.StaleRetry) // not there yet
+		if next.After(until) {
+			next = until
+		}
+		w.dirty[key] = next
+	default:
+		w.dirty[key] = until // there; once more for what trails it
+	}
+	return true
 }
 
 // check reads a service the cluster imports as one the sink heard exports
@@ -257,6 +323,7 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		}
 		w.clock.LastList, w.clock.LastSweep, w.clock.LastCatchUp = start, start, start
 		w.clock.CatchUpWanted = false
+		w.clock.ResweepAt = start.Add(w.opts.ReadLag)
 		if w.clock.LastPoll.Before(start) {
 			w.clock.LastPoll = start
 			w.feed.caughtUp(start)
@@ -265,7 +332,7 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		if err := w.sweep(ctx); err != nil {
 			return err
 		}
-		w.clock.LastSweep = start
+		w.clock.LastSweep, w.clock.ResweepAt = start, time.Time{}
 	default:
 		return w.feed.poll(ctx)
 	}
@@ -337,7 +404,7 @@ func (w *Watcher) sweep(ctx context.Context) error {
 			return ctx.Err()
 		}
 		if err != nil || aws.ToInt64(out.InstancesRevision) != rev {
-			w.dirty[key] = time.Time{}
+			w.changed(key, time.Now())
 		}
 	}
 	return nil
@@ -380,7 +447,11 @@ func (w *Watcher) fetchDirty(ctx context.Context) {
 		}
 		delete(w.absent, key)
 		delete(w.dirty, key)
+		if exports != nil && !w.settled(key, rev, now) {
+			continue
+		}
 		if exports == nil {
+			delete(w.settling, key)
 			delete(w.revisions, key)
 		} else {
 			w.revisions[key] = rev

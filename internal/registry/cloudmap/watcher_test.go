@@ -33,9 +33,15 @@ type watched struct {
 func newWatched(t *testing.T, ours, foreign int) *watched {
 	t.Helper()
 	ctx := context.Background()
-	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+	// Cloud Map as documented, in an account that holds only clustersets:
+	// these tests count the watcher's own calls (a busy account is
+	// TestBusyAccountPagedWithinBudget's).
+	p := cloudmaplocal.AWS()
+	p.TenantOperations = 0
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: &p})
 	setup := srv.Client(t, cloudmapclient.Options{})
 	w := &watched{srv: srv, setup: setup, calls: &cloudmapclient.Calls{}, heard: map[registry.Key][]registry.Export{}, svcs: map[registry.Key]string{}}
+	var ops []*string
 	for ns, n := range map[string]int{"ours": ours, "theirs": foreign} {
 		nsID := cloudmaptest.Namespace(t, setup, ns)
 		set := "set"
@@ -49,21 +55,30 @@ func newWatched(t *testing.T, ours, foreign int) *watched {
 				t.Fatal(err)
 			}
 			w.svcs[key] = aws.ToString(s.Service.Id)
-			w.register(t, key, set, "10.0.0.1")
+			ops = append(ops, w.register(t, key, set, "10.0.0.1"))
 		}
 	}
+	// The world is set before the watcher starts: every registration done,
+	// and past the data plane's lag.
+	for _, op := range ops {
+		if _, err := cloudmapclient.WaitOperation(ctx, setup, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(p.ReadLag)
 	return w
 }
 
-func (w *watched) register(t *testing.T, key registry.Key, set, ip string) {
+func (w *watched) register(t *testing.T, key registry.Key, set, ip string) *string {
 	t.Helper()
-	_, err := w.setup.RegisterInstance(context.Background(), &sd.RegisterInstanceInput{
+	out, err := w.setup.RegisterInstance(context.Background(), &sd.RegisterInstanceInput{
 		ServiceId: aws.String(w.svcs[key]), InstanceId: aws.String("i-" + ip),
 		Attributes: map[string]string{cloudmap.AttrIPv4: ip, cloudmap.AttrPort: "80", cloudmap.AttrClusterID: "c1", cloudmap.AttrClusterSetID: set},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out.OperationId
 }
 
 // start runs a watcher for cluster c2 of clusterset "set", at the shipped

@@ -166,11 +166,11 @@ func eventually(t *testing.T, what string, f func() error) {
 	}
 }
 
+// publish publishes as the export reconciler does: again while the
+// registry says a write is still running, or failed after it was accepted.
 func publish(t *testing.T, r registry.Registry, e registry.Export) {
 	t.Helper()
-	if err := r.Publish(context.Background(), e); err != nil {
-		t.Fatal(err)
-	}
+	eventually(t, "a finished publish", func() error { return r.Publish(context.Background(), e) })
 }
 
 func withdraw(t *testing.T, r registry.Registry) {

@@ -1,0 +1,213 @@
+package cloudmap_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+)
+
+// pair is an exporter and an importer of clusterset "set", each the
+// controller's registry side at the shipped defaults with its watch
+// running, on one emulator.
+type pair struct {
+	srv                *cloudmaptest.Emulator
+	exporter, importer *cloudmap.Backend
+	calls              *cloudmapclient.Calls // the importer's
+	pages              []int                 // the importer's polls
+	failures           chan registry.Key     // the exporter's OnWriteFailed
+
+	mu    sync.Mutex
+	heard map[registry.Key][]registry.Export
+}
+
+func newPair(t *testing.T, p cloudmaplocal.Profile) *pair {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w := &pair{srv: cloudmaptest.Start(t, cloudmaplocal.Options{Profile: &p}), calls: &cloudmapclient.Calls{},
+		heard: map[registry.Key][]registry.Export{}, failures: make(chan registry.Key, 100)}
+	exp := w.srv.Client(t, w.srv.Shipped())
+	w.exporter = cloudmap.New(exp, cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
+		OnWriteFailed: func(key registry.Key) { w.failures <- key }})
+	co := w.srv.Shipped()
+	co.OnCall = w.calls.Record
+	w.importer = cloudmap.New(w.srv.Client(t, co), cloudmap.Options{ClusterSet: "set", Cluster: "c2", Controller: "test", Log: logr.Discard(),
+		OnPollPages: func(n int) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.pages = append(w.pages, n)
+		}})
+	synced := make(chan struct{})
+	go func() { _ = w.exporter.Watch(ctx, registry.SinkFuncs{}) }()
+	go func() {
+		_ = w.importer.Watch(ctx, registry.SinkFuncs{
+			OnSet: func(key registry.Key, e []registry.Export) {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				w.heard[key] = e
+			},
+			OnSynced: func() { close(synced) },
+		})
+	}()
+	select {
+	case <-synced:
+	case <-time.After(time.Minute):
+		t.Fatal("the importer did not sync")
+	}
+	return w
+}
+
+// imports tells whether the importer's last word on key is c1's export of ip.
+func (w *pair) imports(key registry.Key, ip string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range w.heard[key] {
+		if e.Cluster == "c1" && len(e.Endpoints) == 1 && e.Endpoints[0].IP == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// publish publishes as the export reconciler does while a write of the
+// record still runs.
+func (w *pair) publish(t *testing.T, e registry.Export) error {
+	t.Helper()
+	for {
+		err := w.exporter.Publish(context.Background(), e)
+		if !errors.Is(err, registry.ErrPending) {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// The data plane trails a write by up to 4 s, longer than the 1.5 s poll:
+// a read right after the change feed shows an operation is often stale.
+// Each change still arrives, because a changed service is read until a
+// read shows it.
+func TestStaleReadIsReadAgain(t *testing.T) {
+	p := cloudmaplocal.AWS()
+	p.ReadLag = 4 * time.Second
+	p.TenantOperations = 0 // the change feed is not what is tested
+	p.LateFailureRate = 0
+	w := newPair(t, p)
+	key := registry.Key{Namespace: "demo", Name: "web"}
+	for i := range 3 {
+		ip := fmt.Sprintf("10.0.0.%d", i+1)
+		if err := w.publish(t, export("c1", key, ip)); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for !w.imports(key, ip) {
+			if time.Since(start) > 20*time.Second {
+				t.Fatalf("change %d (to %s) never arrived: a stale read was taken as the service's state", i+1, ip)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("change %d arrived after %v", i+1, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// A write of the exporter's that Cloud Map accepts and then fails is
+// reported (WriteFailure, OnWriteFailed), written again by the next
+// publish, and the report clears once a write succeeds: the importer gets
+// the export.
+func TestLateFailureIsWrittenAgain(t *testing.T) {
+	p := cloudmaplocal.AWS()
+	p.LateFailureRate = 0
+	w := newPair(t, p)
+	key := registry.Key{Namespace: "demo", Name: "api"}
+	w.srv.SetFaults(cloudmaplocal.Faults{OperationFailureRate: 1})
+	if err := w.publish(t, export("c1", key, "10.0.1.1")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case k := <-w.failures:
+		if k != key {
+			t.Fatalf("a late failure reported for %s, want %s", k, key)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the write failed after it was accepted and nobody was told")
+	}
+	var late *registry.LateFailureError
+	if err := w.exporter.WriteFailure(key); !errors.As(err, &late) {
+		t.Fatalf("WriteFailure after a failed write: %v", err)
+	}
+	w.srv.SetFaults(cloudmaplocal.Faults{})
+	// As the export reconciler does: publish again while the failure stands.
+	start := time.Now()
+	for err := w.publish(t, export("c1", key, "10.0.1.1")); err != nil; err = w.publish(t, export("c1", key, "10.0.1.1")) {
+		if !errors.As(err, &late) {
+			t.Fatal(err)
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatalf("the failure was never made good: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	for !w.imports(key, "10.0.1.1") {
+		if time.Since(start) > time.Minute {
+			t.Fatal("the export written again never reached the importer")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// In an account busy with other tools' operations (20 a second here,
+// twenty times the profile's default), a poll pages only through what is
+// new, within its budget of 5 pages, and a change still arrives. An
+// account's operations are all paged before filtering, so a poll that
+// read until the filter ran out would read every page Cloud Map keeps.
+func TestBusyAccountPagedWithinBudget(t *testing.T) {
+	p := cloudmaplocal.AWS()
+	p.TenantOperations = 20
+	w := newPair(t, p)
+	time.Sleep(15 * time.Second) // 300 operations of others, and polls through them
+	key := registry.Key{Namespace: "demo", Name: "busy"}
+	before := w.calls.Snapshot()["ListOperations"]
+	w.mu.Lock()
+	polls := len(w.pages)
+	w.mu.Unlock()
+	if err := w.publish(t, export("c1", key, "10.0.2.1")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for !w.imports(key, "10.0.2.1") {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("a change in a busy account never arrived")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(10 * time.Second)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	most, sum := 0, 0
+	for _, n := range w.pages[polls:] {
+		most, sum = max(most, n), sum+n
+	}
+	n := len(w.pages) - polls
+	calls := w.calls.Snapshot()["ListOperations"] - before
+	t.Logf("%d polls, %d pages (%.1f a poll, at most %d), %.0f ListOperations calls; the change arrived after %v",
+		n, sum, float64(sum)/float64(n), most, calls, time.Since(start).Round(time.Millisecond))
+	if most > 5 {
+		t.Errorf("a poll read %d pages, past the budget of 5", most)
+	}
+	if calls > float64(sum)+float64(n) { // a page's retry at most once a poll
+		t.Errorf("%.0f ListOperations calls for %d pages", calls, sum)
+	}
+	if avg := float64(sum) / float64(n); avg > 4 {
+		t.Errorf("%.1f pages a poll at 20 operations a second: want about 1 + 11.5 x 20 / 100", avg)
+	}
+}
