@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -45,7 +46,7 @@ type Options struct {
 	// never starved by control-plane work. 0 means unlimited.
 	DataQPS   float64
 	DataBurst int
-	// MaxAttempts of the standard retryer (the SDK's default is 3).
+	// MaxAttempts of the standard retryer (default DefaultMaxAttempts).
 	MaxAttempts int
 	// OnCall, when set, hears of every HTTP attempt: the operation and its
 	// error (nil on success).
@@ -70,6 +71,10 @@ const (
 	DefaultDataQPS   = 200
 	DefaultDataBurst = 400
 )
+
+// DefaultMaxAttempts is how often a call is tried: throttled calls back off
+// (exponentially, with jitter, up to 20 s) and try again.
+const DefaultMaxAttempts = 5
 
 // DefaultCallTimeout bounds one attempt of a Cloud Map call: they answer in
 // well under a second, and a hung connection must not stall the change
@@ -170,9 +175,15 @@ func NewFromConfig(cfg aws.Config, o Options) *sd.Client {
 			so.HTTPClient = awshttp.NewBuildableClient().WithTimeout(timeout)
 		}
 		so.Retryer = retry.NewStandard(func(ro *retry.StandardOptions) {
+			ro.MaxAttempts = DefaultMaxAttempts
 			if o.MaxAttempts > 0 {
 				ro.MaxAttempts = o.MaxAttempts
 			}
+			// The account's quota is shared by every cluster (and tool) in
+			// it: throttling is expected in a bulk export, and the budgets
+			// above already pace this client. The SDK's retry quota would
+			// turn a throttled burst into failures after ~100 retries.
+			ro.RateLimiter = ratelimit.None
 		})
 		if so.BaseEndpoint != nil {
 			// DiscoverInstances* would go to data-<host>, which does not
