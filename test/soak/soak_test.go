@@ -107,12 +107,24 @@ func TestFaultCampaign(t *testing.T) {
 		fn()
 		t.Logf("fault %-28s %6.1fs", name, time.Since(began).Seconds())
 	}
+	// took runs a phase and fails the campaign unless the emulator
+	// answered at least one call with code meanwhile: a fault that never
+	// hit a call proves nothing.
+	took := func(name, code string, fn func()) {
+		before := harness.EmulatorResults(t, f.cmAdmin)[code]
+		phase(name, fn)
+		if n := harness.EmulatorResults(t, f.cmAdmin)[code] - before; n == 0 {
+			t.Errorf("fault %q took no effect: no call answered %s", name, code)
+		} else {
+			t.Logf("fault %q: %.0f calls answered %s", name, n, code)
+		}
+	}
 	phase("apiserver restart", func() { f.restartCluster(t, len(f.ids)-1) })
 	phase("emulator stopped", func() { f.stopEmulator(t, s.emulatorDown) })
-	phase("every call throttled", func() { f.fault(t, `{"rateLimits": {"*": {"rate": 0.000001, "burst": 1}}}`, s.throttle) })
+	took("every call throttled", "RequestLimitExceeded", func() { f.fault(t, `{"rateLimits": {"*": {"rate": 0.000001, "burst": 1}}}`, s.throttle) })
 	// Connections that hang: calls in flight when it ends still hang until
 	// the controllers give up on them (10 s an attempt).
-	phase("every call hangs", func() { f.fault(t, `{"hang": true}`, s.throttle/2) })
+	took("every call hangs", "RequestTimeout", func() { f.fault(t, `{"hang": true}`, s.throttle/2) })
 	phase("member cluster stopped", func() { f.stopMember(t, 0, s.memberDown) })
 	// What a wrong Region reads is nothing: its imports must stay, and
 	// what it withdraws meanwhile (where its records are not) is withdrawn
@@ -122,7 +134,7 @@ func TestFaultCampaign(t *testing.T) {
 	})
 	// Reading a second Region that is down: creations and updates from the
 	// home Region go on.
-	phase("a Region down at restart", func() {
+	took("a Region down at restart", "ServiceUnavailable", func() {
 		put := f.faults(t)
 		put(`{"outage": true, "regions": ["` + downRegion + `"]}`)
 		f.restartWith(t, 0, s.regionDown, nil, []string{"--regions", "us-east-1," + downRegion})

@@ -16,6 +16,8 @@ type recordsFeed struct {
 	// cluster's epoch and sequence as last read.
 	rev   int64
 	marks map[string]feedMark
+	// behind counts reads in a row at a revision before rev.
+	behind int
 }
 
 func newRecordsFeed(w *Watcher) *recordsFeed {
@@ -55,6 +57,14 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 		f.proved(now, nil, -1)
 		return nil
 	}
+	if !baseline && aws.ToInt64(out.InstancesRevision) < f.rev && f.behind < maxBehind {
+		// A read behind the last (Cloud Map's reads may trail its
+		// writes): nothing new. Many in a row: the records were made anew.
+		f.behind++
+		f.clock.LastPoll = now
+		return nil
+	}
+	f.behind = 0
 	var clusters []string
 	for _, in := range out.Instances {
 		if c := in.Attributes[AttrClusterID]; c != "" && c != f.b.o.Cluster {

@@ -309,18 +309,23 @@ func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	lastLog := time.Now()
 	everyone := func(instances int) func() bool {
 		return func() bool {
 			got, n := importer.endpoints(key), f.instances(key)
 			for _, c := range []string{"c1", "c2", "c3"} {
 				if got[c] != want || instances > 0 && n[c] != instances {
+					if time.Since(lastLog) > 10*time.Second {
+						lastLog = time.Now()
+						t.Logf("the importer has %v endpoints, Cloud Map %v instances", got, n)
+					}
 					return false
 				}
 			}
 			return true
 		}
 	}
-	f.waitFor("three per-endpoint exports imported", time.Minute, everyone(want+1))
+	f.waitFor("three per-endpoint exports imported", 3*time.Minute, everyone(want+1))
 	for _, m := range ms {
 		if c := m.formats.Choose(); c.Packed {
 			t.Fatalf("%s writes %s beside a cluster of format 2", m.Cluster(), c)
@@ -333,7 +338,7 @@ func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
 	if err := upgraded.Publish(ctx, exp(3)); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("every cluster in one packed instance", time.Minute, everyone(1))
+	f.waitFor("every cluster in one packed instance", 3*time.Minute, everyone(1))
 	time.Sleep(2 * time.Second) // the last reads after the switch
 	mu.Lock()
 	defer mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -34,7 +35,7 @@ func TestHostileMemberIsRefused(t *testing.T) {
 			east := newMember(t, ctx, srv, "AKIDOWNER", ownerAccount, "east")
 			west := newMember(t, ctx, srv, "AKIDMEMBER", memberAccount, "west")
 			web := registry.Key{Namespace: "apps", Name: "web"}
-			if err := east.b.Publish(ctx, export("east", web, "10.1.0.1")); err != nil {
+			if err := publish(ctx, east.b, export("east", web, "10.1.0.1")); err != nil {
 				t.Fatal(err)
 			}
 			shareWithMember(t, srv, east)
@@ -43,7 +44,7 @@ func TestHostileMemberIsRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitUntil(t, "west's export", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
+			waitUntil(t, "west's export", func() bool { return publish(ctx, west.b, export("west", web, "10.2.0.1")) == nil })
 			waitUntil(t, "east imports west", func() bool { return len(east.clusters(web)) == 2 })
 
 			// The hostile account: a new endpoint record claiming west,
@@ -58,12 +59,18 @@ func TestHostileMemberIsRefused(t *testing.T) {
 				t.Fatalf("the hostile member lists %v (%v)", svcs, err)
 			}
 			svcARN := svcs.Services[0].Arn
+			// Each forged record is in place (its operation done) before the
+			// exports change.
 			forge := func(id, cluster, ip string) error {
-				_, err := hostile.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svcARN, InstanceId: aws.String(id), Attributes: map[string]string{
+				out, err := hostile.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svcARN, InstanceId: aws.String(id), Attributes: map[string]string{
 					cloudmap.AttrIPv4: ip, cloudmap.AttrPort: "8080", cloudmap.AttrEndpointPortName: "http", cloudmap.AttrEndpointProtocol: "TCP",
 					cloudmap.AttrServicePort: "80", cloudmap.AttrServicePortName: "http", cloudmap.AttrServiceProtocol: "TCP",
 					cloudmap.AttrReady: "true", cloudmap.AttrClusterID: cluster, cloudmap.AttrClusterSetID: "set", cloudmap.AttrServiceType: "ClusterSetIP",
 				}})
+				if err != nil {
+					return err
+				}
+				_, err = cloudmapclient.WaitOperation(ctx, hostile, out.OperationId)
 				return err
 			}
 			if err := forge("forged-west", "west", "10.9.9.1"); err != nil {
@@ -81,10 +88,10 @@ func TestHostileMemberIsRefused(t *testing.T) {
 			}
 			// west and east change their exports: both importers read web
 			// again, hostile records included.
-			if err := west.b.Publish(ctx, export("west", web, "10.2.0.2")); err != nil && !overwrote {
+			if err := publish(ctx, west.b, export("west", web, "10.2.0.2")); err != nil && !overwrote {
 				t.Fatal(err)
 			}
-			if err := east.b.Publish(ctx, export("east", web, "10.1.0.2")); err != nil {
+			if err := publish(ctx, east.b, export("east", web, "10.1.0.2")); err != nil {
 				t.Fatal(err)
 			}
 			for _, m := range []*member{east, west} {
@@ -96,16 +103,19 @@ func TestHostileMemberIsRefused(t *testing.T) {
 						t.Errorf("a forged record was imported: %s in %v", ip, m.ips(web))
 					}
 				}
-				m.mu.Lock()
-				var reported []string
-				for _, f := range m.foreign {
-					reported = append(reported, fmt.Sprintf("%s by %s not %s", f.Cluster, f.CreatedBy, f.Bound))
-				}
-				m.mu.Unlock()
-				for _, want := range []string{"west by " + hostileAccount + " not " + memberAccount, "east by " + hostileAccount + " not " + ownerAccount} {
-					if !slices.Contains(reported, want) {
-						t.Errorf("reported %v, want %q among them", reported, want)
+				reported := func() []string {
+					m.mu.Lock()
+					defer m.mu.Unlock()
+					var out []string
+					for _, f := range m.foreign {
+						out = append(out, fmt.Sprintf("%s by %s not %s", f.Cluster, f.CreatedBy, f.Bound))
 					}
+					return out
+				}
+				// A read may trail the writes: the change's later reads
+				// show the forged records.
+				for _, want := range []string{"west by " + hostileAccount + " not " + memberAccount, "east by " + hostileAccount + " not " + ownerAccount} {
+					waitUntil(t, fmt.Sprintf("%q reported", want), func() bool { return slices.Contains(reported(), want) })
 				}
 			}
 		})

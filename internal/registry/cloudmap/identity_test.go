@@ -46,10 +46,10 @@ func TestDuplicateClusterIDReportedOnBoth(t *testing.T) {
 			}
 			a, b := start("uid-a"), start("uid-b")
 			markA, markB := cloudmap.WriterMark("uid-a"), cloudmap.WriterMark("uid-b")
-			if err := a.Publish(ctx, export("c1", tc.keyA, "10.0.0.1")); err != nil {
+			if err := publish(ctx, a, export("c1", tc.keyA, "10.0.0.1")); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Publish(ctx, export("c1", tc.keyB, "10.0.0.2")); err != nil {
+			if err := publish(ctx, b, export("c1", tc.keyB, "10.0.0.2")); err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(20 * time.Second)
@@ -87,7 +87,7 @@ func TestOwnRecordsAreNoDuplicate(t *testing.T) {
 	}()
 	key := registry.Key{Namespace: "web", Name: "api"}
 	for _, ip := range []string{"10.0.0.1", "10.0.0.2"} {
-		if err := b.Publish(ctx, export("c1", key, ip)); err != nil {
+		if err := publish(ctx, b, export("c1", key, ip)); err != nil {
 			t.Fatal(err)
 		}
 	}

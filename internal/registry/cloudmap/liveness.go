@@ -97,6 +97,11 @@ func (b *Backend) readRecords(ctx context.Context) (*sd.DiscoverInstancesOutput,
 // read, at revision rev) and judges; every service is read again when a
 // cluster was drained or restored, so that its exports say so.
 func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, rev int64) {
+	if rev >= 0 && rev < w.recordRev {
+		// A read behind the last one (Cloud Map's reads may trail its
+		// writes): its proofs are older than those held.
+		return
+	}
 	w.records, w.recordRev = instances, rev
 	seen := map[string]bool{}
 	for _, in := range instances {
@@ -105,7 +110,7 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 			continue
 		}
 		seen[cluster] = true
-		if r, ok := parseRecord(in.Attributes); ok && !r.updated.IsZero() {
+		if r, ok := parseRecord(in.Attributes); ok && r.updated.After(w.alive.proofs[cluster]) {
 			w.alive.proofs[cluster] = r.updated
 		}
 	}

@@ -21,8 +21,10 @@ import (
 // Heartbeat, TTL and the one-account proof reads are seconds here rather
 // than the shipped 10 minutes, 30 minutes and 1 minute, so that the tests
 // take seconds, not an hour; the TTL leaves room for how old a live proof
-// can look (its time in whole seconds, read at the next poll).
-var fastLiveness = cloudmap.WatchOptions{Heartbeat: time.Second, SilentAfter: 8 * time.Second, ProofReadInterval: time.Second}
+// can look: a heartbeat, its write's operation (up to 4 s; a heartbeat
+// while the last one runs is skipped), the read lag (2 s), the next poll
+// and its time in whole seconds.
+var fastLiveness = cloudmap.WatchOptions{Heartbeat: 2 * time.Second, SilentAfter: 20 * time.Second, ProofReadInterval: time.Second}
 
 // silentThenBack: west stops proving alive (its controller stops; its
 // records stay in Cloud Map): east keeps west's export but drains it, and
@@ -34,7 +36,7 @@ func silentThenBack(t *testing.T, ctx context.Context, east *member, owner strin
 	web := registry.Key{Namespace: "apps", Name: "web"}
 	westCtx, stopWest := context.WithCancel(ctx)
 	west := startWest(westCtx)
-	waitUntil(t, "west's export", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
+	waitUntil(t, "west's export", func() bool { return publish(ctx, west.b, export("west", web, "10.2.0.1")) == nil })
 	waitUntil(t, "east imports both", func() bool { return len(east.clusters(web)) == 2 })
 	if got := east.drained(web); len(got) != 0 {
 		t.Fatalf("drained %v while both prove alive", got)
@@ -47,7 +49,7 @@ func silentThenBack(t *testing.T, ctx context.Context, east *member, owner strin
 	}
 	westCtx, stopWest = context.WithCancel(ctx)
 	west = startWest(westCtx)
-	waitUntil(t, "west's export again", func() bool { return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil })
+	waitUntil(t, "west's export again", func() bool { return publish(ctx, west.b, export("west", web, "10.2.0.1")) == nil })
 	waitUntil(t, "west restored", func() bool { return len(east.drained(web)) == 0 && len(east.clusters(web)) == 2 })
 	east.mu.Lock()
 	if !slices.Equal(east.silentEvents, []string{"west:true", "west:false"}) {
@@ -81,7 +83,7 @@ func TestSilentClusterDrainedAcrossAccounts(t *testing.T) {
 		t.Error("a TTL under three shipped heartbeats (10 min) was accepted")
 	}
 	east := newMember(t, ctx, srv, "AKIDOWNER", ownerAccount, "east", fastLiveness)
-	if err := east.b.Publish(ctx, export("east", registry.Key{Namespace: "apps", Name: "web"}, "10.1.0.1")); err != nil {
+	if err := publish(ctx, east.b, export("east", registry.Key{Namespace: "apps", Name: "web"}, "10.1.0.1")); err != nil {
 		t.Fatal(err)
 	}
 	shareWithMember(t, srv, east)
@@ -95,7 +97,7 @@ func TestSilentClusterDrainedInOneAccount(t *testing.T) {
 	defer cancel()
 	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
 	east := newCluster(t, ctx, srv, "AKIDEAST", "", "", "east", fastLiveness)
-	if err := east.b.Publish(ctx, export("east", registry.Key{Namespace: "apps", Name: "web"}, "10.1.0.1")); err != nil {
+	if err := publish(ctx, east.b, export("east", registry.Key{Namespace: "apps", Name: "web"}, "10.1.0.1")); err != nil {
 		t.Fatal(err)
 	}
 	silentThenBack(t, ctx, east, "", func(ctx context.Context) *member {
@@ -112,7 +114,7 @@ func TestRecordGoesWithTheLastExport(t *testing.T) {
 	east := newCluster(t, ctx, srv, "AKIDEAST", "", "", "east", fastLiveness)
 	web, api := registry.Key{Namespace: "apps", Name: "web"}, registry.Key{Namespace: "apps", Name: "api"}
 	for _, k := range []registry.Key{web, api} {
-		if err := east.b.Publish(ctx, export("east", k, "10.1.0.1")); err != nil {
+		if err := publish(ctx, east.b, export("east", k, "10.1.0.1")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -135,13 +137,11 @@ func TestRecordGoesWithTheLastExport(t *testing.T) {
 		t.Fatal("the record went while an export is left")
 	}
 	withdraw(api)
-	nss, err := setup.ListNamespaces(ctx, &sd.ListNamespacesInput{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(nss.Namespaces) != 0 {
-		t.Errorf("namespaces left after the last withdrawal: %d", len(nss.Namespaces))
-	}
+	// Deleting a namespace is an operation of its own, which takes time.
+	waitUntil(t, "no namespace left after the last withdrawal", func() bool {
+		nss, err := setup.ListNamespaces(ctx, &sd.ListNamespacesInput{})
+		return err == nil && len(nss.Namespaces) == 0
+	})
 }
 
 // proved says whether this member read a proof of cluster's within the

@@ -34,10 +34,10 @@ func TestPropagationIsMeasuredFromTheExportersWrite(t *testing.T) {
 		took = append(took, d)
 	})
 	// Before the importer starts: found at start, not measured.
-	if err := exporter.Publish(ctx, export("c1", api2, "10.0.0.9")); err != nil {
+	if err := publish(ctx, exporter, export("c1", api2, "10.0.0.9")); err != nil {
 		t.Fatal(err)
 	}
-	if err := importer.Publish(ctx, export("c2", web, "10.0.1.1")); err != nil { // its own: never measured
+	if err := publish(ctx, importer, export("c2", web, "10.0.1.1")); err != nil { // its own: never measured
 		t.Fatal(err)
 	}
 	heard := make(chan registry.Key, 100)
@@ -54,7 +54,7 @@ func TestPropagationIsMeasuredFromTheExportersWrite(t *testing.T) {
 		t.Fatalf("exports found at start measured %d times", n)
 	}
 	start := time.Now()
-	if err := exporter.Publish(ctx, export("c1", web, "10.0.0.1")); err != nil {
+	if err := publish(ctx, exporter, export("c1", web, "10.0.0.1")); err != nil {
 		t.Fatal(err)
 	}
 	// The service record and the endpoint, each once.

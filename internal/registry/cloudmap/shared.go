@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/registry"
 )
@@ -211,10 +213,14 @@ func (b *Backend) writeChanges(ctx context.Context) {
 			b.recordMu.Lock()
 			err := b.writeRecord(ctx, attrs)
 			b.recordMu.Unlock()
-			if err != nil {
+			var busy *types.DuplicateRequest
+			switch {
+			case errors.As(err, &busy):
+				b.feed.failed() // the last write still runs: this one comes after it
+			case err != nil:
 				b.feed.failed()
 				b.o.Log.Error(err, "writing this cluster's change record failed; other accounts see its changes later", "retryIn", ChangeWriteInterval)
-			} else {
+			default:
 				b.feed.sent(time.Now())
 			}
 			select {

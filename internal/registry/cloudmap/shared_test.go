@@ -177,10 +177,10 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 	// Before the owner made and shared the namespace, the member's export
 	// says so.
 	var notShared *registry.NotSharedError
-	if err := west.b.Publish(ctx, export("west", web, "10.2.0.1")); !errors.As(err, &notShared) || notShared.Owner != ownerAccount || notShared.Account != memberAccount {
+	if err := publish(ctx, west.b, export("west", web, "10.2.0.1")); !errors.As(err, &notShared) || notShared.Owner != ownerAccount || notShared.Account != memberAccount {
 		t.Fatalf("publishing before the share: %v, want a NotSharedError naming both accounts", err)
 	}
-	if err := east.b.Publish(ctx, export("east", api2, "10.1.0.1")); err != nil {
+	if err := publish(ctx, east.b, export("east", api2, "10.1.0.1")); err != nil {
 		t.Fatal(err)
 	}
 	shareWithMember(t, srv, east)
@@ -189,9 +189,9 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 	// The member finds the share on a retry (it takes a namespace it found
 	// missing as such for a few seconds).
 	waitUntil(t, "the member's export is published", func() bool {
-		return west.b.Publish(ctx, export("west", web, "10.2.0.1")) == nil
+		return publish(ctx, west.b, export("west", web, "10.2.0.1")) == nil
 	})
-	if err := east.b.Publish(ctx, export("east", web, "10.1.0.2")); err != nil {
+	if err := publish(ctx, east.b, export("east", web, "10.1.0.2")); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the member imports api", func() bool { return len(west.clusters(api2)) == 1 })
@@ -208,9 +208,7 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the member hears the owner's withdrawal", func() bool { return len(west.clusters(web)) == 1 })
-	if err := east.b.Withdraw(ctx, web); err != nil {
-		t.Fatal(err)
-	}
+	waitUntil(t, "the owner's withdrawal done", func() bool { return east.b.Withdraw(ctx, web) == nil })
 	svcs, err := west.c.ListServices(ctx, &sd.ListServicesInput{Filters: []types.ServiceFilter{
 		{Name: types.ServiceFilterNameNamespaceId, Values: []string{namespaceARN(t, east.c, "apps")}}}})
 	if err != nil {
@@ -230,7 +228,7 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 	if err := srv.Unshare(namespaceARN(t, east.c, "apps"), memberAccount); err != nil {
 		t.Fatal(err)
 	}
-	if err := east.b.Publish(ctx, export("east", api2, "10.1.0.9")); err != nil {
+	if err := publish(ctx, east.b, export("east", api2, "10.1.0.9")); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(8 * time.Second) // past the watcher's ConfirmAbsence (5 s)
@@ -238,7 +236,7 @@ func TestClusterSetAcrossAccounts(t *testing.T) {
 		t.Fatalf("after the unshare the member imports api from %v, want east's export kept", got)
 	}
 	other := registry.Key{Namespace: "apps", Name: "other"}
-	if err := west.b.Publish(ctx, export("west", other, "10.2.0.3")); !errors.As(err, &notShared) {
+	if err := publish(ctx, west.b, export("west", other, "10.2.0.3")); !errors.As(err, &notShared) {
 		t.Fatalf("publishing after the unshare: %v, want a NotSharedError", err)
 	}
 }

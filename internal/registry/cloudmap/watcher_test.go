@@ -36,8 +36,10 @@ func newWatched(t *testing.T, ours, foreign int) *watched {
 	// Cloud Map as documented, in an account that holds only clustersets:
 	// these tests count the watcher's own calls (a busy account is
 	// TestBusyAccountPagedWithinBudget's).
+	// No late failures either: a change the test makes must happen (the
+	// exporter's handling of them is TestLateFailureIsWrittenAgain's).
 	p := cloudmaplocal.AWS()
-	p.TenantOperations = 0
+	p.TenantOperations, p.LateFailureRate = 0, 0
 	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: &p})
 	setup := srv.Client(t, cloudmapclient.Options{})
 	w := &watched{srv: srv, setup: setup, calls: &cloudmapclient.Calls{}, heard: map[registry.Key][]registry.Export{}, svcs: map[registry.Key]string{}}
@@ -335,12 +337,20 @@ func TestDNSRegistrationsAreLookedUpOnce(t *testing.T) {
 	before := w.calls.Snapshot()
 	// 12 operations, slower than the lookup budget (5/s) so that each is
 	// attributed rather than caught up.
+	last := map[string]*string{}
 	for round := range 4 {
 		for _, id := range ids {
-			if _, err := w.setup.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(id), InstanceId: aws.String("pod"),
-				Attributes: map[string]string{"AWS_INSTANCE_IPV4": fmt.Sprintf("10.1.0.%d", round+1)}}); err != nil {
+			if last[id] != nil { // a write while the last one runs would be a DuplicateRequest
+				if _, err := cloudmapclient.WaitOperation(ctx, w.setup, last[id]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := w.setup.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(id), InstanceId: aws.String("pod"),
+				Attributes: map[string]string{"AWS_INSTANCE_IPV4": fmt.Sprintf("10.1.0.%d", round+1)}})
+			if err != nil {
 				t.Fatal(err)
 			}
+			last[id] = out.OperationId
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
