@@ -58,7 +58,17 @@ Accounts and Regions: each access key belongs to an account (--access-key;
 every other key is --account's). A signed request is served in the Region of
 its signature's credential scope, each Region with its own namespaces,
 ARNs, operations and quotas; unsigned requests go to --region. Request
-quotas (--rate-limit) apply per account and Region.
+quotas (--control-rate, the data plane's documented ones, --rate-limit
+faults) apply per account and Region.
+
+Behaviour (--profile): aws, the default, is Cloud Map as documented, with a
+conservative assumption wherever AWS publishes no figure: operations take
+time (--operation-time), data-plane reads trail writes (--read-lag),
+ListOperations pages all the account's operations before it filters, other
+tenants add operations (--tenant-operations), calls have quotas, and a
+share of accepted operations fails (--late-failure-rate). instant answers
+at once, for unit tests of logic only. docs/emulator.md has every default
+and its source.
 
 Sharing (the AWS RAM step): POST /shares {"namespaceArn": ARN, "accounts":
 [ID...]} shares a namespace at once (as inside an Organization with sharing

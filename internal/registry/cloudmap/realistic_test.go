@@ -137,10 +137,13 @@ func TestLateFailureIsWrittenAgain(t *testing.T) {
 	p := cloudmaplocal.AWS()
 	p.LateFailureRate = 0 // the test fails the writes it means to
 	w := newPair(t, p)
-	// The namespace first: its creation is an operation too.
-	if err := w.publish(t, export("c1", registry.Key{Namespace: "demo", Name: "first"}, "10.0.1.9")); err != nil {
+	// The namespace first (its creation is an operation too), imported:
+	// every write of it done.
+	first := registry.Key{Namespace: "demo", Name: "first"}
+	if err := w.publish(t, export("c1", first, "10.0.1.9")); err != nil {
 		t.Fatal(err)
 	}
+	waitUntil(t, "the first export imported", func() bool { return w.imports(first, "10.0.1.9") })
 	key := registry.Key{Namespace: "demo", Name: "api"}
 	w.srv.SetFaults(cloudmaplocal.Faults{OperationFailureRate: 1})
 	if err := w.publish(t, export("c1", key, "10.0.1.1")); err != nil {
