@@ -116,6 +116,9 @@ type Backend struct {
 	// failed are the services whose records a write of this cluster's
 	// failed after Cloud Map accepted it, not made good since.
 	failed map[registry.Key]lateFailure
+	// recent are this cluster's writes of its records within the read
+	// lag (withRecent).
+	recent map[registry.Key]map[string]recentWrite
 }
 
 // lateFailure is an operation of this cluster's that ended FAIL.
@@ -140,7 +143,7 @@ func New(c *sd.Client, o Options) *Backend {
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
 		feed: newChangeLog(), unshared: map[string]time.Time{}, exporting: map[registry.Key]bool{},
-		failed: map[registry.Key]lateFailure{},
+		failed: map[registry.Key]lateFailure{}, recent: map[registry.Key]map[string]recentWrite{},
 	}
 }
 
@@ -286,6 +289,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 			return fmt.Errorf("registering %s in %s: %w", ids[i], e.Key, err)
 		}
 		b.ownOp(out.OperationId, e.Key)
+		b.wrote(e.Key, ids[i], attrs)
 		if _, had := current[ids[i]]; !had {
 			addedMu.Lock()
 			added = append(added, ids[i])
@@ -341,6 +345,7 @@ func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key
 		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i])})
 		var missing *types.InstanceNotFound
 		if errors.As(err, &missing) {
+			b.wrote(key, ids[i], nil)
 			return nil
 		}
 		var busy *types.DuplicateRequest
@@ -351,6 +356,7 @@ func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key
 			return fmt.Errorf("deregistering %s from %s: %w", ids[i], key, err)
 		}
 		b.ownOp(out.OperationId, key)
+		b.wrote(key, ids[i], nil)
 		return nil
 	})
 }
@@ -481,7 +487,52 @@ func (b *Backend) ownInstances(ctx context.Context, key registry.Key) (map[strin
 	for _, in := range out.Instances {
 		cur[aws.ToString(in.InstanceId)] = in.Attributes
 	}
-	return cur, nil
+	return b.withRecent(key, cur), nil
+}
+
+// recentWrite is one of this cluster's writes of a record: what it
+// registered (nil: deregistered), and when.
+type recentWrite struct {
+	attrs Attrs
+	at    time.Time
+}
+
+// wrote notes a write of this cluster's record id of key.
+func (b *Backend) wrote(key registry.Key, id string, attrs Attrs) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.recent[key] == nil {
+		b.recent[key] = map[string]recentWrite{}
+	}
+	b.recent[key][id] = recentWrite{attrs: attrs, at: time.Now()}
+}
+
+// withRecent is this cluster's records of key as read, with its writes of
+// the last read-lag window over them: Cloud Map's reads may not show them
+// yet, and a publish that diffed against such a read would leave behind
+// a record it replaced a moment ago. Older writes are forgotten: past the
+// window, the read is the truth (someone else may have removed a record).
+func (b *Backend) withRecent(key registry.Key, cur map[string]Attrs) map[string]Attrs {
+	lag := b.o.Watch.ReadLag
+	if lag <= 0 {
+		lag = DefaultReadLag
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, w := range b.recent[key] {
+		switch {
+		case time.Since(w.at) > lag:
+			delete(b.recent[key], id)
+		case w.attrs == nil:
+			delete(cur, id)
+		default:
+			cur[id] = w.attrs
+		}
+	}
+	if len(b.recent[key]) == 0 {
+		delete(b.recent, key)
+	}
+	return cur
 }
 
 func (b *Backend) ensureNamespace(ctx context.Context, name string) (string, error) {
@@ -715,6 +766,7 @@ func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, s
 	}
 	b.mu.Lock()
 	b.failed[key] = lateFailure{at: time.Now(), reason: reason}
+	delete(b.recent, key) // what failed is not there: the next publish reads
 	b.mu.Unlock()
 	b.o.Log.Error(nil, "a Cloud Map operation failed after it was accepted; the export is written again", "service", key.String(), "operation", id, "reason", reason)
 	if b.o.OnWriteFailed != nil {

@@ -60,9 +60,9 @@ type WatchOptions struct {
 	// past this many a catch-up costs less.
 	MaxPollPages int
 	// ReadLag is how long after a change Cloud Map's data plane may still
-	// show the service as it was: reads of a changed service go on until
-	// one shows a new revision, StaleRetry apart, and once more when the
-	// window ends, for a change the first read showed only part of.
+	// show the service as it was, or part of the change: a changed service
+	// is read again StaleRetry later, then twice as long each time, and
+	// once when the window ends (4 reads in all at the defaults).
 	ReadLag, StaleRetry time.Duration
 }
 
@@ -126,12 +126,16 @@ func (o *WatchOptions) defaults() {
 		o.MaxPollPages = 5
 	}
 	if o.ReadLag == 0 {
-		o.ReadLag = 5 * time.Second
+		o.ReadLag = DefaultReadLag
 	}
 	if o.StaleRetry == 0 {
 		o.StaleRetry = 500 * time.Millisecond
 	}
 }
+
+// DefaultReadLag is how long after a write Cloud Map's reads are taken to
+// possibly not show it (WatchOptions.ReadLag).
+const DefaultReadLag = 5 * time.Second
 
 // Watcher turns Cloud Map changes into Sink calls.
 type Watcher struct {
@@ -150,7 +154,7 @@ type Watcher struct {
 	exported   map[registry.Key]bool // keys the sink last heard exports for
 	// settling are the services changed within ReadLag, until when; behind
 	// counts reads in a row that went back past the revision held.
-	settling map[registry.Key]time.Time
+	settling map[registry.Key]settling
 	behind   map[registry.Key]int
 	clock    clock
 	feed     feed
@@ -180,7 +184,7 @@ func newWatcher(b *Backend, sink registry.Sink) *Watcher {
 		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{},
 		exported: map[registry.Key]bool{}, absent: map[registry.Key]time.Time{}, unreadable: map[registry.Key]bool{},
 		written: map[registry.Key]map[string]string{}, started: time.Now(),
-		settling: map[registry.Key]time.Time{}, behind: map[registry.Key]int{},
+		settling: map[registry.Key]settling{}, behind: map[registry.Key]int{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
 		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1,
 	}
@@ -241,7 +245,14 @@ func (w *Watcher) changed(key registry.Key, now time.Time) {
 	if _, pending := w.dirty[key]; !pending || w.dirty[key].After(now) {
 		w.dirty[key] = time.Time{}
 	}
-	w.settling[key] = now.Add(w.opts.ReadLag)
+	w.settling[key] = settling{until: now.Add(w.opts.ReadLag)}
+}
+
+// settling is a service changed within ReadLag: until when, and how many
+// reads since the change.
+type settling struct {
+	until time.Time
+	reads int
 }
 
 // maxBehind is how many reads in a row may go back past the revision held
@@ -250,31 +261,33 @@ func (w *Watcher) changed(key registry.Key, now time.Time) {
 const maxBehind = 10
 
 // settled decides, after a read of a service at revision rev, whether the
-// read stands or the service is read again (and when): a read may trail a
-// change by up to ReadLag. It returns false for a read to ignore, one
-// that went back past the revision already held.
+// read stands or the service is read again (and when). A read may trail a
+// change by up to ReadLag, and a change of several operations may show in
+// part: a service changed within ReadLag is read again StaleRetry later,
+// then twice as long each time, and once when the window ends. It returns
+// false for a read to ignore, one that went back past the revision held.
 func (w *Watcher) settled(key registry.Key, rev int64, now time.Time) bool {
-	held, had := w.revisions[key]
-	if had && rev < held && w.behind[key] < maxBehind {
+	if held, had := w.revisions[key]; had && rev < held && w.behind[key] < maxBehind {
 		w.behind[key]++
 		w.dirty[key] = now.Add(w.opts.StaleRetry)
 		return false
 	}
 	delete(w.behind, key)
-	until, changing := w.settling[key]
-	switch {
-	case !changing:
-	case !now.Before(until):
-		delete(w.settling, key) // this read is the last of the window
-	case had && rev == held:
-		next := now.Add(w.opts.StaleRetry) // not there yet
-		if next.After(until) {
-			next = until
-		}
-		w.dirty[key] = next
-	default:
-		w.dirty[key] = until // there; once more for what trails it
+	s, changing := w.settling[key]
+	if !changing {
+		return true
 	}
+	if !now.Before(s.until) {
+		delete(w.settling, key) // this read is the last of the window
+		return true
+	}
+	next := now.Add(w.opts.StaleRetry << min(s.reads, 8))
+	if next.After(s.until) {
+		next = s.until
+	}
+	s.reads++
+	w.settling[key] = s
+	w.dirty[key] = next
 	return true
 }
 
