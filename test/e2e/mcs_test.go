@@ -39,6 +39,7 @@ func TestMCS(t *testing.T) {
 	t.Run("a namespace missing in a cluster is imported once created", w.lateNamespace)
 	t.Run("another clusterset in the same account stays apart", w.otherClusterSet)
 	t.Run("an export in the AWS controller's schema is imported", w.awsSchema)
+	t.Run("a write Cloud Map fails after accepting it is reported and made good", w.lateFailure)
 	t.Run("an export too large for Cloud Map is reported", w.tooLarge)
 	// Last: it takes Cloud Map away from everything.
 	t.Run("imports survive a Cloud Map outage and throttling", w.outage)

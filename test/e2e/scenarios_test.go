@@ -26,6 +26,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -434,6 +435,54 @@ func (w *world) awsSchema(t *testing.T) {
 	if len(slices) != 1 || *slices[0].Ports[0].Port != 8080 || slices[0].AddressType != discoveryv1.AddressTypeIPv4 {
 		t.Errorf("slices: %+v", slices)
 	}
+}
+
+// A write Cloud Map accepts and then fails says so on the export (Ready
+// False/Pending, a CloudMapWriteFailed Event), is written again, and the
+// export is imported once the writes succeed.
+func (w *world) lateFailure(t *testing.T) {
+	const ns, name = "late-fail", "web"
+	w.allNamespaces(t, ns)
+	w.exportApp(t, ns, "first", 1) // the namespace, written before the fault
+	src := w.clients[0]
+	app(t, src, ns, name, 1, false, httpPort(80, 8080))
+	ips := waitPods(t, src, ns, name, 1)
+	w.cm.SetFaults(cloudmaplocal.Faults{OperationFailureRate: 1})
+	lifted := false
+	defer func() {
+		if !lifted {
+			w.cm.SetFaults(cloudmaplocal.Faults{})
+		}
+	}()
+	exportService(t, src, ns, name)
+	harness.Eventually(t, time.Minute, "a Pending Ready condition naming the failed operation", func() error {
+		se := &mcsv1beta1.ServiceExport{}
+		if err := src.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se); err != nil {
+			return err
+		}
+		for _, c := range se.Status.Conditions {
+			if c.Type == "Ready" && c.Status == metav1.ConditionFalse && c.Reason == "Pending" && strings.Contains(c.Message, "then failed it") {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %+v", se.Status.Conditions)
+	})
+	harness.Eventually(t, 5*time.Second, "a CloudMapWriteFailed Event", func() error {
+		evs := &corev1.EventList{}
+		if err := src.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "CloudMapWriteFailed" && e.InvolvedObject.Name == name {
+				return nil
+			}
+		}
+		return fmt.Errorf("no CloudMapWriteFailed Event")
+	})
+	w.cm.SetFaults(cloudmaplocal.Faults{})
+	lifted = true
+	harness.Eventually(t, time.Minute, "Ready again", wantCondition(src, ns, name, "Ready", "True/Exported"))
+	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)
 }
 
 // An export Cloud Map cannot hold becomes a condition and an Event, not a
