@@ -19,7 +19,6 @@ import (
 type operationsFeed struct {
 	*Watcher
 	seen    map[string]time.Time // operation ids already handled, and when first
-	pages   int                  // the last poll's
 	lookups *rate.Limiter        // the budget of GetOperation attributions
 	// Foreign operations are attributed without asking twice: services
 	// found outside the HTTP namespaces, and namespaces by id.
@@ -140,7 +139,8 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 	read, found := 0, false
 	for !found && pages.HasMorePages() {
 		if read == f.opts.MaxPollPages {
-			f.clock.CatchUpWanted = true
+			// A catch-up costs less than more pages (a baseline is one).
+			f.clock.CatchUpWanted = !baseline
 			break
 		}
 		page, err := pages.NextPage(ctx)
@@ -168,7 +168,6 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 			seen[id] = first
 		}
 	}
-	f.pages = read
 	if f.b.o.OnPollPages != nil {
 		f.b.o.OnPollPages(read)
 	}
