@@ -140,7 +140,7 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 	for !found && pages.HasMorePages() {
 		if read == f.opts.MaxPollPages {
 			// A catch-up costs less than more pages (a baseline is one).
-			f.clock.CatchUpWanted = !baseline
+			f.clock.CatchUpWanted = f.clock.CatchUpWanted || !baseline
 			break
 		}
 		page, err := pages.NextPage(ctx)
