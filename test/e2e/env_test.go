@@ -216,12 +216,16 @@ func wantEvent(cl client.Client, ns, object, reason, typ, text string) func() er
 		if err := cl.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
 			return err
 		}
+		var its []string
 		for _, e := range evs.Items {
 			if e.InvolvedObject.Name == object && e.Reason == reason && e.Type == typ && strings.Contains(e.Message, text) {
 				return nil
 			}
+			if e.InvolvedObject.Name == object {
+				its = append(its, fmt.Sprintf("%s %s: %s", e.Type, e.Reason, e.Message))
+			}
 		}
-		return fmt.Errorf("no %s %s Event on %s/%s containing %q among %d", typ, reason, ns, object, text, len(evs.Items))
+		return fmt.Errorf("no %s %s Event on %s/%s containing %q among %d; its own: %q", typ, reason, ns, object, text, len(evs.Items), its)
 	}
 }
 

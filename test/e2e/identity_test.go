@@ -101,13 +101,20 @@ func TestInvalidIdentityExportsNothing(t *testing.T) {
 		}
 		return nil
 	})
-	out, err := c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{NamespaceName: aws.String("ident"), ServiceName: aws.String("web")})
-	harness.Must(t, err)
-	var records []cloudmap.Instance
-	for _, in := range out.Instances {
-		records = append(records, cloudmap.Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
-	}
-	if exports := cloudmap.Decode(registry.Key{Namespace: "ident", Name: "web"}, records); len(exports) != 1 || len(exports[0].Endpoints) != 1 {
-		t.Errorf("Cloud Map after the fix: %d instances decode to %+v, want one export of one endpoint", len(records), exports)
-	}
+	// Ready says Cloud Map accepted the writes; their operations finish,
+	// and reads show them, a few seconds later.
+	harness.Eventually(t, 20*time.Second, "Cloud Map holding one export of one endpoint", func() error {
+		out, err := c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{NamespaceName: aws.String("ident"), ServiceName: aws.String("web")})
+		if err != nil {
+			return err
+		}
+		var records []cloudmap.Instance
+		for _, in := range out.Instances {
+			records = append(records, cloudmap.Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
+		}
+		if exports := cloudmap.Decode(registry.Key{Namespace: "ident", Name: "web"}, records); len(exports) != 1 || len(exports[0].Endpoints) != 1 {
+			return fmt.Errorf("%d instances decode to %+v", len(records), exports)
+		}
+		return nil
+	})
 }

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
@@ -262,9 +263,9 @@ func awsRecords(t *testing.T, c *sd.Client, ns, name, cluster string, ips []stri
 	ctx := context.Background()
 	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(ns)})
 	harness.Must(t, err)
-	got, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: op.OperationId})
+	got, err := cloudmapclient.WaitOperation(ctx, c, op.OperationId) // an operation, which takes time
 	harness.Must(t, err)
-	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(got.Operation.Targets["NAMESPACE"])})
+	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(got.Targets["NAMESPACE"])})
 	harness.Must(t, err)
 	for _, ip := range ips {
 		_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String("tcp-" + strings.ReplaceAll(ip, ".", "_") + "-8080"),

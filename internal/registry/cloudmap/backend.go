@@ -119,12 +119,15 @@ type Backend struct {
 	// recent are this cluster's writes of its records within the read
 	// lag (withRecent).
 	recent map[registry.Key]map[string]recentWrite
+	// registering are the registrations of a publish whose replaced
+	// records wait for them to finish (registered).
+	registering map[registry.Key]registrations
 }
 
 // lateFailure is an operation of this cluster's that ended FAIL.
 type lateFailure struct {
-	at     time.Time
-	reason string
+	at         time.Time
+	op, reason string
 }
 
 type ownOp struct {
@@ -144,6 +147,7 @@ func New(c *sd.Client, o Options) *Backend {
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
 		feed: newChangeLog(), unshared: map[string]time.Time{}, exporting: map[registry.Key]bool{},
 		failed: map[registry.Key]lateFailure{}, recent: map[registry.Key]map[string]recentWrite{},
+		registering: map[registry.Key]registrations{},
 	}
 }
 
@@ -251,6 +255,11 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 			return &LimitError{Reason: why}
 		}
 	}
+	// The records an earlier publish registered go in before the ones they
+	// replace go out: operations finish in any order.
+	if done, err := b.registered(ctx, e.Key); err != nil || !done {
+		return errors.Join(ErrPending, err)
+	}
 	register, deregister := Plan(desired, current)
 	if len(register)+len(deregister) == 0 {
 		// What a failed write was to make is there: written since by a
@@ -265,7 +274,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	}
 	written := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	var addedMu sync.Mutex
-	var added []string
+	var added, ops []string
 	if err := cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
 		attrs := maps.Clone(register[ids[i]])
 		attrs[AttrWritten] = written
@@ -290,10 +299,11 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		}
 		b.ownOp(out.OperationId, e.Key)
 		b.wrote(e.Key, ids[i], attrs)
+		addedMu.Lock()
+		defer addedMu.Unlock()
+		ops = append(ops, aws.ToString(out.OperationId))
 		if _, had := current[ids[i]]; !had {
-			addedMu.Lock()
 			added = append(added, ids[i])
-			addedMu.Unlock()
 		}
 		return nil
 	}); err != nil {
@@ -310,7 +320,64 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		}
 		return err
 	}
+	if len(deregister) > 0 && len(ops) > 0 {
+		// A service never goes without the records that replace the
+		// ones leaving: those leave at a publish after these are in.
+		b.mu.Lock()
+		b.registering[e.Key] = registrations{ops: ops, at: time.Now()}
+		b.mu.Unlock()
+		return ErrPending
+	}
 	return b.deregister(ctx, svcID, e.Key, deregister)
+}
+
+// registered tells whether the registrations a publish of key left
+// waiting for (registering) finished: one GetOperation each still
+// unknown. One that failed is reported as a late failure, and this
+// cluster's memory of its writes of key is dropped: the next publish reads
+// what is there.
+func (b *Backend) registered(ctx context.Context, key registry.Key) (bool, error) {
+	b.mu.Lock()
+	pending := b.registering[key]
+	b.mu.Unlock()
+	var left []string
+	for _, id := range pending.ops {
+		out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id), OwnerAccount: b.ownerAccount()})
+		if err != nil {
+			return false, err
+		}
+		switch out.Operation.Status {
+		case types.OperationStatusSuccess:
+		case types.OperationStatusFail:
+			b.mu.Lock()
+			delete(b.registering, key)
+			b.mu.Unlock()
+			b.opFinished(ctx, id, key, pending.at, true)
+			return false, nil
+		default:
+			left = append(left, id)
+		}
+	}
+	if len(left) == 0 {
+		b.mu.Lock()
+		delete(b.registering, key)
+		b.mu.Unlock()
+		if len(pending.ops) > 0 {
+			b.opFinished(ctx, "", key, pending.at, false)
+		}
+		return true, nil
+	}
+	b.mu.Lock()
+	pending.ops = left
+	b.registering[key] = pending
+	b.mu.Unlock()
+	return false, nil
+}
+
+// registrations are a publish's registrations, and when it started them.
+type registrations struct {
+	ops []string
+	at  time.Time
 }
 
 func (b *Backend) region() string { return b.c.Options().Region }
@@ -760,12 +827,15 @@ func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, s
 		}
 		return
 	}
+	if had && prev.op == id {
+		return // told already (the change feed and the publish both see it)
+	}
 	reason := "Cloud Map accepted a write of this export's records, then failed it (operation " + id + ")"
 	if out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id)}); err == nil && out.Operation != nil {
 		reason += ": " + string(out.Operation.Type) + " " + aws.ToString(out.Operation.ErrorCode) + " " + aws.ToString(out.Operation.ErrorMessage)
 	}
 	b.mu.Lock()
-	b.failed[key] = lateFailure{at: time.Now(), reason: reason}
+	b.failed[key] = lateFailure{at: time.Now(), op: id, reason: reason}
 	delete(b.recent, key) // what failed is not there: the next publish reads
 	b.mu.Unlock()
 	b.o.Log.Error(nil, "a Cloud Map operation failed after it was accepted; the export is written again", "service", key.String(), "operation", id, "reason", reason)
