@@ -72,9 +72,13 @@ const (
 	DefaultDataBurst = 400
 )
 
-// DefaultMaxAttempts is how often a call is tried: throttled calls back off
-// (exponentially, with jitter, up to 20 s) and try again.
-const DefaultMaxAttempts = 5
+// DefaultMaxAttempts is how often a call is tried, DefaultMaxBackoff the
+// longest wait between two tries (exponential, with jitter): 5 tries in
+// at most about 7 s.
+const (
+	DefaultMaxAttempts = 5
+	DefaultMaxBackoff  = 2 * time.Second
+)
 
 // DefaultCallTimeout bounds one attempt of a Cloud Map call: they answer in
 // well under a second, and a hung connection must not stall the change
@@ -184,6 +188,10 @@ func NewFromConfig(cfg aws.Config, o Options) *sd.Client {
 			// above already pace this client. The SDK's retry quota would
 			// turn a throttled burst into failures after ~100 retries.
 			ro.RateLimiter = ratelimit.None
+			// Short waits: a caller that reads services in turn (the change
+			// feed) must not stall on one that keeps failing; its own
+			// backoff spaces the next try.
+			ro.MaxBackoff = DefaultMaxBackoff
 		})
 		if so.BaseEndpoint != nil {
 			// DiscoverInstances* would go to data-<host>, which does not
