@@ -268,6 +268,14 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		delete(b.failed, e.Key)
 		b.mu.Unlock()
 	}
+	// The service record says what the others hold: it goes in after
+	// them, at the next publish (operations finish in any order, and a
+	// read between would pair the new record with the old endpoints).
+	later := false
+	if rec := ServiceRecordID(b.o.ClusterSet, b.o.Cluster); register[rec] != nil && len(register) > 1 {
+		delete(register, rec)
+		later = true
+	}
 	ids := make([]string, 0, len(register))
 	for id := range register {
 		ids = append(ids, id)
@@ -320,7 +328,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		}
 		return err
 	}
-	if len(deregister) > 0 && len(ops) > 0 {
+	if (later || len(deregister) > 0) && len(ops) > 0 {
 		// A service never goes without the records that replace the
 		// ones leaving: those leave at a publish after these are in.
 		b.mu.Lock()
