@@ -282,7 +282,8 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	}
 	written := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	var addedMu sync.Mutex
-	var added, ops []string
+	var added []string
+	stamps := map[string]string{}
 	if err := cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
 		attrs := maps.Clone(register[ids[i]])
 		attrs[AttrWritten] = written
@@ -309,7 +310,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		b.wrote(e.Key, ids[i], attrs)
 		addedMu.Lock()
 		defer addedMu.Unlock()
-		ops = append(ops, aws.ToString(out.OperationId))
+		stamps[ids[i]] = written
 		if _, had := current[ids[i]]; !had {
 			added = append(added, ids[i])
 		}
@@ -328,11 +329,11 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		}
 		return err
 	}
-	if (later || len(deregister) > 0) && len(ops) > 0 {
+	if (later || len(deregister) > 0) && len(stamps) > 0 {
 		// A service never goes without the records that replace the
 		// ones leaving: those leave at a publish after these are in.
 		b.mu.Lock()
-		b.registering[e.Key] = registrations{ops: ops, at: time.Now()}
+		b.registering[e.Key] = registrations{stamps: stamps, at: time.Now()}
 		b.mu.Unlock()
 		return ErrPending
 	}
@@ -340,52 +341,60 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 }
 
 // registered tells whether the registrations a publish of key left
-// waiting for (registering) finished: one GetOperation each still
-// unknown. One that failed is reported as a late failure, and this
-// cluster's memory of its writes of key is dropped: the next publish reads
-// what is there.
+// waiting for (registering) are in: a read of this cluster's records shows
+// each with the write stamp it was registered with (one data-plane call;
+// no control-plane one, which a member account may not be allowed).
+// Registrations not shown within registrationTimeout failed or were lost
+// (the change feed tells of failures sooner, in one account): they are
+// given up, with this cluster's memory of its writes of key, so that the
+// next publish reads what is there and writes what is missing.
 func (b *Backend) registered(ctx context.Context, key registry.Key) (bool, error) {
 	b.mu.Lock()
-	pending := b.registering[key]
+	pending, waiting := b.registering[key]
 	b.mu.Unlock()
-	var left []string
-	for _, id := range pending.ops {
-		out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id), OwnerAccount: b.ownerAccount()})
-		if err != nil {
-			return false, err
-		}
-		switch out.Operation.Status {
-		case types.OperationStatusSuccess:
-		case types.OperationStatusFail:
-			b.mu.Lock()
-			delete(b.registering, key)
-			b.mu.Unlock()
-			b.opFinished(ctx, id, key, pending.at, true)
-			return false, nil
-		default:
-			left = append(left, id)
-		}
-	}
-	if len(left) == 0 {
-		b.mu.Lock()
-		delete(b.registering, key)
-		b.mu.Unlock()
-		if len(pending.ops) > 0 {
-			b.opFinished(ctx, "", key, pending.at, false)
-		}
+	if !waiting {
 		return true, nil
 	}
+	if time.Since(pending.at) > registrationTimeout {
+		b.mu.Lock()
+		delete(b.registering, key)
+		delete(b.recent, key)
+		b.mu.Unlock()
+		return true, nil
+	}
+	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
+		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
+		QueryParameters: map[string]string{AttrClusterID: b.o.Cluster, AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(MaxInstances),
+		OwnerAccount: b.ownerAccount(),
+	})
+	if err != nil {
+		return false, err
+	}
+	shown := map[string]string{}
+	for _, in := range out.Instances {
+		shown[aws.ToString(in.InstanceId)] = in.Attributes[AttrWritten]
+	}
+	for id, stamp := range pending.stamps {
+		if shown[id] != stamp {
+			return false, nil
+		}
+	}
 	b.mu.Lock()
-	pending.ops = left
-	b.registering[key] = pending
+	delete(b.registering, key)
 	b.mu.Unlock()
-	return false, nil
+	b.opFinished(ctx, "", key, pending.at, false)
+	return true, nil
 }
 
-// registrations are a publish's registrations, and when it started them.
+// registrationTimeout is how long registrations are waited for before
+// they are taken as failed: operations take seconds.
+const registrationTimeout = 30 * time.Second
+
+// registrations are a publish's registrations, by instance id with the
+// write stamp (AttrWritten) each carries, and when it started them.
 type registrations struct {
-	ops []string
-	at  time.Time
+	stamps map[string]string
+	at     time.Time
 }
 
 func (b *Backend) region() string { return b.c.Options().Region }
@@ -845,6 +854,7 @@ func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, s
 	b.mu.Lock()
 	b.failed[key] = lateFailure{at: time.Now(), op: id, reason: reason}
 	delete(b.recent, key) // what failed is not there: the next publish reads
+	delete(b.registering, key)
 	b.mu.Unlock()
 	b.o.Log.Error(nil, "a Cloud Map operation failed after it was accepted; the export is written again", "service", key.String(), "operation", id, "reason", reason)
 	if b.o.OnWriteFailed != nil {

@@ -48,12 +48,19 @@ type member struct {
 	onSet  func(registry.Key, []registry.Export)
 	// sinks hear what the member's one watch hears (attach).
 	sinks []registry.Sink
+	// published are the exports last published, written again when a
+	// write fails after Cloud Map accepted it, as the export reconciler
+	// does (OnWriteFailed).
+	published map[registry.Key]registry.Export
 }
 
 // Publish publishes as the export reconciler does: again a second later
 // while an earlier write of a record still runs (ErrPending), and every
 // LateFailureRetry while a write failed after Cloud Map accepted it.
 func (m *member) Publish(ctx context.Context, e registry.Export) error {
+	m.mu.Lock()
+	m.published[e.Key] = e
+	m.mu.Unlock()
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		err := m.Backend.Publish(ctx, e)
 		var late *registry.LateFailureError
@@ -107,11 +114,20 @@ func (f *fleet) startIn(set, cluster string, version int, perEndpoint bool) *mem
 	f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(cancel)
-	m := &member{calls: &cloudmapclient.Calls{}, stop: cancel, heard: map[registry.Key][]registry.Export{}, rechoose: make(chan Choice, 16)}
+	m := &member{calls: &cloudmapclient.Calls{}, stop: cancel, heard: map[registry.Key][]registry.Export{}, rechoose: make(chan Choice, 16),
+		published: map[registry.Key]registry.Export{}}
 	co := f.srv.Shipped()
 	co.OnCall = m.calls.Record
 	c := f.srv.Client(f.t, co)
-	o := Options{ClusterSet: set, Cluster: cluster, Controller: "clustermap test", Log: logr.Discard(), RecordVersion: version, Usage: NewUsage(0)}
+	o := Options{ClusterSet: set, Cluster: cluster, Controller: "clustermap test", Log: logr.Discard(), RecordVersion: version, Usage: NewUsage(0),
+		OnWriteFailed: func(key registry.Key) {
+			m.mu.Lock()
+			e, ok := m.published[key]
+			m.mu.Unlock()
+			if ok {
+				go func() { _ = m.Publish(ctx, e) }()
+			}
+		}}
 	var sink registry.Sink = registry.SinkFuncs{
 		OnSet: func(key registry.Key, e []registry.Export) {
 			m.mu.Lock()
