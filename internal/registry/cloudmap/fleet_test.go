@@ -82,6 +82,15 @@ func (m *member) Publish(ctx context.Context, e registry.Export) error {
 	}
 }
 
+// Withdraw forgets the export first: a late failure must not publish it
+// again (the export reconciler withdraws a deleted ServiceExport).
+func (m *member) Withdraw(ctx context.Context, key registry.Key) error {
+	m.mu.Lock()
+	delete(m.published, key)
+	m.mu.Unlock()
+	return m.Backend.Withdraw(ctx, key)
+}
+
 // attached is a member's registry whose Watch hears the member's running
 // watch: a backend has one watch, as in the controller.
 type attached struct{ *member }

@@ -44,12 +44,24 @@ func (e *AliveError) Error() string {
 // It returns how many records went.
 func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 	b := New(c, Options{ClusterSet: o.ClusterSet, Cluster: o.Cluster, Owner: o.Owner, Account: o.Owner, Log: logr.Discard()})
-	records, err := b.readRecords(ctx)
-	if err != nil {
-		return 0, err
-	}
 	var recordSvc string
-	if records != nil {
+	// Read twice, a read lag apart: a read may trail the cluster's latest
+	// proof, and a live cluster must never be forgotten for a stale read.
+	for i, reads := 0, 2; i < reads; i++ {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(DefaultReadLag):
+			}
+		}
+		records, err := b.readRecords(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if records == nil {
+			continue
+		}
 		for _, in := range records.Instances {
 			if in.Attributes[AttrClusterID] != o.Cluster {
 				continue
@@ -58,6 +70,9 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 				return 0, &AliveError{Cluster: o.Cluster, Last: r.updated}
 			}
 			recordSvc = aws.ToString(in.ServiceName)
+		}
+		if o.Force {
+			break
 		}
 	}
 	n := 0

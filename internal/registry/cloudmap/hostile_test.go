@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
-	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -30,7 +30,7 @@ func TestHostileMemberIsRefused(t *testing.T) {
 		t.Run(fmt.Sprintf("permissive sharing %v", permissive), func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			srv := cloudmaptest.Start(t, cloudmaplocal.Options{PermissiveSharing: permissive,
+			srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures(), PermissiveSharing: permissive,
 				Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount, "AKIDHOSTILE": hostileAccount}})
 			east := newMember(t, ctx, srv, "AKIDOWNER", ownerAccount, "east")
 			west := newMember(t, ctx, srv, "AKIDMEMBER", memberAccount, "west")
@@ -70,8 +70,18 @@ func TestHostileMemberIsRefused(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				_, err = cloudmapclient.WaitOperation(ctx, hostile, out.OperationId)
-				return err
+				// Its operation, on the owner's namespace, is read with
+				// the owner's account named.
+				for {
+					op, err := hostile.GetOperation(ctx, &sd.GetOperationInput{OperationId: out.OperationId, OwnerAccount: aws.String(ownerAccount)})
+					if err != nil || op.Operation.Status == types.OperationStatusSuccess {
+						return err
+					}
+					if op.Operation.Status == types.OperationStatusFail {
+						return fmt.Errorf("forging %s: %s", id, aws.ToString(op.Operation.ErrorMessage))
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
 			}
 			if err := forge("forged-west", "west", "10.9.9.1"); err != nil {
 				t.Fatal(err)

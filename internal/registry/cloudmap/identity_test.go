@@ -30,7 +30,7 @@ func TestDuplicateClusterIDReportedOnBoth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+			srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
 			var mu sync.Mutex
 			reports := map[string][]string{}
 			start := func(uid string) *cloudmap.Backend {
@@ -77,7 +77,7 @@ func TestDuplicateClusterIDReportedOnBoth(t *testing.T) {
 func TestOwnRecordsAreNoDuplicate(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
 	reported := make(chan string, 10)
 	b := cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
 		Writer: cloudmap.WriterMark("uid-a"), OnDuplicate: func(key registry.Key, other string) { reported <- other }})

@@ -95,7 +95,7 @@ func TestSilentClusterDrainedAcrossAccounts(t *testing.T) {
 func TestSilentClusterDrainedInOneAccount(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
 	east := newCluster(t, ctx, srv, "AKIDEAST", "", "", "east", fastLiveness)
 	if err := publish(ctx, east.b, export("east", registry.Key{Namespace: "apps", Name: "web"}, "10.1.0.1")); err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestSilentClusterDrainedInOneAccount(t *testing.T) {
 func TestRecordGoesWithTheLastExport(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
 	east := newCluster(t, ctx, srv, "AKIDEAST", "", "", "east", fastLiveness)
 	web, api := registry.Key{Namespace: "apps", Name: "web"}, registry.Key{Namespace: "apps", Name: "api"}
 	for _, k := range []registry.Key{web, api} {

@@ -20,7 +20,7 @@ import (
 func TestPropagationIsMeasuredFromTheExportersWrite(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
 	backend := func(cluster string, onPropagation func(time.Duration)) *cloudmap.Backend {
 		c := srv.Client(t, srv.Shipped())
 		return cloudmap.New(c, cloudmap.Options{ClusterSet: "set", Cluster: cluster, Controller: "test", Log: logr.Discard(), OnPropagation: onPropagation})

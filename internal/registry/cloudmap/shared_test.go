@@ -143,7 +143,7 @@ func namespaceARN(t *testing.T, c *sd.Client, name string) string {
 // accountsEmulator serves an owner and a member account.
 func accountsEmulator(t *testing.T) *cloudmaptest.Emulator {
 	t.Helper()
-	return cloudmaptest.Start(t, cloudmaplocal.Options{Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount}})
+	return cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures(), Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount}})
 }
 
 // shareWithMember waits for the namespaces the owner's first export makes
