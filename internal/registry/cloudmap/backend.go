@@ -320,7 +320,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		if errors.As(err, &limit) {
 			// Another writer filled the service meanwhile: what this
 			// publish added goes again, and the export stays as it was.
-			undo := b.deregister(ctx, svcID, e.Key, added)
+			undo := b.takeBack(ctx, svcID, e.Key, added)
 			if undo != nil {
 				return errors.Join(err, fmt.Errorf("taking back the %d instances this export added: %w", len(added), undo))
 			}
@@ -417,6 +417,23 @@ func (b *Backend) packs(version int, current map[string]Attrs) bool {
 		return c.Packed
 	}
 	return current[ServiceRecordID(b.o.ClusterSet, b.o.Cluster)][AttrEndpointFormat] == packedFormat
+}
+
+// takeBack deregisters what a refused publish added, waiting for their
+// registrations while they still run (DuplicateRequest), so that the
+// export is refused whole: within registrationTimeout.
+func (b *Backend) takeBack(ctx context.Context, svcID string, key registry.Key, ids []string) error {
+	for deadline := time.Now().Add(registrationTimeout); ; {
+		err := b.deregister(ctx, svcID, key, ids)
+		if !errors.Is(err, ErrPending) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // deregister removes instances; one already gone is fine.
