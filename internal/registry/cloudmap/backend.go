@@ -122,6 +122,8 @@ type Backend struct {
 	// registering are the registrations of a publish whose replaced
 	// records wait for them to finish (registered).
 	registering map[registry.Key]registrations
+	// whole are the record ids of each export as last published whole.
+	whole map[registry.Key]map[string]bool
 }
 
 // lateFailure is an operation of this cluster's that ended FAIL.
@@ -147,7 +149,7 @@ func New(c *sd.Client, o Options) *Backend {
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
 		feed: newChangeLog(), unshared: map[string]time.Time{}, exporting: map[registry.Key]bool{},
 		failed: map[registry.Key]lateFailure{}, recent: map[registry.Key]map[string]recentWrite{},
-		registering: map[registry.Key]registrations{},
+		registering: map[registry.Key]registrations{}, whole: map[registry.Key]map[string]bool{},
 	}
 }
 
@@ -320,6 +322,9 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		if errors.As(err, &limit) {
 			// Another writer filled the service meanwhile: what this
 			// publish added goes again, and the export stays as it was.
+			// Everything past the last whole export goes: earlier tries of
+			// this one may have added records too.
+			added = b.pastWhole(e.Key, current, added)
 			undo := b.takeBack(ctx, svcID, e.Key, added)
 			if undo != nil {
 				return errors.Join(err, fmt.Errorf("taking back the %d instances this export added: %w", len(added), undo))
@@ -337,7 +342,37 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		b.mu.Unlock()
 		return ErrPending
 	}
-	return b.deregister(ctx, svcID, e.Key, deregister)
+	if err := b.deregister(ctx, svcID, e.Key, deregister); err != nil {
+		return err
+	}
+	whole := make(map[string]bool, len(desired))
+	for id := range desired {
+		whole[id] = true
+	}
+	b.mu.Lock()
+	b.whole[e.Key] = whole
+	b.mu.Unlock()
+	return nil
+}
+
+// pastWhole are this cluster's records of key beyond its last whole export
+// (all of them before one): those of current, and added.
+func (b *Backend) pastWhole(key registry.Key, current map[string]Attrs, added []string) []string {
+	b.mu.Lock()
+	whole, known := b.whole[key]
+	b.mu.Unlock()
+	var out []string
+	for id := range current {
+		if !known || !whole[id] {
+			out = append(out, id)
+		}
+	}
+	for _, id := range added {
+		if _, had := current[id]; !had {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // registered tells whether the registrations a publish of key left
@@ -471,6 +506,9 @@ func (b *Backend) Withdraw(ctx context.Context, key registry.Key) error {
 		b.reread(key)
 	}
 	if err == nil {
+		b.mu.Lock()
+		delete(b.whole, key)
+		b.mu.Unlock()
 		err = b.retireRecord(ctx, key)
 	}
 	return err
