@@ -254,6 +254,12 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		// Refused before anything is written: never a cluster half
 		// registered.
 		if why := b.o.Usage.fits(b.region(), e.Key, len(current), len(desired)); why != "" {
+			// What earlier tries of this export added goes too.
+			if back := b.pastWhole(e.Key, current, nil); len(back) > 0 {
+				if err := b.takeBack(ctx, svcID, e.Key, back); err != nil {
+					return errors.Join(&LimitError{Reason: why}, err)
+				}
+			}
 			return &LimitError{Reason: why}
 		}
 	}
