@@ -72,11 +72,12 @@ const (
 	DefaultDataBurst = 400
 )
 
-// DefaultMaxAttempts is how often a call is tried, DefaultMaxBackoff the
-// longest wait between two tries (exponential, with jitter): 5 tries in
-// at most about 7 s.
+// DefaultMaxAttempts is how often a call is tried (the SDK's default),
+// DefaultMaxBackoff the longest wait between two tries (exponential, with
+// jitter): a failing call gives up within about 3 s, and its caller's
+// own retry (the export's requeue, the watcher's backoff) comes later.
 const (
-	DefaultMaxAttempts = 5
+	DefaultMaxAttempts = 3
 	DefaultMaxBackoff  = 2 * time.Second
 )
 

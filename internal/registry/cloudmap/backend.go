@@ -198,6 +198,12 @@ var _ registry.Registry = (*Backend)(nil)
 // again by this publish; it is reported until a later write succeeds.
 func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 	err := b.publish(ctx, e)
+	if errors.Is(err, ErrPending) {
+		// Written again meanwhile; the export must say why it waits.
+		if late := b.WriteFailure(e.Key); late != nil {
+			return late
+		}
+	}
 	if err == nil {
 		b.mu.Lock()
 		b.exporting[e.Key] = true
