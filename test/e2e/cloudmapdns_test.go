@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -260,6 +261,22 @@ func (d *dnsWorld) besideECS(t *testing.T) {
 	harness.Eventually(t, 5*time.Second, "Deregistered Event", wantEvent(cl, "web", "nginx", "Deregistered", corev1.EventTypeNormal, "from test-namespace/nginx-service"))
 }
 
+// behindOurBack makes a change to Cloud Map the controller did not, again
+// while an operation of the controller's on that instance still runs
+// (DuplicateRequest: Cloud Map takes one change of an instance at a time).
+func behindOurBack(t *testing.T, write func() error) {
+	t.Helper()
+	harness.Eventually(t, 30*time.Second, "a write behind the controller's back", func() error {
+		err := write()
+		var busy *sdtypes.DuplicateRequest
+		if errors.As(err, &busy) {
+			return err
+		}
+		harness.Must(t, err)
+		return nil
+	})
+}
+
 // drift: an owned instance deregistered and one changed behind our back
 // come back, a leftover owned instance with no pod goes, and a foreign
 // instance deregistered behind our back stays gone.
@@ -277,23 +294,31 @@ func (d *dnsWorld) drift(t *testing.T) {
 		}
 	}
 	sort.Strings(owned)
-	_, err = d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[0])})
-	harness.Must(t, err)
+	behindOurBack(t, func() error {
+		_, err := d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[0])})
+		return err
+	})
 	changed := maps.Clone(cur[owned[1]])
 	changed["AWS_INSTANCE_PORT"] = "9999"
-	_, err = d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[1]), Attributes: changed})
-	harness.Must(t, err)
+	behindOurBack(t, func() error {
+		_, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[1]), Attributes: changed})
+		return err
+	})
 	leftover := maps.Clone(cur[owned[2]])
 	leftover["AWS_INSTANCE_IPV4"], leftover[cloudmapdns.AttrPod] = "10.99.99.99", "gone-pod"
-	_, err = d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(cloudmapdns.InstanceID(owner, "10.99.99.99")), Attributes: leftover})
-	harness.Must(t, err)
+	behindOurBack(t, func() error {
+		_, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(cloudmapdns.InstanceID(owner, "10.99.99.99")), Attributes: leftover})
+		return err
+	})
 	var gone string
 	for id := range d.ecs {
 		gone = id
 		break
 	}
-	_, err = d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(gone)})
-	harness.Must(t, err)
+	behindOurBack(t, func() error {
+		_, err := d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(gone)})
+		return err
+	})
 	remaining := maps.Clone(d.ecs)
 	delete(remaining, gone)
 	harness.Eventually(t, 3*driftPeriod+5*time.Second, "drift repaired", d.registered(d.ecsServiceID, owner, ips, remaining))
