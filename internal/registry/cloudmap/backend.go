@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -122,8 +123,9 @@ type Backend struct {
 	// registering are the registrations of a publish whose replaced
 	// records wait for them to finish (registered).
 	registering map[registry.Key]registrations
-	// whole are the record ids of each export as last published whole.
-	whole map[registry.Key]map[string]bool
+	// tried are the records this cluster added to each export since it was
+	// last published whole (pastWhole).
+	tried map[registry.Key][]string
 }
 
 // lateFailure is an operation of this cluster's that ended FAIL.
@@ -149,7 +151,7 @@ func New(c *sd.Client, o Options) *Backend {
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
 		feed: newChangeLog(), unshared: map[string]time.Time{}, exporting: map[registry.Key]bool{},
 		failed: map[registry.Key]lateFailure{}, recent: map[registry.Key]map[string]recentWrite{},
-		registering: map[registry.Key]registrations{}, whole: map[registry.Key]map[string]bool{},
+		registering: map[registry.Key]registrations{}, tried: map[registry.Key][]string{},
 	}
 }
 
@@ -261,7 +263,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		// registered.
 		if why := b.o.Usage.fits(b.region(), e.Key, len(current), len(desired)); why != "" {
 			// What earlier tries of this export added goes too.
-			if back := b.pastWhole(e.Key, current, nil); len(back) > 0 {
+			if back := b.pastWhole(e.Key, nil); len(back) > 0 {
 				if err := b.takeBack(ctx, svcID, e.Key, back); err != nil {
 					return errors.Join(&LimitError{Reason: why}, err)
 				}
@@ -336,7 +338,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 			// publish added goes again, and the export stays as it was.
 			// Everything past the last whole export goes: earlier tries of
 			// this one may have added records too.
-			added = b.pastWhole(e.Key, current, added)
+			added = b.pastWhole(e.Key, added)
 			undo := b.takeBack(ctx, svcID, e.Key, added)
 			if undo != nil {
 				return errors.Join(err, fmt.Errorf("taking back the %d instances this export added: %w", len(added), undo))
@@ -346,6 +348,9 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		}
 		return err
 	}
+	b.mu.Lock()
+	b.tried[e.Key] = append(b.tried[e.Key], added...)
+	b.mu.Unlock()
 	if (later || len(deregister) > 0) && len(stamps) > 0 {
 		// A service never goes without the records that replace the
 		// ones leaving: those leave at a publish after these are in.
@@ -357,34 +362,19 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	if err := b.deregister(ctx, svcID, e.Key, deregister); err != nil {
 		return err
 	}
-	whole := make(map[string]bool, len(desired))
-	for id := range desired {
-		whole[id] = true
-	}
 	b.mu.Lock()
-	b.whole[e.Key] = whole
+	delete(b.tried, e.Key) // whole now
 	b.mu.Unlock()
 	return nil
 }
 
-// pastWhole are this cluster's records of key beyond its last whole export
-// (all of them before one): those of current, and added.
-func (b *Backend) pastWhole(key registry.Key, current map[string]Attrs, added []string) []string {
+// pastWhole are the records this cluster added to key since the export
+// was last published whole: those of earlier tries, and added. Records of
+// a whole export (another controller's before a restart too) are kept.
+func (b *Backend) pastWhole(key registry.Key, added []string) []string {
 	b.mu.Lock()
-	whole, known := b.whole[key]
-	b.mu.Unlock()
-	var out []string
-	for id := range current {
-		if !known || !whole[id] {
-			out = append(out, id)
-		}
-	}
-	for _, id := range added {
-		if _, had := current[id]; !had {
-			out = append(out, id)
-		}
-	}
-	return out
+	defer b.mu.Unlock()
+	return append(slices.Clone(b.tried[key]), added...)
 }
 
 // registered tells whether the registrations a publish of key left
@@ -519,7 +509,7 @@ func (b *Backend) Withdraw(ctx context.Context, key registry.Key) error {
 	}
 	if err == nil {
 		b.mu.Lock()
-		delete(b.whole, key)
+		delete(b.tried, key)
 		b.mu.Unlock()
 		err = b.retireRecord(ctx, key)
 	}
