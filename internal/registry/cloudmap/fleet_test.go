@@ -60,8 +60,9 @@ type member struct {
 }
 
 // Publish publishes as the export reconciler does: again a second later
-// while an earlier write of a record still runs (ErrPending), and every
-// LateFailureRetry while a write failed after Cloud Map accepted it. Up
+// after an error (a write still running, a namespace creation that failed
+// late), every LateFailureRetry while a write failed after Cloud Map
+// accepted it; a quota refusal is final. Up
 // to 5 minutes: clusters filling one service at once meet the quota when
 // their registrations apply, not when they are sent, and learn it through
 // those late failures (given up on after 30 s each).
@@ -72,12 +73,13 @@ func (m *member) Publish(ctx context.Context, e registry.Export) error {
 	for deadline := time.Now().Add(5 * time.Minute); ; {
 		err := m.Backend.Publish(ctx, e)
 		var late *registry.LateFailureError
+		var limit *LimitError
 		wait := time.Second
 		switch {
+		case err == nil, errors.As(err, &limit):
+			return err
 		case errors.As(err, &late):
 			wait = 5 * time.Second // export.LateFailureRetry
-		case !errors.Is(err, registry.ErrPending):
-			return err
 		}
 		if time.Now().After(deadline) {
 			return err
