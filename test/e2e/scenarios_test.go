@@ -467,18 +467,7 @@ func (w *world) lateFailure(t *testing.T) {
 		}
 		return fmt.Errorf("conditions %+v", se.Status.Conditions)
 	})
-	harness.Eventually(t, 5*time.Second, "a CloudMapWriteFailed Event", func() error {
-		evs := &corev1.EventList{}
-		if err := src.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "CloudMapWriteFailed" && e.InvolvedObject.Name == name {
-				return nil
-			}
-		}
-		return fmt.Errorf("no CloudMapWriteFailed Event")
-	})
+	harness.Eventually(t, 5*time.Second, "a CloudMapWriteFailed Event", wantEvent(src, ns, name, "CloudMapWriteFailed", corev1.EventTypeWarning, "then failed it"))
 	w.cm.SetFaults(cloudmaplocal.Faults{})
 	lifted = true
 	harness.Eventually(t, time.Minute, "Ready again", wantCondition(src, ns, name, "Ready", "True/Exported"))

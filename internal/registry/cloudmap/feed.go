@@ -2,7 +2,6 @@ package cloudmap
 
 import (
 	"context"
-	"time"
 )
 
 // feed tells the watcher which services changed: in one account the
@@ -14,6 +13,4 @@ type feed interface {
 	baseline(ctx context.Context) error
 	// poll marks the services changed since the last poll dirty.
 	poll(ctx context.Context) error
-	// caughtUp says a catch-up read everything up to at.
-	caughtUp(at time.Time)
 }

@@ -39,8 +39,6 @@ func (f *operationsFeed) baseline(ctx context.Context) error {
 	return err
 }
 
-func (f *operationsFeed) caughtUp(time.Time) {}
-
 // poll reads the instance operations that succeeded since the
 // last successful poll and marks their services for reading. Operations
 // this cluster started name their service; foreign ones are looked up one

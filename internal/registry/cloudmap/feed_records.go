@@ -2,7 +2,6 @@ package cloudmap
 
 import (
 	"context"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
@@ -26,7 +25,6 @@ func newRecordsFeed(w *Watcher) *recordsFeed {
 
 func (f *recordsFeed) baseline(ctx context.Context) error { return f.read(ctx, true) }
 func (f *recordsFeed) poll(ctx context.Context) error     { return f.read(ctx, false) }
-func (f *recordsFeed) caughtUp(time.Time)                 {}
 
 // read reads the other clusters' change records when their
 // service's revision moved and marks the services they changed since the

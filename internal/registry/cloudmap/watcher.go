@@ -339,7 +339,6 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		w.clock.ResweepAt = start.Add(w.opts.ReadLag)
 		if w.clock.LastPoll.Before(start) {
 			w.clock.LastPoll = start
-			w.feed.caughtUp(start)
 		}
 	case stepSweep:
 		if err := w.sweep(ctx); err != nil {
