@@ -237,7 +237,13 @@ func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, 
 	}
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, msg)
 	key := registry.Key{Namespace: se.Namespace, Name: se.Name}
-	if err := reg.Withdraw(ctx, key); err != nil && !errors.Is(err, registry.ErrPending) {
+	err := reg.Withdraw(ctx, key)
+	if errors.Is(err, registry.ErrPending) {
+		// Withdrawn only once a call finds nothing left to do (a write of
+		// the record may still run, and is deregistered after it).
+		return reconcile.Result{RequeueAfter: time.Second}, r.updateStatus(ctx, se, before)
+	}
+	if err != nil {
 		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se, before))
 	}
 	return reconcile.Result{}, r.updateStatus(ctx, se, before)
