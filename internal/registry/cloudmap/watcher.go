@@ -168,6 +168,7 @@ type Watcher struct {
 	records   []types.HttpInstanceSummary
 	recordRev int64
 	proofsAt  time.Time
+	decoded   *decodeCache
 }
 
 type feedMark struct {
@@ -186,7 +187,7 @@ func newWatcher(b *Backend, sink registry.Sink) *Watcher {
 		written: map[registry.Key]map[string]string{}, started: time.Now(),
 		settling: map[registry.Key]settling{}, behind: map[registry.Key]int{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
-		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1,
+		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1, decoded: newDecodeCache(),
 	}
 	if b.shared() {
 		w.feed = newRecordsFeed(w)
@@ -465,6 +466,7 @@ func (w *Watcher) fetchDirty(ctx context.Context) {
 		if exports == nil {
 			delete(w.settling, key)
 			delete(w.revisions, key)
+			w.decoded.forget(key)
 		} else {
 			w.revisions[key] = rev
 		}
@@ -522,7 +524,7 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		}
 	})
 	w.propagated(key, instances)
-	decoded, refused := decodeAt(key, instances, time.Now())
+	decoded, refused := w.decoded.decode(key, instances, time.Now())
 	if len(refused) > 0 && w.b.due("refused "+key.String()) {
 		// Records of no export: no import here to say it on.
 		w.b.o.Log.Error(nil, "refused records that make no export: they are not the cluster's they claim (their instance ids are another's), or invalid; a forged or corrupted record: deregister it",
