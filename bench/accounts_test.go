@@ -121,6 +121,8 @@ func BenchmarkAccounts(b *testing.B) {
 		exporterCalls  map[string]float64
 		podP50, podP99 time.Duration
 		podCalls       [2]map[string]float64
+		model          model
+		shared         bool
 	}
 	var results []result
 	for _, p := range pairs {
@@ -171,7 +173,7 @@ func BenchmarkAccounts(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			r := result{name: p.name}
+			r := result{name: p.name, model: shipped(), shared: p.shared}
 			for done := 0; done < len(keys); {
 				if time.Since(start) > 15*time.Minute {
 					b.Fatalf("%d of %d services imported", done, len(keys))
@@ -216,10 +218,15 @@ func BenchmarkAccounts(b *testing.B) {
 	for _, r := range results {
 		control, data := controlPlane(r.exporterCalls)
 		_, byOp := callsBetween(nil, r.exporterCalls)
-		fmt.Printf("  %s: 200 services x 5 endpoints exported at once -> all imported in %v (write floor 18 s, target <= 25 s); exporter calls: %.0f control-plane (%.1f s of its 20/s budget), %.0f data-plane [%s]\n",
-			r.name, r.bulk.Round(100*time.Millisecond), control, control/20, data, byOp)
-		fmt.Printf("  %s: new pod in the exporter's EndpointSlice -> in the importer's (50 changes): p50 %v  p99 %v (target p99 <= 1 s in one account, 5 s across two)\n",
-			r.name, r.podP50.Round(time.Millisecond), r.podP99.Round(time.Millisecond))
+		bound, why := r.model.changeBound(), r.model.changeWhy()
+		if r.shared {
+			bound, why = r.model.sharedChangeBound(), r.model.sharedChangeWhy()
+		}
+		fmt.Printf("  %s: 200 services x 5 endpoints exported at once; exporter calls: %.0f control-plane, %.0f data-plane [%s]\n", r.name, control, data, byOp)
+		within(b, "  ... all imported", r.bulk, writeFloor(control)+bound,
+			fmt.Sprintf("write floor %v of its calls at %d/s + a change's bound %v", writeFloor(control).Round(100*time.Millisecond), cloudmapclient.DefaultQPS, bound))
+		fmt.Printf("  %s: new pod in the exporter's EndpointSlice -> in the importer's (50 changes): p50 %v\n", r.name, r.podP50.Round(time.Millisecond))
+		within(b, "  ... p99", r.podP99, bound, why)
 		for i, who := range []string{"exporter", "importer"} {
 			t, byOp := callsBetween(nil, r.podCalls[i])
 			fmt.Printf("    50 pod changes, %s calls: %.0f [%s]\n", who, t, byOp)

@@ -137,8 +137,13 @@ func BenchmarkDataplane(b *testing.B) {
 	}
 	_ = probe.Wait()
 	fmt.Printf("dataplane: %d services exported 100 ms apart, controllers at shipped defaults (1.5 s poll)\n", services)
-	fmt.Printf("  export -> cluster-2 holds the import's endpoints:  p50 %v  p99 %v\n", percentile(toImport, 50).Round(time.Millisecond), percentile(toImport, 99).Round(time.Millisecond))
-	fmt.Printf("  export -> first answered request from cluster-2:   p50 %v  p99 %v\n", percentile(toRequest, 50).Round(time.Millisecond), percentile(toRequest, 99).Round(time.Millisecond))
+	m := shipped()
+	bound := m.changeBound() + m.profile.OperationTime.Max
+	why := fmt.Sprintf("a change's bound %v + the namespace's creation (an operation) <= %v", m.changeBound(), m.profile.OperationTime.Max)
+	fmt.Printf("  export -> cluster-2 holds the import's endpoints:  p50 %v\n", percentile(toImport, 50).Round(time.Millisecond))
+	within(b, "  ... p99", percentile(toImport, 99), bound, why)
+	fmt.Printf("  export -> first answered request from cluster-2:   p50 %v\n", percentile(toRequest, 50).Round(time.Millisecond))
+	within(b, "  ... p99", percentile(toRequest, 99), bound+time.Second, why+" + a request's 1 s")
 }
 
 // waitPodReady waits for an app's single pod to be Ready (its processes

@@ -75,6 +75,26 @@ func (o WatchOptions) Validate() error {
 	return nil
 }
 
+// WithDefaults is the options as the watcher runs them: a zero field is
+// the shipped default.
+func (o WatchOptions) WithDefaults() WatchOptions {
+	o.defaults()
+	return o
+}
+
+// Reread is how long after its first read the watcher reads a changed
+// service again once a read may no longer trail the change by lag: the
+// first re-read of its schedule (StaleRetry, then twice as long each time,
+// then the window's end) at or past lag.
+func (o WatchOptions) Reread(lag time.Duration) time.Duration {
+	o.defaults()
+	at := time.Duration(0)
+	for step := o.StaleRetry; at < lag && at < o.ReadLag; step *= 2 {
+		at = min(at+step, o.ReadLag)
+	}
+	return at
+}
+
 func (o *WatchOptions) defaults() {
 	if o.PollInterval == 0 {
 		o.PollInterval = 1500 * time.Millisecond
