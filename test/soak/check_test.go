@@ -15,6 +15,7 @@ import (
 	sdtypes "github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -52,14 +53,16 @@ func (c counts) err() error {
 	return errors.Join(errs...)
 }
 
-// clusterView is what one cluster holds in the soak namespaces.
+// clusterView is what one cluster holds in the soak namespaces. Endpoints
+// are what an EndpointSlice says of each (endpointKey): its address and
+// each of its ports, by name, number and protocol.
 type clusterView struct {
 	own      map[string]map[string][]string // namespace/name -> address type -> endpoints (all), from the cluster's own slices
-	ready    map[string][]string            // namespace/name -> ready addresses, own slices
+	ready    map[string][]string            // namespace/name -> ready endpoints, own slices
 	imports  map[string]bool                // namespace/name of ServiceImports
-	imported map[string][]string            // namespace/name@source -> ready addresses imported
+	imported map[string][]string            // namespace/name@source -> ready endpoints imported
 	replicas map[string]string              // namespace/name -> source cluster of a replica
-	served   map[string][]string            // namespace/name -> ready addresses of a replica's slices
+	served   map[string][]string            // namespace/name -> ready endpoints of a replica's slices
 	family   map[string]string              // namespace/name -> first IP family of the Service
 }
 
@@ -75,9 +78,14 @@ func (f *fleet) view(ctx context.Context, cl client.Client) (*clusterView, error
 			var ready []string
 			var all []string
 			for _, e := range s.Endpoints {
-				all = append(all, e.Addresses...)
-				if e.Conditions.Ready == nil || *e.Conditions.Ready {
-					ready = append(ready, e.Addresses...)
+				for _, a := range e.Addresses {
+					for _, p := range s.Ports {
+						k := endpointKey(a, ptr.Deref(p.Name, ""), ptr.Deref(p.Port, 0), string(ptr.Deref(p.Protocol, corev1.ProtocolTCP)))
+						all = append(all, k)
+						if e.Conditions.Ready == nil || *e.Conditions.Ready {
+							ready = append(ready, k)
+						}
+					}
 				}
 			}
 			switch s.Labels[discoveryv1.LabelManagedBy] {
@@ -232,9 +240,9 @@ func (f *fleet) check(ctx context.Context) counts {
 			if it, ok := byName[name]; ok && it.kind == kindMCS && f.ids[it.cluster] != src {
 				c.mismatched = append(c.mismatched, fmt.Sprintf("%s imported in cluster %d from %s, which does not export it", it, j, src))
 			}
-			for _, ip := range ips {
-				if forgedAddress(ip) {
-					c.mismatched = append(c.mismatched, fmt.Sprintf("%s in cluster %d serves the forged address %s", key, j, ip))
+			for _, ep := range ips {
+				if forgedAddress(addressOf(ep)) {
+					c.mismatched = append(c.mismatched, fmt.Sprintf("%s in cluster %d serves the forged address %s", key, j, ep))
 				}
 			}
 		}
@@ -294,11 +302,12 @@ func (f *fleet) check(ctx context.Context) counts {
 					all = append(all, ips...)
 				}
 				for _, ep := range e.Endpoints {
-					if !slices.Contains(all, ep.IP) {
-						c.strayInstances = append(c.strayInstances, fmt.Sprintf("%s endpoint %s (no such endpoint)", desc, ep.IP))
+					k := endpointKey(ep.IP, ep.PortName, ep.Port, string(ep.Protocol))
+					if !slices.Contains(all, k) {
+						c.strayInstances = append(c.strayInstances, fmt.Sprintf("%s endpoint %s (no such endpoint)", desc, k))
 						continue
 					}
-					registered[string(it.kind)+"/"+it.name+"/"+ep.IP] = true
+					registered[string(it.kind)+"/"+it.name+"/"+k] = true
 				}
 			}
 			continue
@@ -323,16 +332,22 @@ func (f *fleet) check(ctx context.Context) counts {
 			if in.attrs[cmschema.AttrRecord] != "" {
 				continue // MCS's service record: its source is live
 			}
+			// A DNS record: its address and port (A/AAAA and SRV) are an
+			// endpoint's.
 			own := views[it.cluster].own[it.kind.namespace()+"/"+it.name]
-			var all []string
-			for _, ips := range own {
-				all = append(all, ips...)
+			k := ""
+			for _, eps := range own {
+				for _, ep := range eps {
+					if addressOf(ep) == in.ip() && portOf(ep) == in.attrs["AWS_INSTANCE_PORT"] {
+						k = ep
+					}
+				}
 			}
-			if !slices.Contains(all, in.ip()) {
+			if k == "" {
 				c.strayInstances = append(c.strayInstances, desc+" (no such endpoint)")
 				continue
 			}
-			registered[string(it.kind)+"/"+it.name+"/"+in.ip()] = true
+			registered[string(it.kind)+"/"+it.name+"/"+k] = true
 		}
 	}
 	for it := range live {
@@ -340,16 +355,34 @@ func (f *fleet) check(ctx context.Context) counts {
 			continue
 		}
 		key := it.kind.namespace() + "/" + it.name
-		for _, ip := range views[it.cluster].ready[key] {
-			if it.kind == kindDNS && !inFamily(ip, views[it.cluster].family[key]) {
+		for _, ep := range views[it.cluster].ready[key] {
+			if it.kind == kindDNS && !inFamily(addressOf(ep), views[it.cluster].family[key]) {
 				continue // registered in the Service's first family only
 			}
-			if !registered[string(it.kind)+"/"+it.name+"/"+ip] {
-				c.missingEndpoints = append(c.missingEndpoints, fmt.Sprintf("%s endpoint %s", it, ip))
+			if !registered[string(it.kind)+"/"+it.name+"/"+ep] {
+				c.missingEndpoints = append(c.missingEndpoints, fmt.Sprintf("%s endpoint %s", it, ep))
 			}
 		}
 	}
 	return c
+}
+
+// endpointKey is an endpoint's address with one of its ports, as an
+// EndpointSlice or a Cloud Map record says them.
+func endpointKey(addr, portName string, port int32, protocol string) string {
+	return fmt.Sprintf("%s %s/%d/%s", addr, portName, port, protocol)
+}
+
+func addressOf(key string) string {
+	addr, _, _ := strings.Cut(key, " ")
+	return addr
+}
+
+// portOf is the port number of an endpointKey.
+func portOf(key string) string {
+	_, rest, _ := strings.Cut(key, " ")
+	parts := strings.Split(rest, "/")
+	return parts[len(parts)-2]
 }
 
 func inFamily(ip, family string) bool {

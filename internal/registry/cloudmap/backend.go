@@ -323,7 +323,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 			return fmt.Errorf("registering %s in %s: %w", ids[i], e.Key, err)
 		}
 		b.ownOp(out.OperationId, e.Key)
-		b.wrote(e.Key, ids[i], attrs)
+		b.wrote(e.Key, ids[i], attrs, aws.ToString(out.OperationId))
 		addedMu.Lock()
 		defer addedMu.Unlock()
 		stamps[ids[i]] = written
@@ -483,7 +483,7 @@ func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key
 		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i])})
 		var missing *types.InstanceNotFound
 		if errors.As(err, &missing) {
-			b.wrote(key, ids[i], nil)
+			b.wrote(key, ids[i], nil, "")
 			return nil
 		}
 		var busy *types.DuplicateRequest
@@ -494,7 +494,7 @@ func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key
 			return fmt.Errorf("deregistering %s from %s: %w", ids[i], key, err)
 		}
 		b.ownOp(out.OperationId, key)
-		b.wrote(key, ids[i], nil)
+		b.wrote(key, ids[i], nil, aws.ToString(out.OperationId))
 		return nil
 	})
 }
@@ -632,27 +632,49 @@ func (b *Backend) ownInstances(ctx context.Context, key registry.Key) (map[strin
 }
 
 // recentWrite is one of this cluster's writes of a record: what it
-// registered (nil: deregistered), and when.
+// registered (nil: deregistered), its operation, when it was written and,
+// once the change feed saw its operation finish, when that was.
 type recentWrite struct {
-	attrs Attrs
-	at    time.Time
+	attrs    Attrs
+	op       string
+	at, done time.Time
 }
 
-// wrote notes a write of this cluster's record id of key.
-func (b *Backend) wrote(key registry.Key, id string, attrs Attrs) {
+// wrote notes a write of this cluster's record id of key, by operation op
+// (empty: none, the record was gone already).
+func (b *Backend) wrote(key registry.Key, id string, attrs Attrs, op string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.recent[key] == nil {
 		b.recent[key] = map[string]recentWrite{}
 	}
-	b.recent[key][id] = recentWrite{attrs: attrs, at: time.Now()}
+	w := recentWrite{attrs: attrs, op: op, at: time.Now()}
+	if op == "" {
+		w.done = w.at
+	}
+	b.recent[key][id] = w
 }
 
-// withRecent is this cluster's records of key as read, with its writes of
-// the last read-lag window over them: Cloud Map's reads may not show them
-// yet, and a publish that diffed against such a read would leave behind
-// a record it replaced a moment ago. Older writes are forgotten: past the
-// window, the read is the truth (someone else may have removed a record).
+// writeDone notes that the operation of a recent write of key finished.
+func (b *Backend) writeDone(key registry.Key, op string, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, w := range b.recent[key] {
+		if w.op == op {
+			w.done = at
+			b.recent[key][id] = w
+		}
+	}
+}
+
+// withRecent is this cluster's records of key as read, with its recent
+// writes over them: Cloud Map's reads may not show a write until its
+// operation finished and the read lag passed, and a publish that diffed
+// against such a read would leave behind a record it replaced. A write is
+// laid over reads until ReadLag after its operation finished (as the
+// change feed saw it), or registrationTimeout after it was made where the
+// finish is not seen (a member account lists no operations); past that,
+// the read is the truth (someone else may have removed a record).
 func (b *Backend) withRecent(key registry.Key, cur map[string]Attrs) map[string]Attrs {
 	lag := b.o.Watch.ReadLag
 	if lag <= 0 {
@@ -661,8 +683,12 @@ func (b *Backend) withRecent(key registry.Key, cur map[string]Attrs) map[string]
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for id, w := range b.recent[key] {
+		expired := time.Since(w.at) > registrationTimeout
+		if !w.done.IsZero() {
+			expired = time.Since(w.done) > lag
+		}
 		switch {
-		case time.Since(w.at) > lag:
+		case expired:
 			delete(b.recent[key], id)
 		case w.attrs == nil:
 			delete(cur, id)
@@ -886,6 +912,9 @@ func (b *Backend) takeOwnOp(id string) (ownOp, bool) {
 // failure is held against the service until an operation started after it
 // succeeds, and the exporter is told of both.
 func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, started time.Time, failed bool) {
+	if !failed {
+		b.writeDone(key, id, time.Now())
+	}
 	b.mu.Lock()
 	prev, had := b.failed[key]
 	b.mu.Unlock()

@@ -64,6 +64,12 @@ type WatchOptions struct {
 	// is read again StaleRetry later, then twice as long each time, and
 	// once when the window ends (4 reads in all at the defaults).
 	ReadLag, StaleRetry time.Duration
+	// OperationWait is how long an operation is taken to possibly run
+	// after the change it makes was announced, where its end cannot be
+	// seen: across accounts, where a change record (written as the
+	// change is sent) announces it and no operation can be listed, a
+	// changed service is read for OperationWait past ReadLag.
+	OperationWait time.Duration
 }
 
 // Validate says what is wrong with the options a user set.
@@ -151,7 +157,15 @@ func (o *WatchOptions) defaults() {
 	if o.StaleRetry == 0 {
 		o.StaleRetry = 500 * time.Millisecond
 	}
+	if o.OperationWait == 0 {
+		o.OperationWait = DefaultOperationWait
+	}
 }
+
+// DefaultOperationWait is WatchOptions.OperationWait: AWS publishes no
+// bound on how long an operation runs; they take seconds (the emulator's
+// AWS profile: 0.5 to 4 s), and 10 s leaves room.
+const DefaultOperationWait = 10 * time.Second
 
 // DefaultReadLag is how long after a write Cloud Map's reads are taken to
 // possibly not show it (WatchOptions.ReadLag).
@@ -261,12 +275,17 @@ func (w *Watcher) Start(ctx context.Context) error {
 }
 
 // changed marks a service changed at now: read it now, and go on reading
-// it until a read shows the change (settled).
+// it until a read shows the change (settled). Across accounts a change is
+// heard of before its operation ends (OperationWait).
 func (w *Watcher) changed(key registry.Key, now time.Time) {
 	if _, pending := w.dirty[key]; !pending || w.dirty[key].After(now) {
 		w.dirty[key] = time.Time{}
 	}
-	w.settling[key] = settling{until: now.Add(w.opts.ReadLag)}
+	window := w.opts.ReadLag
+	if w.b.shared() {
+		window += w.opts.OperationWait
+	}
+	w.settling[key] = settling{until: now.Add(window)}
 }
 
 // settling is a service changed within ReadLag: until when, and how many
