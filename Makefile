@@ -113,12 +113,14 @@ FUZZTIME ?= 1m
 ## fuzz: every fuzz target (each func Fuzz... of a _test.go file, found
 ## anew each run) for FUZZTIME; their seed corpora run in every go test:
 ## another cluster's Cloud Map records, packed records, DNS packets, the
-## emulator's requests, peer kubeconfigs
-fuzz:
+## emulator's requests, peer kubeconfigs, and the objects an import plans
+## from any records, held to a real kube-apiserver's validation (it starts
+## one; the tools must be built)
+fuzz: tools
 	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' cmd internal test); do \
 	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 	    echo "fuzz: $$t in ./$$(dirname $$f)"; \
-	    go test -run XXX -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); done; done
+	    CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e -run XXX -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); done; done
 
 ## soak: the full fault campaign over all three modes (about 15 minutes:
 ## 3 clusters, 20 controller kills, Cloud Map down 5 min, throttled 2 min, a

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,6 +72,11 @@ func Plan(key registry.Key, m merge.Result, hints map[locality.Endpoint][]string
 		Spec:       m.Spec,
 	}
 	si.Spec.IPs = nil
+	if si.Spec.Ports == nil {
+		// Required by the CRD, empty allowed: exports without a port (a
+		// headless Service may have none).
+		si.Spec.Ports = []mcsv1beta1.ServicePort{}
+	}
 	if si.Labels == nil {
 		si.Labels = map[string]string{}
 	}
@@ -119,10 +125,28 @@ func derivedService(key registry.Key, m merge.Result, labels map[string]string) 
 	}
 	for _, p := range m.Spec.Ports {
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
-			Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port, TargetPort: intstr.FromInt32(p.Port),
+			Name: portName(p, m.Spec.Ports), Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port, TargetPort: intstr.FromInt32(p.Port),
 		})
 	}
 	return svc
+}
+
+// portName is the name an import's port p goes by in its derived Service
+// and EndpointSlices (kube-proxy pairs them by name): its own, or, for an
+// unnamed port among several (clusters that each export one port, one of
+// them unnamed: a Service of several ports must name each), one made of
+// its protocol and number.
+func portName(p mcsv1beta1.ServicePort, ports []mcsv1beta1.ServicePort) string {
+	if p.Name != "" || len(ports) < 2 {
+		return p.Name
+	}
+	name := strings.ToLower(string(p.Protocol)) + "-" + strconv.Itoa(int(p.Port))
+	for _, q := range ports {
+		if q.Name == name {
+			return "mcs-" + name // taken by a named port
+		}
+	}
+	return name
 }
 
 // slicesOf renders one cluster's endpoints as EndpointSlices: one set per
@@ -157,6 +181,9 @@ func slicesOf(key registry.Key, e registry.Export, spec mcsv1beta1.ServiceImport
 		name := ep.PortName
 		if name == "" {
 			name = ep.ServicePort.Name
+		}
+		if name == "" && ep.ServicePort.Port != 0 {
+			name = portName(ep.ServicePort, spec.Ports)
 		}
 		a.ports = append(a.ports, discoveryv1.EndpointPort{Name: ptr.To(name), Protocol: ptr.To(ep.Protocol), Port: ptr.To(ep.Port), AppProtocol: ep.ServicePort.AppProtocol})
 	}

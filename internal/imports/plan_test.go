@@ -126,6 +126,37 @@ func TestPlanLeavesOutAPortThatLostItsConflict(t *testing.T) {
 	}
 }
 
+// Clusters each exporting one port, one of them unnamed: the derived
+// Service has two ports, so each has a name (the API refuses it
+// otherwise), and the unnamed one's EndpointSlice port goes by the same
+// name (kube-proxy pairs them by name).
+func TestPlanNamesAnUnnamedPortAmongSeveral(t *testing.T) {
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	named := exportWith("c1", mcsv1beta1.ClusterSetIP, "10.0.0.1")
+	unnamed := exportWith("c2", mcsv1beta1.ClusterSetIP, "10.1.0.1")
+	p := mcsv1beta1.ServicePort{Protocol: corev1.ProtocolTCP, Port: 81}
+	unnamed.Ports = []mcsv1beta1.ServicePort{p}
+	unnamed.Endpoints[0].ServicePort, unnamed.Endpoints[0].PortName = p, ""
+	d := Plan(key, merge.Merge([]registry.Export{named, unnamed}), nil)
+	names := map[int32]string{}
+	for _, sp := range d.Service.Spec.Ports {
+		names[sp.Port] = sp.Name
+	}
+	if names[80] != "http" || names[81] != "tcp-81" {
+		t.Fatalf("derived ports %+v, want http and tcp-81", d.Service.Spec.Ports)
+	}
+	for _, s := range d.Slices {
+		if s.Labels[mcsv1beta1.LabelSourceCluster] == "c2" && (len(s.Ports) != 1 || *s.Ports[0].Name != "tcp-81") {
+			t.Errorf("c2's slice ports %+v, want the derived Service's tcp-81", s.Ports)
+		}
+	}
+	// Alone, an unnamed port stays unnamed, as its Service had it.
+	alone := Plan(key, merge.Merge([]registry.Export{unnamed}), nil)
+	if alone.Service.Spec.Ports[0].Name != "" || *alone.Slices[0].Ports[0].Name != "" {
+		t.Errorf("a lone unnamed port was named: %+v", alone.Service.Spec.Ports)
+	}
+}
+
 // A write narrows when it takes traffic from an endpoint: the address gone,
 // neither ready nor serving while terminating (what kube-proxy routes to),
 // or hinted for fewer zones.
