@@ -66,6 +66,12 @@ type Options struct {
 	// OnForeignRecord, when set, hears of records refused across accounts
 	// because another account created them (accounts.go).
 	OnForeignRecord func(ForeignRecord)
+	// DecodeWhole decodes every read of a service whole, keeping no
+	// decode between reads. The cache it turns off holds the exports the
+	// controller's import view holds anyway; a benchmark running many
+	// clusters' registry sides in one process, which keep no view, would
+	// hold every cluster's copy.
+	DecodeWhole bool
 	// OnPollPages, when set, hears how many ListOperations pages each poll
 	// of the change feed read.
 	OnPollPages func(pages int)

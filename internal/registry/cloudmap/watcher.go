@@ -563,7 +563,13 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		}
 	})
 	w.propagated(key, instances)
-	decoded, refused := w.decoded.decode(key, instances, time.Now())
+	var decoded []registry.Export
+	var refused []registry.InvalidRecord
+	if w.b.o.DecodeWhole {
+		decoded, refused = decodeAt(key, instances, time.Now())
+	} else {
+		decoded, refused = w.decoded.decode(key, instances, time.Now())
+	}
 	if len(refused) > 0 && w.b.due("refused "+key.String()) {
 		// Records of no export: no import here to say it on.
 		w.b.o.Log.Error(nil, "refused records that make no export: they are not the cluster's they claim (their instance ids are another's), or invalid; a forged or corrupted record: deregister it",
