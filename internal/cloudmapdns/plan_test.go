@@ -1,11 +1,15 @@
 package cloudmapdns
 
 import (
+	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -151,6 +155,26 @@ func TestIntend(t *testing.T) {
 		got.Invalid = nil
 		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+// A write refused only because the instance's last operation still runs
+// is retried quietly; any other error among them is reported.
+func TestOnlyBusy(t *testing.T) {
+	busy := fmt.Errorf("instance a: %w", &types.DuplicateRequest{Message: aws.String("still in progress")})
+	other := fmt.Errorf("instance b: %w", &types.ResourceLimitExceeded{Message: aws.String("quota")})
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{errors.Join(busy), true},
+		{errors.Join(busy, errors.Join(busy)), true},
+		{errors.Join(busy, other), false},
+		{other, false},
+	} {
+		if got := onlyBusy(c.err); got != c.want {
+			t.Errorf("onlyBusy(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

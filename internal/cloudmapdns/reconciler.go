@@ -2,12 +2,14 @@ package cloudmapdns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
 	"time"
 
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -270,6 +272,13 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 	}
 	e.current = next
 	r.announce(svc, Changes(e.target, drift, before, desired, reg, dereg))
+	if err != nil && onlyBusy(err) {
+		// A write of those instances is still running (Cloud Map answers
+		// DuplicateRequest while its operation runs): read again and
+		// write what is missing a second later, no error.
+		r.markStale(e)
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	if err != nil {
 		r.markStale(e)
 		r.report(ctx, svc, metav1.ConditionFalse, ReasonCloudMapError, fmt.Sprintf("updating %s: %v", e.target, err))
@@ -290,3 +299,18 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// onlyBusy tells whether every error joined in err is Cloud Map's
+// DuplicateRequest: an operation on the instance still runs.
+func onlyBusy(err error) bool {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			if !onlyBusy(e) {
+				return false
+			}
+		}
+		return len(joined.Unwrap()) > 0
+	}
+	var busy *types.DuplicateRequest
+	return errors.As(err, &busy)
+}
