@@ -183,7 +183,7 @@ func (r *Reconciler) withdraw(ctx context.Context, svc *corev1.Service, had Targ
 			return err
 		}
 		_, dereg, err := cm.Apply(ctx, main.ID, MakePlan(owners, nil, cur), true)
-		r.announce(svc, Changes(had, false, cur, nil, nil, dereg))
+		r.announce(svc, Changes(had, nil, cur, nil, nil, dereg))
 		if err != nil {
 			return err
 		}

@@ -189,21 +189,39 @@ type Change struct {
 }
 
 // Changes says what a sync that registered reg and deregistered dereg
-// did; what a drift check changes is a repair.
-func Changes(target Target, drift bool, before, desired map[string]Attrs, reg, dereg []string) []Change {
+// did. remembered, on a drift check, is what memory held before Cloud Map
+// was read again (nil otherwise): a registration memory held is a repair
+// (its instance was gone), a deregistration memory did not hold removes a
+// stale instance; the rest follow the endpoints, as in any sync (a drift
+// check may run as pods come and go).
+func Changes(target Target, remembered, before, desired map[string]Attrs, reg, dereg []string) []Change {
 	var out []Change
 	add := func(ids []string, attrs map[string]Attrs, action, reason, format string) {
 		if len(ids) > 0 {
 			out = append(out, Change{Action: action, Reason: reason, Message: fmt.Sprintf(format, IPs(attrs, ids), target), Count: len(ids)})
 		}
 	}
-	if drift {
-		add(reg, desired, "restored", ReasonDriftRepaired, "Restored %s in %s")
-		add(dereg, before, "stale_removed", ReasonStaleRemoved, "Deregistered stale IP %s from %s")
+	split := func(ids []string) (known, unknown []string) {
+		for _, id := range ids {
+			if _, ok := remembered[id]; ok {
+				known = append(known, id)
+			} else {
+				unknown = append(unknown, id)
+			}
+		}
+		return known, unknown
+	}
+	if remembered == nil {
+		add(reg, desired, "registered", ReasonRegistered, "Registered %s to %s")
+		add(dereg, before, "deregistered", ReasonDeregistered, "Deregistered %s from %s")
 		return out
 	}
-	add(reg, desired, "registered", ReasonRegistered, "Registered %s to %s")
-	add(dereg, before, "deregistered", ReasonDeregistered, "Deregistered %s from %s")
+	restored, added := split(reg)
+	left, stale := split(dereg)
+	add(added, desired, "registered", ReasonRegistered, "Registered %s to %s")
+	add(restored, desired, "restored", ReasonDriftRepaired, "Restored %s in %s")
+	add(left, before, "deregistered", ReasonDeregistered, "Deregistered %s from %s")
+	add(stale, before, "stale_removed", ReasonStaleRemoved, "Deregistered stale IP %s from %s")
 	return out
 }
 

@@ -178,3 +178,32 @@ func TestOnlyBusy(t *testing.T) {
 		}
 	}
 }
+
+// A drift check that runs as pods come and go tells the repairs (what
+// memory held and Cloud Map lost, what Cloud Map held unknown to memory)
+// from the endpoints' own changes.
+func TestChangesOfADriftCheck(t *testing.T) {
+	target := Target{Namespace: "ns", Hostname: "web"}
+	a := func(ip string) Attrs { return Attrs{AttrIPv4: ip} }
+	remembered := map[string]Attrs{"lost": a("10.0.0.1"), "gone": a("10.0.0.2"), "kept": a("10.0.0.3")}
+	before := map[string]Attrs{"gone": a("10.0.0.2"), "kept": a("10.0.0.3"), "stray": a("10.0.0.9")}
+	desired := map[string]Attrs{"lost": a("10.0.0.1"), "kept": a("10.0.0.3"), "new": a("10.0.0.4")}
+	got := map[string]string{}
+	for _, c := range Changes(target, remembered, before, desired, []string{"lost", "new"}, []string{"gone", "stray"}) {
+		got[c.Reason] = c.Message
+	}
+	want := map[string]string{
+		ReasonRegistered:    "Registered 10.0.0.4 to ns/web",
+		ReasonDriftRepaired: "Restored 10.0.0.1 in ns/web",
+		ReasonDeregistered:  "Deregistered 10.0.0.2 from ns/web",
+		ReasonStaleRemoved:  "Deregistered stale IP 10.0.0.9 from ns/web",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("changes %v, want %v", got, want)
+	}
+	for _, c := range Changes(target, nil, before, desired, []string{"lost"}, []string{"stray"}) {
+		if c.Reason != ReasonRegistered && c.Reason != ReasonDeregistered {
+			t.Errorf("a sync without a drift check said %s", c.Reason)
+		}
+	}
+}

@@ -236,7 +236,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, owners []string) (reconcile.Result, error) {
 	cm := CloudMap{r.CloudMap}
 	r.mu.Lock()
-	drift := e.stale && e.current != nil
+	var remembered map[string]Attrs // on a drift check: memory before the read
+	if e.stale && e.current != nil {
+		remembered = e.current
+	}
 	refresh := e.stale
 	e.stale = false
 	r.mu.Unlock()
@@ -271,12 +274,12 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 		delete(next, id)
 	}
 	e.current = next
-	r.announce(svc, Changes(e.target, drift, before, desired, reg, dereg))
+	r.announce(svc, Changes(e.target, remembered, before, desired, reg, dereg))
 	if err != nil && onlyBusy(err) {
 		// A write of those instances is still running (Cloud Map answers
-		// DuplicateRequest while its operation runs): read again and
-		// write what is missing a second later, no error.
-		r.markStale(e)
+		// DuplicateRequest while its operation runs): memory leaves them
+		// out, so they are written again a second later, with no error
+		// (a read now would not show the running write yet).
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	if err != nil {
