@@ -95,10 +95,16 @@ func (o WatchOptions) WithDefaults() WatchOptions {
 func (o WatchOptions) Reread(lag time.Duration) time.Duration {
 	o.defaults()
 	at := time.Duration(0)
-	for step := o.StaleRetry; at < lag && at < o.ReadLag; step *= 2 {
-		at = min(at+step, o.ReadLag)
+	for reads := 0; at < lag && at < o.ReadLag; reads++ {
+		at = min(at+o.rereadAfter(reads), o.ReadLag)
 	}
 	return at
+}
+
+// rereadAfter is how long after a changed service's read number reads
+// (0: the first) it is read again, the window's end aside.
+func (o WatchOptions) rereadAfter(reads int) time.Duration {
+	return o.StaleRetry << min(reads, 8)
 }
 
 func (o *WatchOptions) defaults() {
@@ -321,7 +327,7 @@ func (w *Watcher) settled(key registry.Key, rev int64, now time.Time) bool {
 		delete(w.settling, key) // this read is the last of the window
 		return true
 	}
-	next := now.Add(w.opts.StaleRetry << min(s.reads, 8))
+	next := now.Add(w.opts.rereadAfter(s.reads))
 	if next.After(s.until) {
 		next = s.until
 	}
