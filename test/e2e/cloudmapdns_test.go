@@ -261,19 +261,25 @@ func (d *dnsWorld) besideECS(t *testing.T) {
 	harness.Eventually(t, 5*time.Second, "Deregistered Event", wantEvent(cl, "web", "nginx", "Deregistered", corev1.EventTypeNormal, "from test-namespace/nginx-service"))
 }
 
-// behindOurBack makes a change to Cloud Map the controller did not, again
-// while an operation of the controller's on that instance still runs
-// (DuplicateRequest: Cloud Map takes one change of an instance at a time).
-func behindOurBack(t *testing.T, write func() error) {
+// behindOurBack makes a change to Cloud Map the controller did not and
+// waits until its operation has finished, so that the change has happened
+// before the test looks for its repair. The write is made again while an
+// operation of the controller's on that instance still runs
+// (DuplicateRequest: Cloud Map takes one change of an instance at a time)
+// and when its operation fails late, as Cloud Map's rarely do.
+func (d *dnsWorld) behindOurBack(t *testing.T, write func() (*string, error)) {
 	t.Helper()
 	harness.Eventually(t, 30*time.Second, "a write behind the controller's back", func() error {
-		err := write()
+		op, err := write()
 		var busy *sdtypes.DuplicateRequest
 		if errors.As(err, &busy) {
 			return err
 		}
 		harness.Must(t, err)
-		return nil
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = cloudmapclient.WaitOperation(ctx, d.c, op)
+		return err
 	})
 }
 
@@ -294,30 +300,42 @@ func (d *dnsWorld) drift(t *testing.T) {
 		}
 	}
 	sort.Strings(owned)
-	behindOurBack(t, func() error {
-		_, err := d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[0])})
-		return err
+	d.behindOurBack(t, func() (*string, error) {
+		out, err := d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[0])})
+		if err != nil {
+			return nil, err
+		}
+		return out.OperationId, nil
 	})
 	changed := maps.Clone(cur[owned[1]])
 	changed["AWS_INSTANCE_PORT"] = "9999"
-	behindOurBack(t, func() error {
-		_, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[1]), Attributes: changed})
-		return err
+	d.behindOurBack(t, func() (*string, error) {
+		out, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[1]), Attributes: changed})
+		if err != nil {
+			return nil, err
+		}
+		return out.OperationId, nil
 	})
 	leftover := maps.Clone(cur[owned[2]])
 	leftover["AWS_INSTANCE_IPV4"], leftover[cloudmapdns.AttrPod] = "10.99.99.99", "gone-pod"
-	behindOurBack(t, func() error {
-		_, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(cloudmapdns.InstanceID(owner, "10.99.99.99")), Attributes: leftover})
-		return err
+	d.behindOurBack(t, func() (*string, error) {
+		out, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(cloudmapdns.InstanceID(owner, "10.99.99.99")), Attributes: leftover})
+		if err != nil {
+			return nil, err
+		}
+		return out.OperationId, nil
 	})
 	var gone string
 	for id := range d.ecs {
 		gone = id
 		break
 	}
-	behindOurBack(t, func() error {
-		_, err := d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(gone)})
-		return err
+	d.behindOurBack(t, func() (*string, error) {
+		out, err := d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(gone)})
+		if err != nil {
+			return nil, err
+		}
+		return out.OperationId, nil
 	})
 	remaining := maps.Clone(d.ecs)
 	delete(remaining, gone)
