@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -49,6 +51,11 @@ func TestDuplicateClusterIDReportedOnBoth(t *testing.T) {
 			if err := publish(ctx, a, export("c1", tc.keyA, "10.0.0.1")); err != nil {
 				t.Fatal(err)
 			}
+			// The twin comes up after A's record is written and readable
+			// (a cluster cloned or reinstalled with A's id). Twins that
+			// write the very same record at once may leave the last
+			// writer unaware: its read shows only its own write.
+			awaitWritten(t, srv.Client(t, srv.Shipped()), tc.keyA)
 			if err := publish(ctx, b, export("c1", tc.keyB, "10.0.0.2")); err != nil {
 				t.Fatal(err)
 			}
@@ -71,6 +78,43 @@ func TestDuplicateClusterIDReportedOnBoth(t *testing.T) {
 			}
 		})
 	}
+}
+
+// awaitWritten waits until the Cloud Map service of key holds an instance
+// (ListInstances shows what finished operations wrote) and then for the
+// profile's read lag, after which every read shows it.
+func awaitWritten(t *testing.T, c *sd.Client, key registry.Key) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if n := instancesOf(ctx, c, key); n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: nothing written within 30 s", key)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(cloudmaplocal.AWS().ReadLag)
+}
+
+// instancesOf counts the instances of key's Cloud Map service.
+func instancesOf(ctx context.Context, c *sd.Client, key registry.Key) int {
+	svcs, err := c.ListServices(ctx, &sd.ListServicesInput{})
+	if err != nil {
+		return 0
+	}
+	for _, s := range svcs.Services {
+		if aws.ToString(s.Name) != key.Name {
+			continue
+		}
+		out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: s.Id})
+		if err == nil {
+			return len(out.Instances)
+		}
+	}
+	return 0
 }
 
 // One installation rereading its own records reports nothing.
