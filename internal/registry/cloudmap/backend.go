@@ -178,8 +178,6 @@ func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
 func (b *Backend) reread(key registry.Key) {
 	if b.shared() {
 		b.feed.note(key)
-	} else {
-		b.feed.alive()
 	}
 	select {
 	case b.changed <- key:
@@ -216,6 +214,11 @@ func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 		b.mu.Lock()
 		b.exporting[e.Key] = true
 		b.mu.Unlock()
+		if !b.shared() {
+			// In one account the record proves an exporting cluster alive;
+			// a withdrawal must not bring it back (retireRecord).
+			b.feed.alive()
+		}
 		b.reread(e.Key)
 		err = b.WriteFailure(e.Key)
 	}

@@ -144,6 +144,19 @@ func TestRecordGoesWithTheLastExport(t *testing.T) {
 		nss, err := setup.ListNamespaces(ctx, &sd.ListNamespacesInput{})
 		return err == nil && len(nss.Namespaces) == 0
 	})
+	// A withdrawal again (the controller's orphan check does that when a
+	// lagging read still shows the records) brings no record back.
+	if err := east.b.Withdraw(ctx, api); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(cloudmap.ChangeWriteInterval + cloudmaplocal.AWS().OperationTime.Max)
+	nss, err := setup.ListNamespaces(ctx, &sd.ListNamespacesInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range nss.Namespaces {
+		t.Errorf("after a second withdrawal: namespace %s is back", aws.ToString(ns.Name))
+	}
 }
 
 // proved says whether this member read a proof of cluster's written since

@@ -208,11 +208,17 @@ func (b *Backend) writeChanges(ctx context.Context) {
 	opts := b.o.Watch
 	opts.defaults()
 	for {
+		// What is due is decided under the lock too: a withdrawal of the
+		// record (retireRecord) may run meanwhile, and a write decided
+		// before it would bring the record back after it.
+		b.recordMu.Lock()
 		attrs, ok := b.feed.due(time.Now(), opts.Heartbeat, b.o.Cluster, b.o.ClusterSet)
+		var err error
 		if ok {
-			b.recordMu.Lock()
-			err := b.writeRecord(ctx, attrs)
-			b.recordMu.Unlock()
+			err = b.writeRecord(ctx, attrs)
+		}
+		b.recordMu.Unlock()
+		if ok {
 			var busy *types.DuplicateRequest
 			switch {
 			case errors.As(err, &busy):
@@ -254,9 +260,14 @@ func (b *Backend) writeRecord(ctx context.Context, attrs map[string]string) erro
 	if err != nil {
 		return err
 	}
-	_, err = b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(b.o.Cluster), Attributes: attrs})
+	out, err := b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(b.o.Cluster), Attributes: attrs})
 	if isNotFound(err) {
 		b.forget(key)
+	}
+	if err == nil {
+		// Laid over reads, so that a withdrawal right after (retireRecord)
+		// sees the record its lagging read does not show yet.
+		b.wrote(key, b.o.Cluster, attrs, aws.ToString(out.OperationId))
 	}
 	return err
 }
