@@ -155,7 +155,12 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 			}
 			if baseline {
 				// Taken as read (the listing reads every service), and a
-				// mark for the polls after.
+				// mark for the polls after; this cluster's own are still
+				// told to the backend below (a late failure among them
+				// must be written again).
+				if !known {
+					fresh = append(fresh, op)
+				}
 				seen[id], found = time.Time{}, true
 				continue
 			}
@@ -181,7 +186,7 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 			f.b.opFinished(ctx, id, mine.key, mine.started, failed)
 			continue
 		}
-		if !failed {
+		if !failed && !baseline {
 			foreign = append(foreign, id)
 		}
 	}
