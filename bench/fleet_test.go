@@ -151,7 +151,7 @@ func BenchmarkFleet(b *testing.B) {
 	// exports: 49 copies in this process, where each controller holds one
 	// (its import view's). Past 10 clusters, every read decodes whole.
 	s := shape(b)
-	r := runFleet(b, s, 50, window, s.clusters > 10)
+	r := runFleet(b, shipped(), s, 50, window, s.clusters > 10)
 	b.ReportMetric(r.bulk.Seconds(), "bulk-s")
 	b.ReportMetric(float64(percentile(r.quiet, 99).Milliseconds()), "podchange-quiet-p99-ms")
 }
@@ -161,7 +161,47 @@ func BenchmarkFleet(b *testing.B) {
 func TestReducedFleet(t *testing.T) {
 	s := shape(t)
 	s.clusters, s.services, s.namespaces = 4, 40, 4
-	runFleet(t, s, 6, 0, false)
+	runFleet(t, shipped(), s, 6, 0, false)
+}
+
+// BenchmarkSensitivity: the reduced fleet's pod change latency against
+// how long Cloud Map's operations take and how far its reads trail them
+// (neither published by AWS), the watcher at its shipped settings: the
+// default profile's operations (0.5-4 s) with a read lag of 0.5, 2 and
+// 5 s (the watcher's --cloudmap-read-lag), then its 2 s lag with
+// operations of 0.1-0.5, 0.5-4 and 2-8 s. Each run is held to its own
+// bound; a summary table is printed last.
+func BenchmarkSensitivity(b *testing.B) {
+	s := shape(b)
+	s.clusters, s.services, s.namespaces = 4, 40, 4
+	def := cloudmaplocal.AWS()
+	type point struct {
+		op  cloudmaplocal.Spread
+		lag time.Duration
+	}
+	var points []point
+	for _, lag := range []time.Duration{500 * time.Millisecond, 2 * time.Second, 5 * time.Second} {
+		points = append(points, point{def.OperationTime, lag})
+	}
+	for _, op := range []cloudmaplocal.Spread{{Min: 100 * time.Millisecond, Max: 500 * time.Millisecond}, {Min: 2 * time.Second, Max: 8 * time.Second}} {
+		points = append(points, point{op, def.ReadLag})
+	}
+	var rows []string
+	for _, pt := range points {
+		m := shipped()
+		m.profile.OperationTime, m.profile.ReadLag = pt.op, pt.lag
+		m.profile.Name = fmt.Sprintf("aws with operations of %v and a read lag of %v", pt.op, pt.lag)
+		r := runFleet(b, m, s, 10, 0, false)
+		rows = append(rows, fmt.Sprintf("| %v | %v | %v / %v | %v / %v | %v |", pt.op, pt.lag,
+			percentile(r.burst, 50).Round(10*time.Millisecond), percentile(r.burst, 99).Round(10*time.Millisecond),
+			percentile(r.quiet, 50).Round(10*time.Millisecond), percentile(r.quiet, 99).Round(10*time.Millisecond), m.changeBound()))
+	}
+	fmt.Printf("Sensitivity, %d clusters x %d services, 10 pod changes in a burst and 10 after a quiet spell each:\n", s.clusters, s.services)
+	fmt.Println("| operations | read lag | burst p50 / p99 | quiet p50 / p99 | bound |")
+	fmt.Println("| --- | --- | --- | --- | --- |")
+	for _, r := range rows {
+		fmt.Println(r)
+	}
 }
 
 // fleetResult is what runFleet measured.
@@ -170,16 +210,15 @@ type fleetResult struct {
 	burst, quiet []time.Duration
 }
 
-// runFleet runs fleet s: every cluster exports everything, the last one's
+// runFleet runs fleet s against an emulator of m's profile: every cluster exports everything, the last one's
 // bulk export timed to its last import everywhere; the idle calls over
 // window (none when 0); changes pod changes in a burst, then as many each
 // after a quiet spell (past the fast-poll window), each timed to the last
 // of the others hearing it. It prints each result against its target.
 // decodeWhole turns the members' decode caches off (Options.DecodeWhole).
-func runFleet(b testing.TB, s fleetShape, changes int, window time.Duration, decodeWhole bool) fleetResult {
+func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Duration, decodeWhole bool) fleetResult {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m := shipped()
 	srv := cloudmaptest.Start(b, cloudmaplocal.Options{Profile: &m.profile})
 	var ms []*fleetMember
 	for c := range s.clusters {
