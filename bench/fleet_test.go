@@ -105,6 +105,47 @@ type fleetMember struct {
 	seen   map[registry.Key]map[string]int
 	heard  map[string]time.Time
 	synced bool
+	// published is each export as last published: written again when
+	// Cloud Map fails a write it accepted, as the export reconciler does.
+	published map[registry.Key]registry.Export
+	// publishing serializes the publishes of one key, as the export
+	// reconciler's work queue does.
+	publishing map[registry.Key]*sync.Mutex
+}
+
+// Publish publishes e, one publish of a key at a time, and remembers it.
+func (m *fleetMember) Publish(ctx context.Context, e registry.Export) error {
+	m.mu.Lock()
+	m.published[e.Key] = e
+	if m.publishing[e.Key] == nil {
+		m.publishing[e.Key] = &sync.Mutex{}
+	}
+	one := m.publishing[e.Key]
+	m.mu.Unlock()
+	one.Lock()
+	defer one.Unlock()
+	return m.Backend.Publish(ctx, e)
+}
+
+// writeFailed publishes key's export again, every second until it is
+// written (the export reconciler's requeue; OnWriteFailed).
+func (m *fleetMember) writeFailed(ctx context.Context, key registry.Key) {
+	for ctx.Err() == nil {
+		m.mu.Lock()
+		e, ok := m.published[key]
+		m.mu.Unlock()
+		if !ok {
+			return
+		}
+		err := m.Publish(ctx, e)
+		if _, limit := err.(*cloudmap.LimitError); err == nil || limit {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func (m *fleetMember) set(key registry.Key, exports []registry.Export) {
@@ -222,13 +263,14 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 	srv := cloudmaptest.Start(b, cloudmaplocal.Options{Profile: &m.profile})
 	var ms []*fleetMember
 	for c := range s.clusters {
-		m := &fleetMember{calls: &cloudmapclient.Calls{}, seen: map[registry.Key]map[string]int{}, heard: map[string]time.Time{}}
+		m := &fleetMember{calls: &cloudmapclient.Calls{}, seen: map[registry.Key]map[string]int{}, heard: map[string]time.Time{}, published: map[registry.Key]registry.Export{}, publishing: map[registry.Key]*sync.Mutex{}}
 		co := srv.Shipped()
 		co.OnCall = m.calls.Record
 		cl := srv.Client(b, co)
 		name := fmt.Sprintf("cluster-%02d", c)
 		formats := &cloudmap.Formats{Cluster: name}
-		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: "fleet", Cluster: name, Controller: "clustermap bench", Log: benchLog(name), Formats: formats, Usage: cloudmap.NewUsage(0), DecodeWhole: decodeWhole})
+		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: "fleet", Cluster: name, Controller: "clustermap bench", Log: benchLog(name), Formats: formats, Usage: cloudmap.NewUsage(0), DecodeWhole: decodeWhole,
+			OnWriteFailed: func(key registry.Key) { go m.writeFailed(ctx, key) }})
 		sink := formats.Tap(registry.SinkFuncs{OnSet: m.set, OnSynced: func() { m.mu.Lock(); m.synced = true; m.mu.Unlock() }})
 		go func() { _ = m.Watch(ctx, sink) }()
 		ms = append(ms, m)
@@ -395,19 +437,33 @@ func waitHeard(b testing.TB, s fleetShape, ms []*fleetMember, cluster string, ex
 		want[i] = len(s.export(c, i, extra).Endpoints)
 	}
 	var last time.Time
-	waitAll(b, "every export of "+cluster+" heard everywhere", within, func() bool {
+	var missing string
+	deadline := time.Now().Add(within)
+	for {
+		missing = ""
 		for _, m := range ms {
 			for i := range s.services {
 				at, ok := m.has(s.key(i), cluster, want[i])
 				if !ok {
-					return false
+					m.mu.Lock()
+					missing = fmt.Sprintf("%s has not heard %s's %d endpoints of %s: it last heard %v", m.Cluster(), cluster, want[i], s.key(i), m.seen[s.key(i)])
+					m.mu.Unlock()
+					break
 				}
 				last = maxTime(last, at)
 			}
+			if missing != "" {
+				break
+			}
 		}
-		return true
-	})
-	return last
+		if missing == "" {
+			return last
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("not every export of %s heard everywhere within %v: %s", cluster, within, missing)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // benchLog writes a cluster's registry log to stderr when

@@ -38,7 +38,11 @@ type clock struct {
 	LastCatchUp   time.Time
 	// ResweepAt is when to compare the revisions again after a catch-up:
 	// its reads may not show what changed just before it (ReadLag).
-	ResweepAt time.Time
+	// ResweepAgainAt is the sweep after that one: an operation still
+	// running at the catch-up, created before one it took as read, is
+	// never listed by the polls after it, and shows only once it ended
+	// (OperationWait) and the read lag passed.
+	ResweepAt, ResweepAgainAt time.Time
 }
 
 // nextStep decides the watcher's next step. Its cost is bounded whatever

@@ -383,6 +383,7 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		w.clock.LastList, w.clock.LastSweep, w.clock.LastCatchUp = start, start, start
 		w.clock.CatchUpWanted = false
 		w.clock.ResweepAt = start.Add(w.opts.ReadLag)
+		w.clock.ResweepAgainAt = start.Add(w.opts.OperationWait + w.opts.ReadLag)
 		if w.clock.LastPoll.Before(start) {
 			w.clock.LastPoll = start
 		}
@@ -390,7 +391,7 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		if err := w.sweep(ctx); err != nil {
 			return err
 		}
-		w.clock.LastSweep, w.clock.ResweepAt = start, time.Time{}
+		w.clock.LastSweep, w.clock.ResweepAt, w.clock.ResweepAgainAt = start, w.clock.ResweepAgainAt, time.Time{}
 	default:
 		return w.feed.poll(ctx)
 	}

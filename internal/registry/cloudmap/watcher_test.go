@@ -246,7 +246,9 @@ func TestBurstOfForeignChangesIsCaughtUp(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		w.register(t, registry.Key{Namespace: "ours", Name: fmt.Sprintf("svc-%d", i)}, "set", "10.0.1.1")
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	// An operation still running at a catch-up may be found only by the
+	// sweep OperationWait + ReadLag (15 s) after it, then read.
+	deadline := time.Now().Add(40 * time.Second)
 	for i := 0; i < 100; i++ {
 		for w.endpoints(registry.Key{Namespace: "ours", Name: fmt.Sprintf("svc-%d", i)}) != 2 {
 			if time.Now().After(deadline) {
