@@ -2,6 +2,7 @@ package cloudmap
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -133,6 +134,15 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 			string(types.OperationTypeRegisterInstance), string(types.OperationTypeDeregisterInstance)}},
 	}})
 	seen := map[string]time.Time{}
+	// A catch-up right after polls (too many foreign operations to look
+	// up) keeps what they saw, with when: the polls after it page past its
+	// marks as before, and find an operation created before them that was
+	// still running then. After a gap, or at the first listing, what the
+	// catch-up marks is where they stop.
+	recent := baseline && !f.clock.LastPoll.IsZero() && now.Sub(f.clock.LastPoll) <= f.opts.MaxLookback
+	if recent {
+		maps.Copy(seen, f.seen)
+	}
 	var fresh []types.OperationSummary
 	read, found := 0, false
 	for !found && pages.HasMorePages() {
@@ -160,8 +170,12 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 				// must be written again).
 				if !known {
 					fresh = append(fresh, op)
+					first = now
 				}
-				seen[id], found = time.Time{}, true
+				if !recent {
+					first = time.Time{} // the polls after stop here
+				}
+				seen[id], found = first, true
 				continue
 			}
 			if !known {
