@@ -38,10 +38,12 @@ type clock struct {
 	LastCatchUp   time.Time
 	// ResweepAt is when to compare the revisions again after a catch-up:
 	// its reads may not show what changed just before it (ReadLag).
-	// ResweepAgainAt is the sweep after that one: an operation still
-	// running at the catch-up, created before one it took as read, is
-	// never listed by the polls after it, and shows only once it ended
-	// (OperationWait) and the read lag passed.
+	// ResweepAgainAt is the sweep after that one, for an operation still
+	// running at a catch-up after a gap in polling and created before one
+	// it took as read: the polls after it stop at its marks and never list
+	// it (after a catch-up right after polls they page past them and do),
+	// so it shows only once it ended (OperationWait) and the read lag
+	// passed.
 	ResweepAt, ResweepAgainAt time.Time
 }
 
