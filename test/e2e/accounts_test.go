@@ -111,8 +111,7 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 	// team's infrastructure code would).
 	sdWest, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: w.cm.URL, Region: "eu-west-1", Credentials: cloudmapclient.LocalCredentials})
 	harness.Must(t, err)
-	_, err = sdWest.CreateHttpNamespace(context.Background(), &sd.CreateHttpNamespaceInput{Name: aws.String("dual-west")})
-	harness.Must(t, err)
+	createHTTPNamespace(t, sdWest, "dual-west")
 	w.share(t, http.MethodPost, w.ownerNamespaces(t, "eu-west-1", "dual-west")[0], memberAccount)
 	w.familyExportFrom(t, 2, "dual-west", []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol})
 

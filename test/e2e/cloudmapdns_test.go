@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -22,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
@@ -97,16 +95,16 @@ func TestCloudMapDNS(t *testing.T) {
 // Cloud Map: a private DNS namespace, an A-record service, task instances.
 func (d *dnsWorld) ecsNamespace(t *testing.T) {
 	ctx := context.Background()
-	op, err := d.c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("test-namespace"), Vpc: aws.String("vpc-0example")})
-	harness.Must(t, err)
-	d.privateNS = waitOp(t, d.c, op.OperationId)["NAMESPACE"]
-	hop, err := d.c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("http-ns")})
-	harness.Must(t, err)
-	d.httpNS = waitOp(t, d.c, hop.OperationId)["NAMESPACE"]
+	d.privateNS = harness.Written(t, d.c, func(ctx context.Context) (*string, error) {
+		out, err := d.c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("test-namespace"), Vpc: aws.String("vpc-0example")})
+		if err != nil {
+			return nil, err
+		}
+		return out.OperationId, nil
+	})["NAMESPACE"]
+	d.httpNS = createHTTPNamespace(t, d.c, "http-ns")
 	// One the controllers are not allowed to register in.
-	nop, err := d.c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("not-allowed-ns")})
-	harness.Must(t, err)
-	d.notAllowedNS = waitOp(t, d.c, nop.OperationId)["NAMESPACE"]
+	d.notAllowedNS = createHTTPNamespace(t, d.c, "not-allowed-ns")
 	svc, err := d.c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("nginx-service"), NamespaceId: aws.String(d.privateNS),
 		DnsConfig: &sdtypes.DnsConfig{RoutingPolicy: sdtypes.RoutingPolicyMultivalue, DnsRecords: []sdtypes.DnsRecord{{Type: sdtypes.RecordTypeA, TTL: aws.Int64(60)}}}})
 	harness.Must(t, err)
@@ -116,20 +114,46 @@ func (d *dnsWorld) ecsNamespace(t *testing.T) {
 		id := fmt.Sprintf("3f1c2b9e8d7a4c5b%016d", i)
 		a := cloudmapdns.Attrs{"AWS_INSTANCE_IPV4": ip, "AWS_INIT_HEALTH_STATUS": "HEALTHY", "AVAILABILITY_ZONE": "us-east-1a", "REGION": "us-east-1",
 			"ECS_CLUSTER_NAME": "prod", "ECS_SERVICE_NAME": "nginx-service", "ECS_TASK_DEFINITION_FAMILY": "nginx"}
-		out, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String(id), Attributes: a})
-		harness.Must(t, err)
-		waitOp(t, d.c, out.OperationId)
+		registerInstance(t, d.c, aws.ToString(svc.Service.Id), id, a)
 		d.ecs[id] = a
 	}
 }
 
-func waitOp(t *testing.T, c *sd.Client, id *string) map[string]string {
+// createHTTPNamespace makes an HTTP namespace, as infrastructure code
+// would, and returns its id.
+func createHTTPNamespace(t *testing.T, c *sd.Client, name string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	op, err := cloudmapclient.WaitOperation(ctx, c, id)
-	harness.Must(t, err)
-	return op.Targets
+	return harness.Written(t, c, func(ctx context.Context) (*string, error) {
+		out, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(name)})
+		if err != nil {
+			return nil, err
+		}
+		return out.OperationId, nil
+	})["NAMESPACE"]
+}
+
+// registerInstance writes an instance, as another tool would, and waits
+// for its operation.
+func registerInstance(t *testing.T, c *sd.Client, serviceID, id string, attrs map[string]string) {
+	t.Helper()
+	harness.Written(t, c, func(ctx context.Context) (*string, error) {
+		out, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(serviceID), InstanceId: aws.String(id), Attributes: attrs})
+		if err != nil {
+			return nil, err
+		}
+		return out.OperationId, nil
+	})
+}
+
+func deregisterInstance(t *testing.T, c *sd.Client, serviceID, id string) {
+	t.Helper()
+	harness.Written(t, c, func(ctx context.Context) (*string, error) {
+		out, err := c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(serviceID), InstanceId: aws.String(id)})
+		if err != nil {
+			return nil, err
+		}
+		return out.OperationId, nil
+	})
 }
 
 // annotated deploys an app whose headless Service asks to be registered.
@@ -261,33 +285,10 @@ func (d *dnsWorld) besideECS(t *testing.T) {
 	harness.Eventually(t, 5*time.Second, "Deregistered Event", wantEvent(cl, "web", "nginx", "Deregistered", corev1.EventTypeNormal, "from test-namespace/nginx-service"))
 }
 
-// behindOurBack makes a change to Cloud Map the controller did not and
-// waits until its operation has finished, so that the change has happened
-// before the test looks for its repair. The write is made again while an
-// operation of the controller's on that instance still runs
-// (DuplicateRequest: Cloud Map takes one change of an instance at a time)
-// and when its operation fails late, as Cloud Map's rarely do.
-func (d *dnsWorld) behindOurBack(t *testing.T, write func() (*string, error)) {
-	t.Helper()
-	harness.Eventually(t, 30*time.Second, "a write behind the controller's back", func() error {
-		op, err := write()
-		var busy *sdtypes.DuplicateRequest
-		if errors.As(err, &busy) {
-			return err
-		}
-		harness.Must(t, err)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err = cloudmapclient.WaitOperation(ctx, d.c, op)
-		return err
-	})
-}
-
 // drift: an owned instance deregistered and one changed behind our back
 // come back, a leftover owned instance with no pod goes, and a foreign
 // instance deregistered behind our back stays gone.
 func (d *dnsWorld) drift(t *testing.T) {
-	ctx := context.Background()
 	cl := d.clients[0]
 	ips := waitPods(t, cl, "web", "nginx", 3)
 	owner := d.owner(t, d.ecsServiceID, "web", "nginx")
@@ -300,43 +301,21 @@ func (d *dnsWorld) drift(t *testing.T) {
 		}
 	}
 	sort.Strings(owned)
-	d.behindOurBack(t, func() (*string, error) {
-		out, err := d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[0])})
-		if err != nil {
-			return nil, err
-		}
-		return out.OperationId, nil
-	})
+	// Each change behind the controller's back has happened before the
+	// test looks for its repair.
+	deregisterInstance(t, d.c, d.ecsServiceID, owned[0])
 	changed := maps.Clone(cur[owned[1]])
 	changed["AWS_INSTANCE_PORT"] = "9999"
-	d.behindOurBack(t, func() (*string, error) {
-		out, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(owned[1]), Attributes: changed})
-		if err != nil {
-			return nil, err
-		}
-		return out.OperationId, nil
-	})
+	registerInstance(t, d.c, d.ecsServiceID, owned[1], changed)
 	leftover := maps.Clone(cur[owned[2]])
 	leftover["AWS_INSTANCE_IPV4"], leftover[cloudmapdns.AttrPod] = "10.99.99.99", "gone-pod"
-	d.behindOurBack(t, func() (*string, error) {
-		out, err := d.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(cloudmapdns.InstanceID(owner, "10.99.99.99")), Attributes: leftover})
-		if err != nil {
-			return nil, err
-		}
-		return out.OperationId, nil
-	})
+	registerInstance(t, d.c, d.ecsServiceID, cloudmapdns.InstanceID(owner, "10.99.99.99"), leftover)
 	var gone string
 	for id := range d.ecs {
 		gone = id
 		break
 	}
-	d.behindOurBack(t, func() (*string, error) {
-		out, err := d.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(d.ecsServiceID), InstanceId: aws.String(gone)})
-		if err != nil {
-			return nil, err
-		}
-		return out.OperationId, nil
-	})
+	deregisterInstance(t, d.c, d.ecsServiceID, gone)
 	remaining := maps.Clone(d.ecs)
 	delete(remaining, gone)
 	harness.Eventually(t, 3*driftPeriod+5*time.Second, "drift repaired", d.registered(d.ecsServiceID, owner, ips, remaining))

@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
@@ -261,21 +260,16 @@ func replaceCRDs(t *testing.T, cl client.Client, with []*unstructured.Unstructur
 func awsRecords(t *testing.T, c *sd.Client, ns, name, cluster string, ips []string) {
 	t.Helper()
 	ctx := context.Background()
-	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(ns)})
-	harness.Must(t, err)
-	got, err := cloudmapclient.WaitOperation(ctx, c, op.OperationId) // an operation, which takes time
-	harness.Must(t, err)
-	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(got.Targets["NAMESPACE"])})
+	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(createHTTPNamespace(t, c, ns))})
 	harness.Must(t, err)
 	for _, ip := range ips {
-		_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String("tcp-" + strings.ReplaceAll(ip, ".", "_") + "-8080"),
-			Attributes: map[string]string{
+		registerInstance(t, c, aws.ToString(svc.Service.Id), "tcp-"+strings.ReplaceAll(ip, ".", "_")+"-8080",
+			map[string]string{
 				"AWS_INSTANCE_IPV4": ip, "AWS_INSTANCE_PORT": "8080", "ENDPOINT_PORT_NAME": "http", "ENDPOINT_PROTOCOL": "TCP", "READY": "true",
 				"CLUSTER_ID": cluster, "CLUSTERSET_ID": "clusterset-dev", "SERVICE_PORT_NAME": "http", "SERVICE_PORT": "80", "SERVICE_PROTOCOL": "TCP",
 				"SERVICE_TARGET_PORT": "8080", "SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1700000000000",
 				"K8S_CONTROLLER": "aws-cloud-map-mcs-controller-for-k8s 0.3.1 (abc)",
-			}})
-		harness.Must(t, err)
+			})
 	}
 }
 

@@ -3,13 +3,10 @@
 package e2e
 
 import (
-	"context"
 	"reflect"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -119,13 +116,8 @@ func TestRestartDuringOutageKeepsImports(t *testing.T) {
 	// A cluster with no other record exports nothing: it is not among the
 	// import's clusters.
 	c := w.cloudMap(t)
-	out, err := c.RegisterInstance(context.Background(), &sd.RegisterInstanceInput{
-		ServiceId: aws.String(w.serviceID(t, c, ns, "fresh")), InstanceId: aws.String("bad-record"),
-		Attributes: map[string]string{cloudmap.AttrIPv4: "10.9.9.9", cloudmap.AttrPort: "8080", cloudmap.AttrHostname: "Not_A_Label",
-			cloudmap.AttrClusterID: "cluster-9", cloudmap.AttrClusterSetID: devenv.DefaultClusterSet},
-	})
-	harness.Must(t, err)
-	waitOp(t, c, out.OperationId)
+	registerInstance(t, c, w.serviceID(t, c, ns, "fresh"), "bad-record", map[string]string{cloudmap.AttrIPv4: "10.9.9.9", cloudmap.AttrPort: "8080", cloudmap.AttrHostname: "Not_A_Label",
+		cloudmap.AttrClusterID: "cluster-9", cloudmap.AttrClusterSetID: devenv.DefaultClusterSet})
 	w.importedEverywhere(t, importDeadline, ns, "fresh", "cluster-1", fresh)
 	for _, cl := range w.clients {
 		harness.Eventually(t, importDeadline, "the InvalidRecord Event", wantEvent(cl, ns, "fresh", "InvalidRecord", corev1.EventTypeWarning, "cluster cluster-9 exports a record that was skipped: instance bad-record"))

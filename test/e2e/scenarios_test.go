@@ -382,10 +382,8 @@ func (w *world) otherClusterSet(t *testing.T) {
 	w.exportApp(t, ns, name, 1)
 	c := w.cloudMap(t)
 	svcID := w.serviceID(t, c, ns, name)
-	_, err := c.RegisterInstance(context.Background(), &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String("other-set-endpoint"),
-		Attributes: map[string]string{"AWS_INSTANCE_IPV4": "10.250.0.1", "AWS_INSTANCE_PORT": "8080", "CLUSTER_ID": "cluster-1", "CLUSTERSET_ID": "another-set",
-			"SERVICE_PORT": "80", "SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1"}})
-	harness.Must(t, err)
+	registerInstance(t, c, svcID, "other-set-endpoint", map[string]string{"AWS_INSTANCE_IPV4": "10.250.0.1", "AWS_INSTANCE_PORT": "8080", "CLUSTER_ID": "cluster-1", "CLUSTERSET_ID": "another-set",
+		"SERVICE_PORT": "80", "SERVICE_TYPE": "ClusterSetIP", "SERVICE_EXPORT_CREATION_TIMESTAMP": "1"})
 	harness.Scale(t, src, ns, name, 2) // a change to import
 	ips := waitPods(t, src, ns, name, 2)
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1", ips)

@@ -30,16 +30,15 @@ func (w *world) registerExport(t *testing.T, e registry.Export) {
 	ctx := context.Background()
 	c := w.cloudMap(t)
 	var nsID string
-	if op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(e.Namespace)}); err == nil {
-		nsID = waitOp(t, c, op.OperationId)["NAMESPACE"]
-	} else {
-		list, err := c.ListNamespaces(ctx, &sd.ListNamespacesInput{})
-		harness.Must(t, err)
-		for _, ns := range list.Namespaces {
-			if aws.ToString(ns.Name) == e.Namespace {
-				nsID = aws.ToString(ns.Id)
-			}
+	list, err := c.ListNamespaces(ctx, &sd.ListNamespacesInput{})
+	harness.Must(t, err)
+	for _, ns := range list.Namespaces {
+		if aws.ToString(ns.Name) == e.Namespace {
+			nsID = aws.ToString(ns.Id)
 		}
+	}
+	if nsID == "" {
+		nsID = createHTTPNamespace(t, c, e.Namespace)
 	}
 	svcID := w.serviceIDIfAny(t, c, e.Name)
 	if svcID == "" {
@@ -50,9 +49,7 @@ func (w *world) registerExport(t *testing.T, e registry.Export) {
 	recs, err := cloudmap.Encode(e, "clustermap test", cloudmap.RecordVersion)
 	harness.Must(t, err)
 	for id, attrs := range recs {
-		out, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(id), Attributes: attrs})
-		harness.Must(t, err)
-		waitOp(t, c, out.OperationId)
+		registerInstance(t, c, svcID, id, attrs)
 	}
 }
 

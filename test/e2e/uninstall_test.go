@@ -62,9 +62,7 @@ func TestUninstall(t *testing.T) {
 	})
 	ctx := context.Background()
 	c := w.cloudMap(t)
-	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("apps")})
-	harness.Must(t, err)
-	waitOp(t, c, op.OperationId)
+	createHTTPNamespace(t, c, "apps")
 
 	// MCS: web exported from cluster-1 (and, by replication, a replica of
 	// it in cluster-2); Cloud Map DNS: api from cluster-2.
