@@ -69,19 +69,24 @@ func (e *Emulator) Client(t testing.TB, o cloudmapclient.Options) *sd.Client {
 	return c
 }
 
-// Namespace creates an HTTP namespace with c and returns its id.
+// Namespace creates an HTTP namespace with c and returns its id, making it
+// again when its operation fails late (as Cloud Map's rarely do).
 func Namespace(t testing.TB, c *sd.Client, name string) string {
 	t.Helper()
 	ctx := context.Background()
-	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(name)})
-	if err != nil {
-		t.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := cloudmapclient.WaitOperation(ctx, c, op.OperationId)
+		if err == nil {
+			return o.Targets["NAMESPACE"]
+		}
+		if attempt == 3 {
+			t.Fatal(err)
+		}
 	}
-	o, err := cloudmapclient.WaitOperation(ctx, c, op.OperationId)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o.Targets["NAMESPACE"]
 }
 
 // Instant is the options of an emulator that answers at once (operations

@@ -26,16 +26,20 @@ import (
 type fleet struct {
 	t   *testing.T
 	srv *cloudmaptest.Emulator
+	// observer is the test's own client, within a call budget of its own
+	// so that its polls wait rather than be throttled.
+	observer *sd.Client
 }
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	return &fleet{t: t, srv: cloudmaptest.Start(t, cloudmaplocal.Options{})}
+	return newFleetWith(t, cloudmaplocal.Options{})
 }
 
 func newFleetWith(t *testing.T, o cloudmaplocal.Options) *fleet {
 	t.Helper()
-	return &fleet{t: t, srv: cloudmaptest.Start(t, o)}
+	srv := cloudmaptest.Start(t, o)
+	return &fleet{t: t, srv: srv, observer: srv.Client(t, cloudmapclient.Options{QPS: 10, Burst: 10})}
 }
 
 type member struct {
@@ -207,16 +211,31 @@ func (m *member) endpoints(key registry.Key) map[string]int {
 	return out
 }
 
-// instances counts what Cloud Map holds in a service, by cluster.
+// instances counts what Cloud Map holds in a service, by cluster: what
+// finished operations wrote (ListInstances), which a lagging read
+// (DiscoverInstances) may not show yet.
 func (f *fleet) instances(key registry.Key) map[string]int {
 	f.t.Helper()
-	out, err := f.srv.Client(f.t, cloudmapclient.Options{}).DiscoverInstances(context.Background(), &sd.DiscoverInstancesInput{NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), MaxResults: aws.Int32(MaxInstances)})
+	ctx, c := context.Background(), f.observer
+	n := map[string]int{}
+	svcs, err := c.ListServices(ctx, &sd.ListServicesInput{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	n := map[string]int{}
-	for _, in := range out.Instances {
-		n[in.Attributes[AttrClusterID]]++
+	for _, svc := range svcs.Services {
+		if aws.ToString(svc.Name) != key.Name {
+			continue
+		}
+		pages := sd.NewListInstancesPaginator(c, &sd.ListInstancesInput{ServiceId: svc.Id})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			for _, in := range page.Instances {
+				n[in.Attributes[AttrClusterID]]++
+			}
+		}
 	}
 	return n
 }
@@ -226,6 +245,7 @@ func (f *fleet) instances(key registry.Key) map[string]int {
 // Map's quota of 1,000 instances per service, and one DiscoverInstances
 // reads it whole.
 func TestFleetServiceFitsTheQuota(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a 10-cluster fleet")
 	}
@@ -297,6 +317,7 @@ func clusterAddresses(e registry.Export, i int) registry.Export {
 // records by itself, once, and an importer sampling every read never sees
 // a cluster with an endpoint missing.
 func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	const pods = 40 // 80 records per cluster: 4 s of registrations each at the shipped 20 calls per second
 	exp := func(i int) registry.Export {
@@ -405,6 +426,7 @@ func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
 // the ones Cloud Map refuses midway are taken back whole too. In packed
 // records all three fit in three instances.
 func TestExportPastTheQuotaIsRefusedWhole(t *testing.T) {
+	t.Parallel()
 	const pods = 180
 	exp := func(i int) registry.Export {
 		return clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), pods, false, threePorts[:2]...), i)
@@ -499,6 +521,7 @@ func readBy(ms []*member, key registry.Key, atLeast int) bool {
 // Cloud Map behaves as the memory registry does (registrytest), at the
 // shipped defaults, in both record formats.
 func TestRegistrySuite(t *testing.T) {
+	t.Parallel()
 	for _, perEndpoint := range []bool{false, true} {
 		t.Run(fmt.Sprintf("per-endpoint=%v", perEndpoint), func(t *testing.T) {
 			registrytest.Run(t, func(t *testing.T) registrytest.New {

@@ -26,6 +26,7 @@ const hostileAccount = "333333333333"
 // whose creator (CreatedByAccount) is not the account its cluster is bound
 // to, report it, and keep importing the real clusters' records.
 func TestHostileMemberIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, permissive := range []bool{false, true} {
 		t.Run(fmt.Sprintf("permissive sharing %v", permissive), func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())

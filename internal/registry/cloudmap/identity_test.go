@@ -22,6 +22,7 @@ import (
 // export the same Service (and overwrite each other's records) or
 // different ones (and would merge into one cluster in every import).
 func TestDuplicateClusterIDReportedOnBoth(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		keyA, keyB registry.Key
@@ -119,6 +120,7 @@ func instancesOf(ctx context.Context, c *sd.Client, key registry.Key) int {
 
 // One installation rereading its own records reports nothing.
 func TestOwnRecordsAreNoDuplicate(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})

@@ -9,7 +9,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
-	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -75,6 +74,7 @@ func silentThenBack(t *testing.T, ctx context.Context, east *member, owner strin
 }
 
 func TestSilentClusterDrainedAcrossAccounts(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := accountsEmulator(t)
@@ -95,6 +95,7 @@ func TestSilentClusterDrainedAcrossAccounts(t *testing.T) {
 }
 
 func TestSilentClusterDrainedInOneAccount(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
@@ -110,6 +111,7 @@ func TestSilentClusterDrainedInOneAccount(t *testing.T) {
 // In one account a cluster's record goes with its last export, with the
 // record's service and namespace: clustermap uninstall leaves nothing.
 func TestRecordGoesWithTheLastExport(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
@@ -121,14 +123,9 @@ func TestRecordGoesWithTheLastExport(t *testing.T) {
 		}
 	}
 	setup := srv.Client(t, cloudmapclient.Options{})
-	records := func() int {
-		out, err := setup.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{NamespaceName: aws.String(cloudmap.ChangesNamespace("set")),
-			ServiceName: aws.String(cloudmap.ChangesService), HealthStatus: types.HealthStatusFilterAll})
-		if err != nil {
-			return 0
-		}
-		return len(out.Instances)
-	}
+	// What finished operations wrote (ListInstances): a lagging read
+	// (DiscoverInstances) may show a moment before the record was written.
+	records := func() int { return instancesOf(ctx, setup, registry.Key{Name: cloudmap.ChangesService}) }
 	waitUntil(t, "east's record", func() bool { return records() == 1 })
 	withdraw := func(k registry.Key) {
 		t.Helper()

@@ -18,6 +18,7 @@ import (
 // the exporter wrote into the record, once per registration; its own
 // registrations and the exports it finds at start measure nothing.
 func TestPropagationIsMeasuredFromTheExportersWrite(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})

@@ -117,6 +117,7 @@ func publish(ctx context.Context, r registry.Registry, e registry.Export) error 
 // Each change still arrives, because a changed service is read until a
 // read shows it.
 func TestStaleReadIsReadAgain(t *testing.T) {
+	t.Parallel()
 	p := cloudmaplocal.AWS()
 	p.ReadLag = 4 * time.Second
 	p.TenantOperations = 0 // the change feed is not what is tested
@@ -144,6 +145,7 @@ func TestStaleReadIsReadAgain(t *testing.T) {
 // publish, and the report clears once a write succeeds: the importer gets
 // the export.
 func TestLateFailureIsWrittenAgain(t *testing.T) {
+	t.Parallel()
 	p := cloudmaplocal.AWS()
 	p.LateFailureRate = 0 // the test fails the writes it means to
 	w := newPair(t, p)
@@ -200,6 +202,7 @@ func TestLateFailureIsWrittenAgain(t *testing.T) {
 // account's operations are all paged before filtering, so a poll that
 // read until the filter ran out would read every page Cloud Map keeps.
 func TestBusyAccountPagedWithinBudget(t *testing.T) {
+	t.Parallel()
 	p := cloudmaplocal.AWS()
 	p.TenantOperations = 20
 	p.LateFailureRate = 0 // tested apart: here the one change must happen

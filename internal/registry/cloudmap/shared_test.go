@@ -166,6 +166,7 @@ func shareWithMember(t *testing.T, srv *cloudmaptest.Emulator, owner *member) {
 // namespace not shared is an error naming the owner, and touches nothing;
 // nobody deletes what another account created; unsharing keeps imports.
 func TestClusterSetAcrossAccounts(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := accountsEmulator(t)

@@ -118,6 +118,7 @@ func (w *watched) start(t *testing.T) *cloudmap.Backend {
 // confirms it, the shipped 5 s later. One the watcher reads already costs
 // nothing more.
 func TestCheckReadsAnUnlistedImportAsKnown(t *testing.T) {
+	t.Parallel()
 	w := newWatched(t, 2, 0)
 	b := w.start(t)
 	w.settle(t)
@@ -193,6 +194,7 @@ func diff(before, after map[string]float64) map[string]float64 {
 // every service (which, at 20 calls/s, kept the next gap long enough to do
 // it again).
 func TestOutageIsReadBackNotRereadEverything(t *testing.T) {
+	t.Parallel()
 	w := newWatched(t, 150, 150)
 	w.start(t)
 	w.settle(t)
@@ -219,6 +221,7 @@ func TestOutageIsReadBackNotRereadEverything(t *testing.T) {
 // A call whose connection hangs is given up after the shipped 10 s and
 // tried again: the change feed goes on (it stalled for good before).
 func TestHungCallsDoNotStallTheFeed(t *testing.T) {
+	t.Parallel()
 	w := newWatched(t, 5, 0)
 	w.start(t)
 	w.settle(t)
@@ -240,6 +243,7 @@ func TestHungCallsDoNotStallTheFeed(t *testing.T) {
 // A burst of foreign changes costs one catch-up (a listing and a revision
 // per known service) rather than a GetOperation per operation.
 func TestBurstOfForeignChangesIsCaughtUp(t *testing.T) {
+	t.Parallel()
 	w := newWatched(t, 100, 0)
 	w.start(t)
 	before := w.calls.Snapshot()
@@ -269,6 +273,7 @@ func TestBurstOfForeignChangesIsCaughtUp(t *testing.T) {
 // ConfirmAbsence (5 s) later before the sink hears it: Cloud Map's reads
 // are eventually consistent, and one stale answer must not remove imports.
 func TestAbsenceIsConfirmedBeforeImportsGo(t *testing.T) {
+	t.Parallel()
 	w := newWatched(t, 3, 0)
 	w.start(t)
 	key := registry.Key{Namespace: "ours", Name: "svc-1"}
@@ -301,6 +306,7 @@ func (w *watched) heardOf(key registry.Key) bool {
 // while it says 0 still finds every service, and a listing then takes none
 // of them for gone.
 func TestServiceCountIsNotTrusted(t *testing.T) {
+	t.Parallel()
 	w := newWatched(t, 5, 0)
 	w.srv.SetFaults(cloudmaplocal.Faults{StaleServiceCounts: true})
 	w.start(t)
@@ -315,6 +321,7 @@ func TestServiceCountIsNotTrusted(t *testing.T) {
 // --cloudmap-dns makes) cost a GetOperation each: the service and its
 // namespace are looked up once, not on every operation.
 func TestDNSRegistrationsAreLookedUpOnce(t *testing.T) {
+	t.Parallel()
 	w := newWatched(t, 1, 0)
 	w.start(t)
 	ctx := context.Background()
@@ -378,6 +385,7 @@ func TestDNSRegistrationsAreLookedUpOnce(t *testing.T) {
 // holds it (each cluster exports to its own Region's): local-first routing
 // prefers the same Region before another.
 func TestExportsCarryTheirRegion(t *testing.T) {
+	t.Parallel()
 	w := newWatched(t, 1, 0)
 	w.start(t)
 	region := w.setup.Options().Region
