@@ -316,7 +316,9 @@ func readImports(ctx context.Context, m *member, ns string) {
 	m.HeadlessImported = m.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: Headless}, &mcsv1beta1.ServiceImport{}) == nil
 }
 
-// imported: the endpoints of both imports in m hold every address of want.
+// imported: the endpoints of both imports in m hold every address of want,
+// ready: DNS answers and the clusterset IP route only to ready endpoints,
+// and a probe's readiness reaches the other clusters after its address.
 func imported(ctx context.Context, m *member, ns string, want []string) bool {
 	for _, name := range []string{Probe, Headless} {
 		list := &discoveryv1.EndpointSliceList{}
@@ -327,6 +329,9 @@ func imported(ctx context.Context, m *member, ns string, want []string) bool {
 		have := map[string]bool{}
 		for _, s := range list.Items {
 			for _, e := range s.Endpoints {
+				if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+					continue
+				}
 				for _, a := range e.Addresses {
 					have[a] = true
 				}

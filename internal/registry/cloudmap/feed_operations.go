@@ -66,17 +66,24 @@ func (f *operationsFeed) poll(ctx context.Context) error {
 			}
 			return err
 		}
-		switch {
-		case key.Namespace == ChangesNamespace(f.b.o.ClusterSet):
-			f.proofsWanted = true // a cluster proved alive: read it now
-		case key != (registry.Key{}):
-			f.changed(key, now)
+		if key != (registry.Key{}) {
+			f.heard(key, now)
 		}
 	}
 	if f.proofsWanted || now.Sub(f.proofsAt) >= f.opts.ProofReadInterval {
 		f.readProofs(ctx, now)
 	}
 	return nil
+}
+
+// heard takes in that an operation changed key: a cluster's record (its
+// own too, as a withdrawal's) is read as a proof, never as an export.
+func (f *operationsFeed) heard(key registry.Key, now time.Time) {
+	if key.Namespace == ChangesNamespace(f.b.o.ClusterSet) {
+		f.proofsWanted = true // a cluster proved alive: read it now
+		return
+	}
+	f.changed(key, now)
 }
 
 // readProofs reads the clusters' records when their service's revision
@@ -196,7 +203,7 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 			// Read back, without polling faster: this cluster's own writes
 			// are read back anyway (Backend.reread), and fast polls during
 			// its bulk export would take the budget its writes need.
-			f.changed(mine.key, now)
+			f.heard(mine.key, now)
 			f.b.opFinished(ctx, id, mine.key, mine.started, failed)
 			continue
 		}
