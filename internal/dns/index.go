@@ -65,12 +65,28 @@ func (ix *Index) SOA(ttl uint32) dns.RR {
 type builder struct {
 	ix  *Index
 	ttl uint32
+	// added holds every record once: a dual-stack import lists a pod in
+	// one slice per family, and its name and ports must answer once.
+	added map[string]bool
+}
+
+// fresh tells whether rr (its header complete) is not in the zone yet.
+func (b *builder) fresh(rr dns.RR) bool {
+	k := rr.String()
+	if b.added[k] {
+		return false
+	}
+	b.added[k] = true
+	return true
 }
 
 func (b *builder) add(rr dns.RR) {
 	h := rr.Header()
 	h.Name = strings.ToLower(h.Name)
 	h.Class, h.Ttl = dns.ClassINET, b.ttl
+	if !b.fresh(rr) {
+		return
+	}
 	types := b.ix.names[h.Name]
 	if types == nil {
 		types = map[uint16][]dns.RR{}
@@ -112,7 +128,9 @@ func (b *builder) address(name, ip string) {
 	if err != nil {
 		return
 	}
-	b.ix.ptr[rev] = append(b.ix.ptr[rev], &dns.PTR{Hdr: dns.RR_Header{Name: rev, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: b.ttl}, Ptr: strings.ToLower(name)})
+	if p := (&dns.PTR{Hdr: dns.RR_Header{Name: rev, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: b.ttl}, Ptr: strings.ToLower(name)}); b.fresh(p) {
+		b.ix.ptr[rev] = append(b.ix.ptr[rev], p)
+	}
 }
 
 func (b *builder) srv(name, target string, port int32) {
@@ -124,7 +142,7 @@ func (b *builder) srv(name, target string, port int32) {
 // the zone even without imports).
 func Build(zone string, ttl uint32, imports []mcsv1beta1.ServiceImport, slices []discoveryv1.EndpointSlice, namespaces []string) *Index {
 	zone = dns.Fqdn(strings.ToLower(zone))
-	b := &builder{ix: &Index{Zone: zone, names: map[string]map[uint16][]dns.RR{}, ptr: map[string][]dns.RR{}}, ttl: ttl}
+	b := &builder{ix: &Index{Zone: zone, names: map[string]map[uint16][]dns.RR{}, ptr: map[string][]dns.RR{}}, ttl: ttl, added: map[string]bool{}}
 	b.add(&dns.SOA{Hdr: dns.RR_Header{Name: zone, Rrtype: dns.TypeSOA}, Ns: "ns.dns." + zone, Mbox: "hostmaster." + zone,
 		Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: ttl})
 	b.add(&dns.NS{Hdr: dns.RR_Header{Name: zone, Rrtype: dns.TypeNS}, Ns: "ns.dns." + zone})

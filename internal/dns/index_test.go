@@ -1,6 +1,7 @@
 package dns
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -128,6 +129,54 @@ func TestHeadlessLocalFirst(t *testing.T) {
 		req.SetQuestion(q, qt)
 		if got := values(h.answer(req).Answer); got != want {
 			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+}
+
+// A dual-stack import holds every record once: a headless import's pods
+// are listed in one slice per family (the same hostnames), and a
+// ClusterSetIP import has one VIP per family for its one port.
+func TestDualStackAnswersOnce(t *testing.T) {
+	port := []discoveryv1.EndpointPort{{Name: ptr.To("db"), Port: ptr.To[int32](5432), Protocol: ptr.To(corev1.ProtocolTCP)}}
+	slice := func(family discoveryv1.AddressType, ips ...string) discoveryv1.EndpointSlice {
+		s := discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db-" + strings.ToLower(string(family)),
+			Labels: map[string]string{mcsv1beta1.LabelServiceName: "db", mcsv1beta1.LabelSourceCluster: "cluster-1"}},
+			AddressType: family, Ports: port}
+		for i, ip := range ips {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip}, Hostname: ptr.To(fmt.Sprintf("db-%d", i)),
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+		}
+		return s
+	}
+	dbPort := mcsv1beta1.ServicePort{Name: "db", Protocol: corev1.ProtocolTCP, Port: 5432}
+	ix := Build("clusterset.local", 5, []mcsv1beta1.ServiceImport{
+		{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"}, Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.Headless, Ports: []mcsv1beta1.ServicePort{dbPort}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"}, Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP,
+			IPs: []string{"10.201.0.10", "fd00:201::10"}, Ports: []mcsv1beta1.ServicePort{dbPort}}},
+	}, []discoveryv1.EndpointSlice{
+		slice(discoveryv1.AddressTypeIPv4, "10.1.0.1", "10.1.0.2"),
+		slice(discoveryv1.AddressTypeIPv6, "fd00:1::1", "fd00:1::2"),
+	}, []string{"shop"})
+	h := NewHandler(5, nil)
+	h.SetIndex(ix)
+	for _, c := range []struct {
+		name  string
+		qtype uint16
+		want  string
+	}{
+		{"db.shop.svc.clusterset.local.", dns.TypeSRV, "db-0.cluster-1.db.shop.svc.clusterset.local.,db-1.cluster-1.db.shop.svc.clusterset.local."},
+		{"_db._tcp.db.shop.svc.clusterset.local.", dns.TypeSRV, "db-0.cluster-1.db.shop.svc.clusterset.local.,db-1.cluster-1.db.shop.svc.clusterset.local."},
+		{"db-0.cluster-1.db.shop.svc.clusterset.local.", dns.TypeA, "10.1.0.1"},
+		{"db-0.cluster-1.db.shop.svc.clusterset.local.", dns.TypeAAAA, "fd00:1::1"},
+		{"db.shop.svc.clusterset.local.", dns.TypeAAAA, "fd00:1::1,fd00:1::2"},
+		{"web.shop.svc.clusterset.local.", dns.TypeSRV, "web.shop.svc.clusterset.local."},
+		{"_db._tcp.web.shop.svc.clusterset.local.", dns.TypeSRV, "web.shop.svc.clusterset.local."},
+		{"web.shop.svc.clusterset.local.", dns.TypeAAAA, "fd00:201::10"},
+	} {
+		req := new(dns.Msg)
+		req.SetQuestion(c.name, c.qtype)
+		if got := values(h.answer(req).Answer); got != c.want {
+			t.Errorf("%s %s: %q, want %q", c.name, dns.TypeToString[c.qtype], got, c.want)
 		}
 	}
 }
