@@ -84,6 +84,9 @@ func Plan(key registry.Key, m merge.Result, hints map[locality.Endpoint][]string
 	for _, c := range m.Clusters() {
 		si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: c})
 	}
+	// KEP-1645: consumers (Gateway API implementations) read the imported
+	// EndpointSlices, which clustermap always writes.
+	si.Status.EndpointSliceObjects = mcsv1beta1.EndpointSliceObjectsPresent
 	d := Desired{Import: si}
 	sliceOwner := key.Name
 	if m.Spec.Type == mcsv1beta1.ClusterSetIP && len(m.Spec.Ports) > 0 {

@@ -67,6 +67,9 @@ func TestPlanSlices(t *testing.T) {
 	if d.Import.Status.Clusters[0].Cluster != "c1" || d.Import.Status.Clusters[1].Cluster != "c2" {
 		t.Errorf("status.clusters %+v", d.Import.Status.Clusters)
 	}
+	if d.Import.Status.EndpointSliceObjects != mcsv1beta1.EndpointSliceObjectsPresent {
+		t.Errorf("status.endpointSliceObjects %q, want Present", d.Import.Status.EndpointSliceObjects)
+	}
 	// Stable names: planning again gives the same slices.
 	again := Plan(key, merge.Merge([]registry.Export{exportWith("c1", mcsv1beta1.ClusterSetIP, v4...), exportWith("c2", mcsv1beta1.ClusterSetIP, "fd00::1", "fd00::2")}), nil)
 	for i := range d.Slices {

@@ -353,6 +353,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	status := si.Status.DeepCopy()
 	status.Clusters = d.Import.Status.Clusters
+	status.EndpointSliceObjects = d.Import.Status.EndpointSliceObjects
 	meta.RemoveStatusCondition(&status.Conditions, ConditionRemovalHeld)
 	r.reportDrained(si, key, m.Exports, status)
 	if err := errors.Join(errs...); !errorsIsConflict(err) {

@@ -50,6 +50,9 @@ func (w *world) importedEverywhere(t *testing.T, within time.Duration, ns, name,
 			if clustersOf(si) != clusters {
 				return fmt.Errorf("status.clusters %q, want %q", clustersOf(si), clusters)
 			}
+			if si.Status.EndpointSliceObjects != mcsv1beta1.EndpointSliceObjectsPresent {
+				return fmt.Errorf("status.endpointSliceObjects %q, want Present (KEP-1645)", si.Status.EndpointSliceObjects)
+			}
 			slices, err := importSlices(cl, ns, name)
 			if err != nil {
 				return err
