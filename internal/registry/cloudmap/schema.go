@@ -345,6 +345,13 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) ([]registry
 			// EndpointSlices and labels them): nobody's.
 			continue
 		}
+		if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
+			// A cluster id is a DNS label (KEP-2149), lowercase: "Cluster-A"
+			// and "cluster-a" would answer the same per-pod DNS names.
+			refused[cluster] = append(refused[cluster], registry.InvalidRecord{ID: in.ID,
+				Reason: fmt.Sprintf("cluster id %q is not a DNS-1123 label: %s", cluster, strings.Join(errs, "; "))})
+			continue
+		}
 		if why := idMismatch(in.ID, a); why != "" {
 			refused[cluster] = append(refused[cluster], registry.InvalidRecord{ID: in.ID, Reason: why})
 			continue

@@ -362,6 +362,26 @@ func TestDecodeChecksWhoWrote(t *testing.T) {
 	}
 }
 
+// A cluster id is a DNS label, lowercase: a cluster "Cluster-A" (valid
+// records otherwise) exports nothing, and its records are said, naming it,
+// on the export of "cluster-a", whose per-pod DNS names it would share.
+func TestClusterIDMustBeADNSLabel(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	mixed := sampleExport("Cluster-A")
+	out, left := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, append(encoded(t, sampleExport("cluster-a")), encoded(t, mixed)...), now)
+	if len(out) != 1 || out[0].Cluster != "cluster-a" || len(left) != 0 {
+		t.Fatalf("exports %+v, left %v: want cluster-a's only", out, left)
+	}
+	if len(out[0].Invalid) == 0 {
+		t.Fatal("Cluster-A's records were not said")
+	}
+	for _, inv := range out[0].Invalid {
+		if inv.Cluster != "Cluster-A" || !strings.Contains(inv.Reason, "not a DNS-1123 label") {
+			t.Errorf("refused record %+v, want Cluster-A's, as not a DNS-1123 label", inv)
+		}
+	}
+}
+
 // Records that are refused make no export: a cluster with only invalid
 // records is exporting nothing (no import kept alive by them), and a
 // refused record's creation time wins no conflict for its cluster.
