@@ -108,7 +108,7 @@ func Plan(here Here, exports []registry.Export) map[Endpoint][]string {
 	// Each zone takes the nearest tier that has a ready endpoint.
 	tiers := []func(r ready, z Zone) bool{
 		func(r ready, _ Zone) bool { return r.local },
-		func(r ready, z Zone) bool { return r.zone != "" && (r.zone == z.ID || r.zone == z.Name) },
+		func(r ready, z Zone) bool { return r.region == here.Region && sameZone(r.zone, z) },
 		func(r ready, _ Zone) bool { return r.region == here.Region },
 		func(ready, Zone) bool { return true },
 	}
@@ -135,6 +135,18 @@ func Plan(here Here, exports []registry.Export) map[Endpoint][]string {
 		}
 	}
 	return hints
+}
+
+// sameZone: a record's zone is this zone when it says its zone id, or,
+// where this cluster's nodes carry no zone id (outside AWS), its name.
+// Names alone are never compared where ids are known: us-east-1a is
+// another physical zone in another account. A zone is a Region's, so the
+// zone tier takes only exporters of this Region, whatever they claim.
+func sameZone(zone string, z Zone) bool {
+	if z.ID != "" {
+		return zone == z.ID
+	}
+	return zone != "" && zone == z.Name
 }
 
 // Used says whether an endpoint hinted as Plan does serves some zone of

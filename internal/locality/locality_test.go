@@ -60,13 +60,33 @@ func TestPlanAddressReadyOnlyWhenEveryPortIs(t *testing.T) {
 	}
 }
 
-// Zone names are matched where the endpoint's record has no zone id.
+// Zone names are matched where this cluster's nodes have no zone id, in
+// this Region only: c3, in another, claims zone-b and gets no hint.
 func TestPlanMatchesZoneNamesWithoutIDs(t *testing.T) {
-	here := Here{Cluster: "c1", Zones: []Zone{{Name: "zone-a"}, {Name: "zone-b"}}}
+	here := Here{Cluster: "c1", Region: "r", Zones: []Zone{{Name: "zone-a"}, {Name: "zone-b"}}}
 	got := Plan(here, []registry.Export{export("c2", "r", ep("10.2.0.1", "zone-a", true)), export("c3", "x", ep("10.3.0.1", "zone-b", true))})
-	want := map[Endpoint][]string{{"c2", "10.2.0.1"}: {"zone-a"}, {"c3", "10.3.0.1"}: {"zone-b"}}
+	want := map[Endpoint][]string{{"c2", "10.2.0.1"}: {"zone-a", "zone-b"}, {"c3", "10.3.0.1"}: {Nowhere}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// An exporter of another Region that claims every zone id (and zone
+// name) of this cluster wins no zone: zone a takes its own zone id's
+// exporter, zone b the Region's; a zone name claimed where zone ids are
+// known counts for nothing.
+func TestPlanZoneClaimsFromElsewhere(t *testing.T) {
+	here := Here{Cluster: "c1", Region: "us-east-1", Zones: []Zone{{Name: "us-east-1a", ID: "use1-az1"}, {Name: "us-east-1b", ID: "use1-az2"}}}
+	claimer := export("c9", "eu-west-1", ep("10.9.0.1", "use1-az1", true), ep("10.9.0.2", "use1-az2", true))
+	byName := export("c8", "us-east-1", ep("10.8.0.1", "us-east-1b", true))
+	near := export("c2", "us-east-1", ep("10.2.0.1", "use1-az1", true))
+	got := Plan(here, []registry.Export{claimer, byName, near})
+	want := map[Endpoint][]string{
+		{"c9", "10.9.0.1"}: {Nowhere}, {"c9", "10.9.0.2"}: {Nowhere},
+		{"c2", "10.2.0.1"}: {"us-east-1a", "us-east-1b"}, {"c8", "10.8.0.1"}: {"us-east-1b"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("hints:\n got %v\nwant %v", got, want)
 	}
 }
 
