@@ -187,4 +187,27 @@ func TestSilentClusterIsDrainedNotDropped(t *testing.T) {
 	if cond := meta.FindStatusCondition(si.Status.Conditions, ConditionClustersDrained); cond != nil {
 		t.Errorf("condition left after the restore: %+v", cond)
 	}
+
+	// The floor: with the only cluster alive exporting no ready endpoint,
+	// the silent one is its Service's last exporter and stays routed to.
+	for len(events.Events) > 0 {
+		<-events.Events
+	}
+	idle := exportWith("alive", mcsv1beta1.ClusterSetIP, "10.1.0.1")
+	idle.Endpoints[0].Ready = false
+	silent.Silent = time.Unix(1_700_000_000, 0)
+	view.Set(key, []registry.Export{idle, silent})
+	si = pass()
+	if got := ready(); !got["10.2.0.1"] {
+		t.Errorf("the last exporter's endpoint drained: %v", got)
+	}
+	cond = meta.FindStatusCondition(si.Status.Conditions, ConditionClustersDrained)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "LastExporters" || !strings.Contains(cond.Message, "gone (last proof of life") {
+		t.Errorf("condition under the floor %+v", cond)
+	}
+	if n := len(events.Events); n != 1 {
+		t.Errorf("%d events under the floor, want one DrainHeld", n)
+	} else if e := <-events.Events; !strings.Contains(e, "Warning DrainHeld") {
+		t.Errorf("event %q", e)
+	}
 }

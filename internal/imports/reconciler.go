@@ -282,6 +282,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.removeChecked(ctx, key)
 	}
 	r.heldSaid.Delete(key)
+	exports, floored := drainFloor(exports)
 	m := merge.Merge(exports)
 	var hints map[locality.Endpoint][]string
 	if locality.Asks(m.Spec.TrafficDistribution) {
@@ -355,7 +356,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	status.Clusters = d.Import.Status.Clusters
 	status.EndpointSliceObjects = d.Import.Status.EndpointSliceObjects
 	meta.RemoveStatusCondition(&status.Conditions, ConditionRemovalHeld)
-	r.reportDrained(si, key, m.Exports, status)
+	r.reportDrained(si, key, m.Exports, floored, status)
 	if err := errors.Join(errs...); !errorsIsConflict(err) {
 		// A conflict is retried at once: no flip of Ready for it.
 		meta.SetStatusCondition(&status.Conditions, readyCondition(si.Generation, err))
@@ -703,24 +704,74 @@ func (r *Reconciler) reportConflicts(ctx context.Context, key registry.Key, m me
 const ConditionClustersDrained = "ClustersDrained"
 
 // reportDrained sets the ClustersDrained condition and, when the drained
-// clusters change, a Warning Event naming them.
-func (r *Reconciler) reportDrained(si *mcsv1beta1.ServiceImport, key registry.Key, exports []registry.Export, status *mcsv1beta1.ServiceImportStatus) {
+// clusters change, a Warning Event naming them; floored are the silent
+// clusters kept routed as the Service's last exporters (drainFloor).
+func (r *Reconciler) reportDrained(si *mcsv1beta1.ServiceImport, key registry.Key, exports []registry.Export, floored []string, status *mcsv1beta1.ServiceImportStatus) {
 	var drained []string
 	for _, e := range exports {
 		if !e.Silent.IsZero() {
-			drained = append(drained, fmt.Sprintf("%s (last proof of life %s)", e.Cluster, e.Silent.UTC().Format(time.RFC3339)))
+			drained = append(drained, silentFor(e))
 		}
 	}
 	slices.Sort(drained)
 	said := strings.Join(drained, ", ")
-	if prev, _ := r.drainedSaid.Swap(key, said); prev != said && said != "" {
+	if len(floored) > 0 {
+		said = "floor: " + strings.Join(floored, ", ")
+	}
+	prev, _ := r.drainedSaid.Swap(key, said)
+	switch {
+	case len(floored) > 0:
+		msg := strings.Join(floored, ", ") + ": silent past --silent-cluster-ttl, still routed to: no other cluster exports a ready endpoint of this Service, and draining its last exporters would take it dark everywhere"
+		if prev != said {
+			r.Recorder.Event(si, corev1.EventTypeWarning, "DrainHeld", msg)
+		}
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionClustersDrained, Status: metav1.ConditionFalse,
+			Reason: "LastExporters", Message: msg, ObservedGeneration: si.Generation})
+		return
+	case said == "":
+		meta.RemoveStatusCondition(&status.Conditions, ConditionClustersDrained)
+		return
+	case prev != said:
 		r.Recorder.Event(si, corev1.EventTypeWarning, "ClusterDrained", "not routed to, kept in the import: "+said+
 			": silent past --silent-cluster-ttl while other clusters proved alive (docs/traffic.md)")
 	}
-	if said == "" {
-		meta.RemoveStatusCondition(&status.Conditions, ConditionClustersDrained)
-		return
-	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionClustersDrained, Status: metav1.ConditionTrue,
 		Reason: "ClusterSilent", Message: said + ": endpoints kept, not routed to, until the cluster proves alive again", ObservedGeneration: si.Generation})
+}
+
+func silentFor(e registry.Export) string {
+	return fmt.Sprintf("%s (last proof of life %s)", e.Cluster, e.Silent.UTC().Format(time.RFC3339))
+}
+
+// drainFloor keeps a Service's last exporters routed: when no cluster
+// that proves alive exports a ready endpoint of it, no silent cluster is
+// drained (their pods may well serve; draining them would leave the
+// Service no endpoint anywhere). It returns the exports to plan with and
+// the silent clusters so kept.
+func drainFloor(exports []registry.Export) ([]registry.Export, []string) {
+	silent := false
+	for _, e := range exports {
+		if !e.Silent.IsZero() {
+			silent = true
+			continue
+		}
+		for _, ep := range e.Endpoints {
+			if ep.Ready {
+				return exports, nil
+			}
+		}
+	}
+	if !silent {
+		return exports, nil
+	}
+	out := slices.Clone(exports)
+	var kept []string
+	for i := range out {
+		if !out[i].Silent.IsZero() {
+			kept = append(kept, silentFor(out[i]))
+			out[i].Silent = time.Time{}
+		}
+	}
+	slices.Sort(kept)
+	return out, kept
 }
