@@ -5,6 +5,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 )
 
 // recordsFeed is the change feed across accounts: each other cluster's
@@ -64,15 +65,19 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 	}
 	f.behind = 0
 	var clusters []string
+	var records []types.HttpInstanceSummary
 	for _, in := range out.Instances {
-		if c := in.Attributes[AttrClusterID]; c != "" && c != f.b.o.Cluster {
-			clusters = append(clusters, c)
+		if c, ok := f.b.recordOf(in); ok {
+			records = append(records, in)
+			if c != f.b.o.Cluster {
+				clusters = append(clusters, c)
+			}
 		}
 	}
 	if err := f.b.bindRecords(ctx, clusters); err != nil {
 		return err
 	}
-	defer f.proved(now, out.Instances, aws.ToInt64(out.InstancesRevision))
+	defer f.proved(now, records, aws.ToInt64(out.InstancesRevision))
 	present := map[string]bool{}
 	for _, c := range clusters {
 		present[c] = true
@@ -86,7 +91,7 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 			f.clock.CatchUpWanted = !baseline
 		}
 	}
-	for _, in := range out.Instances {
+	for _, in := range records {
 		cluster := in.Attributes[AttrClusterID]
 		if cluster == f.b.o.Cluster {
 			continue // this cluster's changes are read back directly

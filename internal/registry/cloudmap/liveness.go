@@ -105,8 +105,8 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 	w.records, w.recordRev = instances, rev
 	seen := map[string]bool{}
 	for _, in := range instances {
-		cluster := in.Attributes[AttrClusterID]
-		if cluster == "" {
+		cluster, ok := w.b.recordOf(in)
+		if !ok {
 			continue
 		}
 		seen[cluster] = true

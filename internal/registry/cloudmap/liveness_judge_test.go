@@ -2,8 +2,15 @@ package cloudmap
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/go-logr/logr"
+
+	"github.com/clustermap/clustermap/internal/registry"
 )
 
 // Drained only on positive knowledge: a cluster silent past the TTL while
@@ -49,5 +56,33 @@ func TestLivenessJudge(t *testing.T) {
 	never.proofs = map[string]time.Time{"self": fresh, "a": old}
 	if got := never.judge(now); len(got) != 0 {
 		t.Errorf("TTL off: %v drained", got)
+	}
+}
+
+// A liveness record counts only under its cluster's own instance id: a
+// record filed under another id, claiming a cluster that writes none (an
+// AWS controller's, say) with an old time, drains nobody, and one claiming
+// a drained cluster with a fresh time restores nobody.
+func TestMisfiledRecordsProveNothing(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	ttl := 30 * time.Minute
+	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl),
+		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
+	rec := func(id, cluster string, at time.Time) types.HttpInstanceSummary {
+		return types.HttpInstanceSummary{InstanceId: aws.String(id), Attributes: map[string]string{
+			AttrClusterID: cluster, attrEpoch: "e", attrSeq: "1", attrUpdated: strconv.FormatInt(at.Unix(), 10)}}
+	}
+	fresh, old := now.Add(-time.Minute), now.Add(-ttl-time.Hour)
+	w.proved(now, []types.HttpInstanceSummary{rec("self", "self", fresh), rec("forged", "aws-cluster", old)}, 1)
+	if len(w.alive.silent) != 0 || !w.alive.proofs["aws-cluster"].IsZero() {
+		t.Errorf("a misfiled old record: silent %v, proofs %v; want nobody drained, no proof", w.alive.silent, w.alive.proofs)
+	}
+	w.proved(now, []types.HttpInstanceSummary{rec("self", "self", fresh), rec("gone", "gone", old)}, 2)
+	if w.alive.silentSince("gone").IsZero() {
+		t.Fatalf("gone's own old record did not drain it: %v", w.alive.silent)
+	}
+	w.proved(now, []types.HttpInstanceSummary{rec("self", "self", fresh), rec("gone", "gone", old), rec("forged", "gone", fresh)}, 3)
+	if w.alive.silentSince("gone").IsZero() {
+		t.Errorf("a misfiled fresh record restored gone: %v", w.alive.silent)
 	}
 }

@@ -272,6 +272,22 @@ func (b *Backend) writeRecord(ctx context.Context, attrs map[string]string) erro
 	return err
 }
 
+// recordOf is the cluster a change record proves and announces changes
+// of: the one its CLUSTER_ID names, when its instance id is that name, as
+// every writer's is. A record under another id is forged or corrupt and
+// counts for no one; reported says so, once a while.
+func (b *Backend) recordOf(in types.HttpInstanceSummary) (string, bool) {
+	c, id := in.Attributes[AttrClusterID], aws.ToString(in.InstanceId)
+	if c == "" || id != c {
+		if c != "" && b.due("misfiled record "+id) {
+			b.o.Log.Error(nil, "ignored a liveness and change record whose instance id is not its cluster's: forged or corrupt; it drains, restores and announces no one: deregister it",
+				"instance", id, "cluster", c, "service", ChangesNamespace(b.o.ClusterSet)+"/"+ChangesService)
+		}
+		return "", false
+	}
+	return c, true
+}
+
 // record is one cluster's change record, as read.
 type record struct {
 	epoch   string
