@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
@@ -243,4 +246,107 @@ func TestBusyAccountPagedWithinBudget(t *testing.T) {
 	if avg := float64(sum) / float64(n); avg > 4 {
 		t.Errorf("%.1f pages a poll at 20 operations a second: want about 1 + 11.5 x 20 / 100", avg)
 	}
+}
+
+// An importer started right after changes (a controller restart, a new
+// cluster joining) reads them all: its first reads may trail them by the
+// read lag, so it compares the revisions again after it, as after a
+// catch-up. Before, such a stale first read (the service not there yet)
+// stood until the next change or the 6-hour sweep.
+func TestStartRightAfterChangesReadsThem(t *testing.T) {
+	t.Parallel()
+	p := cloudmaplocal.AWS()
+	p.ReadLag = 5 * time.Second // the watcher's --cloudmap-read-lag: the longest it covers
+	p.TenantOperations, p.LateFailureRate = 0, 0
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: &p})
+	exporter := cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard()})
+	setup := srv.Client(t, cloudmapclient.Options{})
+	var keys []registry.Key
+	for i := range 5 {
+		key := registry.Key{Namespace: "demo", Name: fmt.Sprintf("web-%d", i)}
+		keys = append(keys, key)
+		if err := publish(ctx, exporter, export("c1", key, "10.0.0.1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "every first write done", func() bool {
+		for _, k := range keys {
+			if instancesOf(ctx, setup, k) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// Past the read lag, every read shows 10.0.0.1; then each service
+	// changes to 10.0.0.2, and as soon as Cloud Map says every change is
+	// done, a new importer starts.
+	time.Sleep(p.ReadLag)
+	for _, k := range keys {
+		if err := publish(ctx, exporter, export("c1", k, "10.0.0.2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "every change done", func() bool {
+		for _, k := range keys {
+			if ipsOf(ctx, setup, k) != "10.0.0.2" {
+				return false
+			}
+		}
+		return true
+	})
+	var mu sync.Mutex
+	heard := map[registry.Key]bool{}
+	importer := cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c2", Controller: "test", Log: logr.Discard()})
+	go func() {
+		_ = importer.Watch(ctx, registry.SinkFuncs{OnSet: func(key registry.Key, e []registry.Export) {
+			mu.Lock()
+			defer mu.Unlock()
+			heard[key] = len(e) == 1 && len(e[0].Endpoints) == 1 && e[0].Endpoints[0].IP == "10.0.0.2"
+		}})
+	}()
+	start := time.Now()
+	waitUntil(t, "every change read by the new importer", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range keys {
+			if !heard[k] {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("every change read %v after the importer started", time.Since(start).Round(time.Millisecond))
+}
+
+// ipsOf is the addresses c1's records of key hold, as finished operations
+// wrote them (ListInstances), space-separated.
+func ipsOf(ctx context.Context, c *sd.Client, key registry.Key) string {
+	svcs, err := c.ListServices(ctx, &sd.ListServicesInput{})
+	if err != nil {
+		return ""
+	}
+	for _, s := range svcs.Services {
+		if aws.ToString(s.Name) != key.Name {
+			continue
+		}
+		out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: s.Id})
+		if err != nil {
+			return ""
+		}
+		var instances []cloudmap.Instance
+		for _, in := range out.Instances {
+			instances = append(instances, cloudmap.Instance{ID: aws.ToString(in.Id), Attrs: in.Attributes})
+		}
+		es := cloudmap.Decode(key, instances)
+		var ips []string
+		for _, e := range es {
+			for _, ep := range e.Endpoints {
+				ips = append(ips, ep.IP)
+			}
+		}
+		return strings.Join(ips, " ")
+	}
+	return ""
 }

@@ -365,6 +365,12 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		if err := w.list(ctx, !w.clock.Synced); err != nil {
 			return err
 		}
+		if !w.clock.Synced {
+			// As after a catch-up: the first reads may not show a change
+			// made just before them (ReadLag), nor one still running.
+			w.clock.ResweepAt = start.Add(w.opts.ReadLag)
+			w.clock.ResweepAgainAt = start.Add(w.opts.OperationWait + w.opts.ReadLag)
+		}
 		w.clock.LastList, w.clock.Synced = start, true
 	case stepCatchUp:
 		// Everything that changed before start is found by the listing and
