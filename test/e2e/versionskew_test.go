@@ -56,11 +56,16 @@ func TestVersionSkew(t *testing.T) {
 	sort.Strings(all)
 	w.importedEverywhere(t, importDeadline, ns, name, "cluster-1,cluster-2", all)
 	for i, cl := range w.clients {
-		si, err := getImport(cl, ns, name)
-		harness.Must(t, err)
-		if si.Labels["tier"] != "cache" {
-			t.Errorf("%s: the previous format's exported labels are lost: %v", w.env.Clusters[i].ID, si.Labels)
-		}
+		// Eventually: a per-endpoint export's service record (which holds
+		// the labels) and its endpoint records are separate operations,
+		// and a read may show the endpoints first.
+		harness.Eventually(t, importDeadline, w.env.Clusters[i].ID+": the previous format's exported labels", func() error {
+			si, err := getImport(cl, ns, name)
+			if err == nil && si.Labels["tier"] != "cache" {
+				err = fmt.Errorf("labels %v", si.Labels)
+			}
+			return err
+		})
 		harness.Eventually(t, importDeadline, "NewerRecordFormat Event", wantEvent(cl, ns, name, "NewerRecordFormat", corev1.EventTypeWarning,
 			fmt.Sprintf("cluster cluster-2 writes record format %d", cloudmap.RecordVersion+1)))
 	}
