@@ -182,6 +182,21 @@ func (r *Reconciler) withdraw(ctx context.Context, svc *corev1.Service, had Targ
 		if err != nil && !IsServiceGone(err) {
 			return err
 		}
+		// What this controller registered last may still be running, and
+		// the listing shows only finished operations: those go too (a
+		// deregistration refused while the registration runs is retried).
+		r.mu.Lock()
+		if err == nil && e != nil && e.target == had {
+			for id, a := range e.current {
+				if _, listed := cur[id]; !listed {
+					if cur == nil {
+						cur = map[string]Attrs{}
+					}
+					cur[id] = a
+				}
+			}
+		}
+		r.mu.Unlock()
 		_, dereg, err := cm.Apply(ctx, main.ID, MakePlan(owners, nil, cur), true)
 		r.announce(svc, Changes(had, nil, cur, nil, nil, dereg))
 		if err != nil {
