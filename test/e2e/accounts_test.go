@@ -25,6 +25,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
@@ -111,7 +112,7 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 	// team's infrastructure code would).
 	sdWest, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: w.cm.URL, Region: "eu-west-1", Credentials: cloudmapclient.LocalCredentials})
 	harness.Must(t, err)
-	createHTTPNamespace(t, sdWest, "dual-west")
+	cloudmaptest.Namespace(t, sdWest, "dual-west")
 	w.share(t, http.MethodPost, w.ownerNamespaces(t, "eu-west-1", "dual-west")[0], memberAccount)
 	w.familyExportFrom(t, 2, "dual-west", []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol})
 

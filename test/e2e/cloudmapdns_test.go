@@ -23,6 +23,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -95,16 +96,16 @@ func TestCloudMapDNS(t *testing.T) {
 // Cloud Map: a private DNS namespace, an A-record service, task instances.
 func (d *dnsWorld) ecsNamespace(t *testing.T) {
 	ctx := context.Background()
-	d.privateNS = harness.Written(t, d.c, func(ctx context.Context) (*string, error) {
+	d.privateNS = cloudmaptest.Written(t, d.c, func(ctx context.Context) (*string, error) {
 		out, err := d.c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("test-namespace"), Vpc: aws.String("vpc-0example")})
 		if err != nil {
 			return nil, err
 		}
 		return out.OperationId, nil
 	})["NAMESPACE"]
-	d.httpNS = createHTTPNamespace(t, d.c, "http-ns")
+	d.httpNS = cloudmaptest.Namespace(t, d.c, "http-ns")
 	// One the controllers are not allowed to register in.
-	d.notAllowedNS = createHTTPNamespace(t, d.c, "not-allowed-ns")
+	d.notAllowedNS = cloudmaptest.Namespace(t, d.c, "not-allowed-ns")
 	svc, err := d.c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("nginx-service"), NamespaceId: aws.String(d.privateNS),
 		DnsConfig: &sdtypes.DnsConfig{RoutingPolicy: sdtypes.RoutingPolicyMultivalue, DnsRecords: []sdtypes.DnsRecord{{Type: sdtypes.RecordTypeA, TTL: aws.Int64(60)}}}})
 	harness.Must(t, err)
@@ -119,24 +120,11 @@ func (d *dnsWorld) ecsNamespace(t *testing.T) {
 	}
 }
 
-// createHTTPNamespace makes an HTTP namespace, as infrastructure code
-// would, and returns its id.
-func createHTTPNamespace(t *testing.T, c *sd.Client, name string) string {
-	t.Helper()
-	return harness.Written(t, c, func(ctx context.Context) (*string, error) {
-		out, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(name)})
-		if err != nil {
-			return nil, err
-		}
-		return out.OperationId, nil
-	})["NAMESPACE"]
-}
-
 // registerInstance writes an instance, as another tool would, and waits
 // for its operation.
 func registerInstance(t *testing.T, c *sd.Client, serviceID, id string, attrs map[string]string) {
 	t.Helper()
-	harness.Written(t, c, func(ctx context.Context) (*string, error) {
+	cloudmaptest.Written(t, c, func(ctx context.Context) (*string, error) {
 		out, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(serviceID), InstanceId: aws.String(id), Attributes: attrs})
 		if err != nil {
 			return nil, err
@@ -147,7 +135,7 @@ func registerInstance(t *testing.T, c *sd.Client, serviceID, id string, attrs ma
 
 func deregisterInstance(t *testing.T, c *sd.Client, serviceID, id string) {
 	t.Helper()
-	harness.Written(t, c, func(ctx context.Context) (*string, error) {
+	cloudmaptest.Written(t, c, func(ctx context.Context) (*string, error) {
 		out, err := c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(serviceID), InstanceId: aws.String(id)})
 		if err != nil {
 			return nil, err

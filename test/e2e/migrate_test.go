@@ -26,6 +26,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/export"
@@ -260,7 +261,7 @@ func replaceCRDs(t *testing.T, cl client.Client, with []*unstructured.Unstructur
 func awsRecords(t *testing.T, c *sd.Client, ns, name, cluster string, ips []string) {
 	t.Helper()
 	ctx := context.Background()
-	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(createHTTPNamespace(t, c, ns))})
+	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(cloudmaptest.Namespace(t, c, ns))})
 	harness.Must(t, err)
 	for _, ip := range ips {
 		registerInstance(t, c, aws.ToString(svc.Service.Id), "tcp-"+strings.ReplaceAll(ip, ".", "_")+"-8080",

@@ -11,12 +11,15 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	sdtypes "github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
@@ -29,16 +32,13 @@ func (w *world) registerExport(t *testing.T, e registry.Export) {
 	t.Helper()
 	ctx := context.Background()
 	c := w.cloudMap(t)
-	var nsID string
-	list, err := c.ListNamespaces(ctx, &sd.ListNamespacesInput{})
+	found, err := cloudmapclient.FindNamespace(ctx, c, e.Namespace, sdtypes.NamespaceTypeHttp)
 	harness.Must(t, err)
-	for _, ns := range list.Namespaces {
-		if aws.ToString(ns.Name) == e.Namespace {
-			nsID = aws.ToString(ns.Id)
-		}
-	}
-	if nsID == "" {
-		nsID = createHTTPNamespace(t, c, e.Namespace)
+	var nsID string
+	if found != nil {
+		nsID = aws.ToString(found.Id)
+	} else {
+		nsID = cloudmaptest.Namespace(t, c, e.Namespace)
 	}
 	svcID := w.serviceIDIfAny(t, c, e.Name)
 	if svcID == "" {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
@@ -62,7 +63,7 @@ func TestUninstall(t *testing.T) {
 	})
 	ctx := context.Background()
 	c := w.cloudMap(t)
-	createHTTPNamespace(t, c, "apps")
+	cloudmaptest.Namespace(t, c, "apps")
 
 	// MCS: web exported from cluster-1 (and, by replication, a replica of
 	// it in cluster-2); Cloud Map DNS: api from cluster-2.

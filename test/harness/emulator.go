@@ -3,46 +3,12 @@
 package harness
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"testing"
-	"time"
 
-	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
-	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-
-	"github.com/clustermap/clustermap/internal/cloudmapclient"
 )
-
-// Written makes an asynchronous write to Cloud Map (write returns its
-// operation id) and waits for it to succeed, making it again when Cloud Map
-// refuses it as a duplicate of one still running or fails it late, as the
-// emulator's aws profile does 1 time in 200 and as a careful script against
-// Cloud Map must allow for. It returns the operation's targets.
-func Written(t testing.TB, c *sd.Client, write func(ctx context.Context) (*string, error)) map[string]string {
-	t.Helper()
-	var targets map[string]string
-	Eventually(t, 60*time.Second, "a Cloud Map operation that succeeds", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		id, err := write(ctx)
-		var busy *types.DuplicateRequest
-		if errors.As(err, &busy) {
-			return err
-		}
-		Must(t, err)
-		op, err := cloudmapclient.WaitOperation(ctx, c, id)
-		if err != nil {
-			return err
-		}
-		targets = op.Targets
-		return nil
-	})
-	return targets
-}
 
 // EmulatorCalls reads the emulator's API calls by operation, every result
 // included, from its admin endpoint's /metrics.

@@ -7,11 +7,14 @@ package cloudmaptest
 
 import (
 	"context"
+	"errors"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -69,23 +72,46 @@ func (e *Emulator) Client(t testing.TB, o cloudmapclient.Options) *sd.Client {
 	return c
 }
 
-// Namespace creates an HTTP namespace with c and returns its id, making it
-// again when its operation fails late (as Cloud Map's rarely do).
+// Namespace creates an HTTP namespace with c and returns its id.
 func Namespace(t testing.TB, c *sd.Client, name string) string {
 	t.Helper()
-	ctx := context.Background()
-	for attempt := 1; ; attempt++ {
-		op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(name)})
+	return Written(t, c, func(ctx context.Context) (*string, error) {
+		out, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(name)})
 		if err != nil {
+			return nil, err
+		}
+		return out.OperationId, nil
+	})["NAMESPACE"]
+}
+
+// Written makes an asynchronous write to Cloud Map (write returns its
+// operation id) and waits for it to succeed, making it again when Cloud Map
+// refuses it as a duplicate of one still running or fails it late, as the
+// aws profile does 1 time in 200 and as a careful script against Cloud Map
+// must allow for. It returns the operation's targets.
+func Written(t testing.TB, c *sd.Client, write func(ctx context.Context) (*string, error)) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		id, err := write(ctx)
+		var busy *types.DuplicateRequest
+		if err != nil && !errors.As(err, &busy) {
+			cancel()
 			t.Fatal(err)
 		}
-		o, err := cloudmapclient.WaitOperation(ctx, c, op.OperationId)
 		if err == nil {
-			return o.Targets["NAMESPACE"]
+			var op *types.Operation
+			if op, err = cloudmapclient.WaitOperation(ctx, c, id); err == nil {
+				cancel()
+				return op.Targets
+			}
 		}
-		if attempt == 3 {
-			t.Fatal(err)
+		cancel()
+		if time.Now().After(deadline) {
+			t.Fatalf("no Cloud Map operation succeeded within a minute: %v", err)
 		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -102,20 +102,32 @@ func awaitWritten(t *testing.T, c *sd.Client, key registry.Key) {
 
 // instancesOf counts the instances of key's Cloud Map service.
 func instancesOf(ctx context.Context, c *sd.Client, key registry.Key) int {
+	return len(listed(ctx, c, key))
+}
+
+// listed is what finished operations wrote in key's Cloud Map service
+// (ListInstances, which does not lag as DiscoverInstances may); nil when
+// it cannot be read.
+func listed(ctx context.Context, c *sd.Client, key registry.Key) []cloudmap.Instance {
 	svcs, err := c.ListServices(ctx, &sd.ListServicesInput{})
 	if err != nil {
-		return 0
+		return nil
 	}
 	for _, s := range svcs.Services {
 		if aws.ToString(s.Name) != key.Name {
 			continue
 		}
 		out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: s.Id})
-		if err == nil {
-			return len(out.Instances)
+		if err != nil {
+			return nil
 		}
+		var instances []cloudmap.Instance
+		for _, in := range out.Instances {
+			instances = append(instances, cloudmap.Instance{ID: aws.ToString(in.Id), Attrs: in.Attributes})
+		}
+		return instances
 	}
-	return 0
+	return nil
 }
 
 // One installation rereading its own records reports nothing.

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
 
@@ -321,32 +320,13 @@ func TestStartRightAfterChangesReadsThem(t *testing.T) {
 }
 
 // ipsOf is the addresses c1's records of key hold, as finished operations
-// wrote them (ListInstances), space-separated.
+// wrote them, space-separated.
 func ipsOf(ctx context.Context, c *sd.Client, key registry.Key) string {
-	svcs, err := c.ListServices(ctx, &sd.ListServicesInput{})
-	if err != nil {
-		return ""
+	var ips []string
+	for _, e := range cloudmap.Decode(key, listed(ctx, c, key)) {
+		for _, ep := range e.Endpoints {
+			ips = append(ips, ep.IP)
+		}
 	}
-	for _, s := range svcs.Services {
-		if aws.ToString(s.Name) != key.Name {
-			continue
-		}
-		out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: s.Id})
-		if err != nil {
-			return ""
-		}
-		var instances []cloudmap.Instance
-		for _, in := range out.Instances {
-			instances = append(instances, cloudmap.Instance{ID: aws.ToString(in.Id), Attrs: in.Attributes})
-		}
-		es := cloudmap.Decode(key, instances)
-		var ips []string
-		for _, e := range es {
-			for _, ep := range e.Endpoints {
-				ips = append(ips, ep.IP)
-			}
-		}
-		return strings.Join(ips, " ")
-	}
-	return ""
+	return strings.Join(ips, " ")
 }
