@@ -249,6 +249,13 @@ func disableHostPrefix(st *middleware.Stack) error {
 		}), middleware.After)
 }
 
+// OperationRun is how long an operation is taken to possibly still run
+// after the call that started it: AWS publishes no bound; they take
+// seconds (the emulator's aws profile: 0.5 to 4 s), and 10 s leaves room.
+// Listings show only finished operations, so what may still run is
+// waited out before a listing is taken as whole.
+const OperationRun = 10 * time.Second
+
 // OperationTimeout bounds WaitOperation: Cloud Map finishes operations in
 // seconds, so one still running after this is reported, not waited on.
 const OperationTimeout = 2 * time.Minute

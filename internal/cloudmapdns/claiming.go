@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,6 +77,9 @@ func (r *Reconciler) claim(ctx context.Context, svc *corev1.Service, target Targ
 	case WithdrawAndWait, Wait:
 		if step == WithdrawAndWait {
 			if err := r.withdraw(ctx, svc, target, owners); err != nil {
+				if res, err := settled(err); err == nil {
+					return nil, res, nil
+				}
 				r.report(ctx, svc, metav1.ConditionFalse, ReasonCloudMapError, fmt.Sprintf("deregistering from %s: %v", target, err))
 				return nil, reconcile.Result{}, err
 			}
@@ -202,6 +206,13 @@ func (r *Reconciler) withdraw(ctx context.Context, svc *corev1.Service, had Targ
 		if err != nil {
 			return err
 		}
+		// A registration the previous leader started may still run, and
+		// the listing shows only finished operations: the withdrawal is
+		// complete only once such an operation must have ended.
+		if wait := cloudmapclient.OperationRun - time.Since(r.leading); wait > 0 {
+			return settling{wait}
+		}
+		log.FromContext(ctx).Info("withdrawn from Cloud Map", "service", key.String(), "target", had.String(), "instances", len(cur), "deregistered", len(dereg))
 	}
 	var c Claim
 	if lock, ok := found[LockName(had.Hostname)]; ok {
@@ -236,4 +247,22 @@ func (r *Reconciler) withdraw(ctx context.Context, svc *corev1.Service, had Targ
 		r.enqueue(ctx, k)
 	}
 	return nil
+}
+
+// settling says a withdrawal is done as far as can be seen, and is looked
+// at again after a while, when nothing unseen may still run.
+type settling struct{ after time.Duration }
+
+func (s settling) Error() string {
+	return fmt.Sprintf("withdrawal looked at again in %v, when registrations started before this controller led have ended", s.after.Round(time.Millisecond))
+}
+
+// settled turns a settling withdrawal into a requeue, and returns any
+// other error as it is.
+func settled(err error) (reconcile.Result, error) {
+	var s settling
+	if errors.As(err, &s) {
+		return reconcile.Result{RequeueAfter: s.after}, nil
+	}
+	return reconcile.Result{}, err
 }

@@ -232,7 +232,13 @@ func TestOwners(t *testing.T) {
 // namespace, name; newClient makes an SDK client of it.
 func emulator(t *testing.T, name string) (newClient func() *sd.Client, nsID string) {
 	t.Helper()
-	srv := cloudmaptest.Start(t, cloudmaplocal.Options{})
+	return emulatorWith(t, cloudmaplocal.Options{}, name)
+}
+
+// emulatorWith is emulator with the emulator's options o.
+func emulatorWith(t *testing.T, o cloudmaplocal.Options, name string) (newClient func() *sd.Client, nsID string) {
+	t.Helper()
+	srv := cloudmaptest.Start(t, o)
 	ctx := context.Background()
 	newClient = func() *sd.Client { return srv.Client(t, cloudmapclient.Options{}) }
 	setup := newClient()

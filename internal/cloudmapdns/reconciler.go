@@ -92,6 +92,10 @@ type Reconciler struct {
 	waiting map[Target]map[ktypes.NamespacedName]*Claim // losers of a claim, with the claim they read
 	kick    chan event.GenericEvent
 	nsCache map[string]cachedNamespace
+	// leading is when this process first reconciled, as leader: the
+	// previous leader's registrations may run until OperationRun after.
+	leadOnce sync.Once
+	leading  time.Time
 }
 
 // SetupWithManager reconciles Services on their changes, their
@@ -164,6 +168,7 @@ func (r *Reconciler) enqueue(ctx context.Context, k ktypes.NamespacedName) {
 }
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	r.leadOnce.Do(func() { r.leading = time.Now() })
 	svc := &corev1.Service{}
 	if err := r.Client.Get(ctx, req.NamespacedName, svc); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -174,7 +179,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if t := r.remembered(req.NamespacedName); t != nil {
 			gone := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}
 			if err := r.withdraw(ctx, gone, *t, Owners(r.Cluster, gone)); err != nil {
-				return reconcile.Result{}, err
+				return settled(err)
 			}
 		}
 		r.forget(req.NamespacedName)
@@ -184,6 +189,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	in := Intend(svc, r.Namespaces(svc.Namespace), r.CloudMapNamespaces, r.remembered(req.NamespacedName))
 	for _, t := range in.Withdraw {
 		if err := r.withdraw(ctx, svc, t, owners); err != nil {
+			if res, err := settled(err); err == nil {
+				return res, nil
+			}
 			r.report(ctx, svc, metav1.ConditionFalse, ReasonCloudMapError, fmt.Sprintf("deregistering from %s: %v", t, err))
 			return reconcile.Result{}, err
 		}

@@ -52,6 +52,9 @@ func (r *Reconciler) announce(svc *corev1.Service, changes []Change) {
 	for _, c := range changes {
 		instancesChanged.WithLabelValues(c.Action).Add(float64(c.Count))
 		r.Recorder.Event(svc, corev1.EventTypeNormal, c.Reason, c.Message)
+		// And a log line: Events expire after an hour, and a deleted
+		// Service's go with it.
+		log.Log.WithName("cloudmapdns").Info(c.Message, "service", client.ObjectKeyFromObject(svc).String(), "reason", c.Reason)
 	}
 }
 

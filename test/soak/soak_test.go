@@ -38,6 +38,7 @@ import (
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/test/harness"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -109,11 +110,19 @@ func TestFaultCampaign(t *testing.T) {
 	}
 	// took runs a phase and fails the campaign unless the emulator
 	// answered at least one call with code meanwhile: a fault that never
-	// hit a call proves nothing.
+	// hit a call proves nothing. A call is counted when it is answered, and
+	// a hung call is answered only when its caller gives up (10 s an
+	// attempt), which may be after the phase: the count is awaited that long.
 	took := func(name, code string, fn func()) {
 		before := harness.EmulatorResults(t, f.cmAdmin)[code]
 		phase(name, fn)
-		if n := harness.EmulatorResults(t, f.cmAdmin)[code] - before; n == 0 {
+		n := 0.0
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+			if n = harness.EmulatorResults(t, f.cmAdmin)[code] - before; n > 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if n == 0 {
 			t.Errorf("fault %q took no effect: no call answered %s", name, code)
 		} else {
 			t.Logf("fault %q: %.0f calls answered %s", name, n, code)
@@ -188,12 +197,16 @@ func TestFaultCampaign(t *testing.T) {
 				t.Logf("--- %s (started %d times), last lines:\n%s", p.Name, p.Starts(), tail(p, 15))
 			}
 		}
+		f.explain(t, err)
 		t.Fatalf("the fleet did not converge within %v after the last fault (took %v): %v", s.converge, converged, err)
 	}
 }
 
 func start(t *testing.T, s settings) *fleet {
 	dir := t.TempDir()
+	if keep := os.Getenv("CLUSTERMAP_SOAK_LOGS"); keep != "" {
+		dir = keep // the processes' logs, kept to read after a failure
+	}
 	env := harness.Clusters(t, s.clusters)
 	f := &fleet{s: s, env: env, down: map[int]bool{}, w: newWorkload(), ownCalls: map[string]int{}}
 	for _, c := range env.Clusters {
@@ -417,4 +430,42 @@ func (c callCount) since(before callCount) string {
 		parts = append(parts, fmt.Sprintf("%s %d", o.op, o.n))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// explain logs, for each item the unconverged check names, what the
+// clusters hold of its Service and the Events about it: what happened to
+// it, when the controllers' logs do not say.
+func (f *fleet) explain(t *testing.T, err error) {
+	if err == nil {
+		return
+	}
+	ctx := context.Background()
+	for j, cl := range f.clients {
+		if f.isDown(j) {
+			continue
+		}
+		for _, k := range kinds {
+			evs := &corev1.EventList{}
+			if cl.List(ctx, evs, client.InNamespace(k.namespace())) != nil {
+				continue
+			}
+			for _, ev := range evs.Items {
+				name := ev.InvolvedObject.Name
+				if !strings.Contains(err.Error(), " "+name+" ") && !strings.Contains(err.Error(), "/"+name+"@") {
+					continue
+				}
+				t.Logf("cluster %d, %s %s/%s: %s %s x%d (%s .. %s): %s", j, ev.InvolvedObject.Kind, ev.Namespace, name,
+					ev.Type, ev.Reason, ev.Count, ev.FirstTimestamp.Format(time.TimeOnly), ev.LastTimestamp.Format(time.TimeOnly), ev.Message)
+			}
+			svcs := &corev1.ServiceList{}
+			if cl.List(ctx, svcs, client.InNamespace(k.namespace())) != nil {
+				continue
+			}
+			for _, s := range svcs.Items {
+				if strings.Contains(err.Error(), "/"+s.Name+"@") {
+					t.Logf("cluster %d, Service %s/%s: deleting since %v, finalizers %v, annotations %v", j, s.Namespace, s.Name, s.DeletionTimestamp, s.Finalizers, s.Annotations)
+				}
+			}
+		}
+	}
 }

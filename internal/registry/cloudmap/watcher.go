@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
@@ -168,10 +169,8 @@ func (o *WatchOptions) defaults() {
 	}
 }
 
-// DefaultOperationWait is WatchOptions.OperationWait: AWS publishes no
-// bound on how long an operation runs; they take seconds (the emulator's
-// AWS profile: 0.5 to 4 s), and 10 s leaves room.
-const DefaultOperationWait = 10 * time.Second
+// DefaultOperationWait is WatchOptions.OperationWait.
+const DefaultOperationWait = cloudmapclient.OperationRun
 
 // DefaultReadLag is how long after a write Cloud Map's reads are taken to
 // possibly not show it (WatchOptions.ReadLag).

@@ -28,6 +28,8 @@ type watched struct {
 	mu    sync.Mutex
 	heard map[registry.Key][]registry.Export
 	svcs  map[registry.Key]string
+	// synced is when the watcher's first listing ended.
+	synced time.Time
 }
 
 func newWatched(t *testing.T, ours, foreign int) *watched {
@@ -106,6 +108,7 @@ func (w *watched) start(t *testing.T) *cloudmap.Backend {
 	}()
 	select {
 	case <-synced:
+		w.synced = time.Now()
 	case <-time.After(time.Minute):
 		t.Fatal("the watcher did not sync")
 	}
@@ -161,9 +164,12 @@ func (w *watched) endpoints(key registry.Key) int {
 	return n
 }
 
-// settle waits until the watcher only polls: 2 s with no other call.
+// settle waits until the watcher only polls: 2 s with no other call,
+// after the revision checks that follow its first listing (ReadLag and
+// OperationWait + ReadLag after it).
 func (w *watched) settle(t *testing.T) {
 	t.Helper()
+	time.Sleep(time.Until(w.synced.Add(cloudmap.DefaultOperationWait + cloudmap.DefaultReadLag)))
 	deadline := time.Now().Add(time.Minute)
 	for {
 		before := w.calls.Snapshot()

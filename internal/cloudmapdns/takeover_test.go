@@ -1,0 +1,116 @@
+package cloudmapdns
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/kube"
+)
+
+// A Service deleted right after a new leader took over, while a
+// registration the old leader started still runs: Cloud Map's listing
+// shows only finished operations, so the new leader cannot see it. The
+// finalizer must stay until that instance is deregistered; before, the
+// withdrawal saw nothing and let go, and the instance stayed in DNS for
+// good (the fault campaign caught it after a controller kill).
+func TestWithdrawalAfterTakeOverWaitsForRunningRegistrations(t *testing.T) {
+	ctx := context.Background()
+	// Operations take 3 s (inside the aws profile's 0.5-4 s) so that the
+	// new leader's first look falls inside the old leader's registration.
+	profile := cloudmaplocal.AWS()
+	profile.OperationTime = cloudmaplocal.Spread{Min: 3 * time.Second, Max: 3 * time.Second}
+	profile.LateFailureRate = 0
+	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: &profile}, "takeover.local")
+
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web",
+			Annotations: map[string]string{AnnotationNamespace: "takeover.local", AnnotationHostname: "web"}},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+	}
+	cl := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(svc, slice).WithStatusSubresource(&corev1.Service{}).Build()
+	key := client.ObjectKeyFromObject(svc)
+	req := reconcile.Request{NamespacedName: key}
+
+	// The old leader registers (without waiting for the operation), and
+	// is gone; the Service is deleted.
+	old := newTestReconciler(cl, newClient())
+	for {
+		res, err := old.Reconcile(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsZero() {
+			break
+		}
+		time.Sleep(res.RequeueAfter)
+	}
+	old.mu.Lock()
+	serviceID := old.entries[key].service
+	old.mu.Unlock()
+	if err := cl.Delete(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+
+	// The new leader withdraws it, as its reconciles ask.
+	c := newClient()
+	next := newTestReconciler(cl, c)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("the Service still holds its finalizer 30 s after its deletion")
+		}
+		res, err := next.Reconcile(ctx, req)
+		if apierrors.IsNotFound(cl.Get(ctx, key, &corev1.Service{})) {
+			break
+		}
+		switch {
+		case err != nil:
+			time.Sleep(200 * time.Millisecond)
+		case res.RequeueAfter > 0:
+			time.Sleep(res.RequeueAfter)
+		default:
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	// Once every operation has ended, nothing of the Service is left.
+	time.Sleep(profile.OperationTime.Max + time.Second)
+	out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: aws.String(serviceID)})
+	if err != nil && !IsServiceGone(err) {
+		t.Fatal(err)
+	}
+	if err == nil && len(out.Instances) > 0 {
+		t.Fatalf("the deleted Service's instance %s is still registered", aws.ToString(out.Instances[0].Id))
+	}
+}
+
+// newTestReconciler is a Reconciler as SetupWithManager leaves it, for
+// calling Reconcile directly.
+func newTestReconciler(cl client.Client, c *sd.Client) *Reconciler {
+	return &Reconciler{Client: cl, CloudMap: c, Cluster: "cluster-1", TTL: 10, DriftPeriod: time.Minute,
+		Recorder: record.NewFakeRecorder(100), Namespaces: func(string) bool { return true },
+		entries: map[ktypes.NamespacedName]*entry{}, waiting: map[Target]map[ktypes.NamespacedName]*Claim{},
+		kick: make(chan event.GenericEvent, 1024), nsCache: map[string]cachedNamespace{}}
+}
