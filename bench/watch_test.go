@@ -251,17 +251,17 @@ func idle(b *testing.B, p pairSetup, windowLen time.Duration) {
 	have := 0
 	b.ResetTimer()
 	type result struct {
-		size      int
-		converge  time.Duration
+		size     int
+		converge time.Duration
 		// namespaces holds the services (the change records' own
 		// besides).
 		namespaces int
-		perMin    [2]float64
-		control   [2]float64
-		data      [2]float64
-		byOp      [2]string
-		cmWrites  float64
-		k8sWrites [2]map[string]int
+		perMin     [2]float64
+		control    [2]float64
+		data       [2]float64
+		byOp       [2]string
+		cmWrites   float64
+		k8sWrites  [2]map[string]int
 	}
 	var results []result
 	for _, size := range []int{10, 500, 2000} {
