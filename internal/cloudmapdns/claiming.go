@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 )
 
 // claim makes sure the Service holds its target's claim, re-reading it

@@ -86,3 +86,36 @@ func TestMisfiledRecordsProveNothing(t *testing.T) {
 		t.Errorf("a misfiled fresh record restored gone: %v", w.alive.silent)
 	}
 }
+
+// A cluster that exports nothing, or no longer, has no record due: the
+// writer waits (it spun a core on waits of zero in every cluster that
+// only imports), and the first export wakes it.
+func TestNoRecordDueWaitsForAnExport(t *testing.T) {
+	const heartbeat = time.Minute
+	l := newChangeLog()
+	now := time.Now()
+	if _, due := l.due(now, heartbeat, "c1", "set"); due {
+		t.Fatal("a record is due before anything is exported")
+	}
+	if d := l.nextBeat(now, heartbeat); d <= 0 {
+		t.Fatalf("with nothing exported the writer waits %v: it would spin", d)
+	}
+	l.alive()
+	select {
+	case <-l.wake:
+	default:
+		t.Fatal("the first export does not wake the writer")
+	}
+	if _, due := l.due(now, heartbeat, "c1", "set"); !due {
+		t.Fatal("no record due after the first export")
+	}
+	l.sent(now)
+	l.retire()
+	later := now.Add(2 * heartbeat)
+	if _, due := l.due(later, heartbeat, "c1", "set"); due {
+		t.Fatal("a record is due after the cluster stopped exporting")
+	}
+	if d := l.nextBeat(later, heartbeat); d <= 0 {
+		t.Fatalf("after its exports ended the writer waits %v: it would spin", d)
+	}
+}

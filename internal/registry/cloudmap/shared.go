@@ -182,9 +182,15 @@ func (l *changeLog) retire() {
 }
 
 // nextBeat is how long until the record is due again by the heartbeat.
+// With nothing exported no record is due: a heartbeat's wait, and the
+// first export wakes the writer (without this, a cluster that only
+// imports spun a core on waits of zero).
 func (l *changeLog) nextBeat(now time.Time, heartbeat time.Duration) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.seq == 0 {
+		return heartbeat
+	}
 	return max(0, l.written.Add(heartbeat).Sub(now))
 }
 

@@ -1,0 +1,225 @@
+//go:build e2e
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/test/harness"
+)
+
+// BenchmarkImporter: the real controller (controller.Run at the shipped
+// defaults, writing to a kwok cluster's apiserver) imports the fleet
+// (shape: 49 other clusters x 1,000 services) from one emulator under the
+// AWS profile. The 49 clusters' records are written by their registry
+// sides (cloudmap.Backend, packed records, as their controllers write
+// them), which do not watch: the process's CPU is the importer's, the
+// emulator's and the tracker's. The importing cluster exports nothing.
+// It prints the time to import everything, then pod changes, each after
+// a quiet spell past the fast polls, timed from the write to the
+// importing cluster's EndpointSlices, against changeBound; and the
+// process's CPU per change and while idle. The importer's decode cache is
+// on, as shipped: a change in one cluster decodes that cluster's records.
+//
+// Setting up 49,000 records takes the account's RegisterInstance quota
+// (50/s in the profile): 16 minutes at least.
+func BenchmarkImporter(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := shape(b)
+	m := shipped()
+	changes := 20
+	if v := os.Getenv("CLUSTERMAP_BENCH_CHANGES"); v != "" {
+		changes, _ = strconv.Atoi(v)
+	}
+	env := harness.ClustersWith(b, devenv.Options{Clusters: 1})
+	cm := harness.CloudMap(b, cloudmaplocal.Options{Profile: &m.profile})
+	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Imports go to namespaces that exist (namespace sameness).
+	for n := range s.namespaces {
+		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("team-%02d", n)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	// The other clusters write their records: one client for all (an
+	// account's quota binds them together, not their budgets), at most
+	// 16 publishes at once. The setup's own rate, not a controller's.
+	wc, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: cm.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials, QPS: 150, Burst: 150})
+	if err != nil {
+		b.Fatal(err)
+	}
+	writers := make([]*cloudmap.Backend, s.clusters)
+	for c := 1; c < s.clusters; c++ {
+		name := fmt.Sprintf("cluster-%02d", c)
+		formats := &cloudmap.Formats{Cluster: name}
+		formats.Tap(registry.SinkFuncs{}).Synced() // written packed, as in a fleet of this release
+		writers[c] = cloudmap.New(wc, cloudmap.Options{ClusterSet: devenv.DefaultClusterSet, Cluster: name, Controller: "clustermap bench", Log: logr.Discard(), Formats: formats, Usage: cloudmap.NewUsage(0)})
+	}
+	// The fleet's exports, in the lab's clusterset.
+	export := func(c, i, extra int) registry.Export {
+		e := s.export(c, i, extra)
+		e.ClusterSet = devenv.DefaultClusterSet
+		return e
+	}
+	seedStart := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	var failMu sync.Mutex
+	var failed error
+	for i := range s.services {
+		for c := 1; c < s.clusters; c++ {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				for ctx.Err() == nil {
+					err := writers[c].Publish(ctx, export(c, i, 0))
+					if err == nil {
+						return
+					}
+					if _, limit := err.(*cloudmap.LimitError); limit {
+						failMu.Lock()
+						failed = err
+						failMu.Unlock()
+						return
+					}
+					time.Sleep(time.Second) // the export reconciler's retry
+				}
+			}()
+		}
+		if i%100 == 99 {
+			fmt.Printf("importer: %d of %d services written by all %d clusters, %v\n", i+1, s.services, s.clusters-1, time.Since(seedStart).Round(time.Second))
+		}
+	}
+	wg.Wait()
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	fmt.Printf("importer: %d clusters x %d services written in %v\n", s.clusters-1, s.services, time.Since(seedStart).Round(time.Second))
+
+	// The importer starts, and imports everything.
+	tracker := track(ctx, b, env.Clusters[0], imports.ManagedBy, mcsv1beta1.LabelServiceName)
+	cpu0 := processCPU(b)
+	syncStart := time.Now()
+	wait := env.StartControllers(ctx, cm.URL, func(*devenv.Cluster) logr.Logger { return benchLog("importer") }, func(o *controller.Options) {})
+	defer func() { cancel(); _ = wait() }()
+	// Every IPv4 address of every cluster (IPv6 ones of the dual-stack
+	// services are imported too where the cluster has the family).
+	want := make([]int, s.services)
+	for i := range want {
+		for c := 1; c < s.clusters; c++ {
+			for _, ep := range export(c, i, 0).Endpoints {
+				if !strings.Contains(ep.IP, ":") {
+					want[i]++
+				}
+			}
+		}
+		want[i] /= s.ports // addresses, not endpoint-ports
+	}
+	// A write Cloud Map failed late is written again, as the exporters'
+	// reconcilers would on hearing of it (these writers do not watch):
+	// every service still short a minute on is published again by every
+	// writer (what is in place is left as it is).
+	lastSaid := time.Now()
+	waitAll(b, "import of every service", 30*time.Minute, func() bool {
+		var short []int
+		for i := range s.services {
+			if len(tracker.ips(s.key(i).String())) < want[i] {
+				short = append(short, i)
+			}
+		}
+		if len(short) > 0 && time.Since(lastSaid) > time.Minute {
+			lastSaid = time.Now()
+			i := short[0]
+			fmt.Printf("importer: %v after the start, %d services short, %s with %d of %d addresses: written again\n",
+				time.Since(syncStart).Round(time.Second), len(short), s.key(i), len(tracker.ips(s.key(i).String())), want[i])
+			for _, i := range short {
+				for c := 1; c < s.clusters; c++ {
+					if err := writers[c].Publish(ctx, export(c, i, 0)); err != nil {
+						fmt.Printf("importer: writing %s of cluster-%02d again: %v\n", s.key(i), c, err)
+					}
+				}
+			}
+		}
+		return len(short) == 0
+	})
+	synced := time.Since(syncStart)
+	syncCPU := processCPU(b) - cpu0
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
+
+	// Idle, then pod changes, each after a quiet spell.
+	quiet := m.watch.ActiveWindow + time.Second
+	time.Sleep(30 * time.Second)
+	idleFrom, idleCPU0 := time.Now(), processCPU(b)
+	time.Sleep(time.Minute)
+	idleCPU := (processCPU(b) - idleCPU0) / time.Since(idleFrom).Seconds()
+	var lat []time.Duration
+	cpu1 := processCPU(b)
+	for n := range changes {
+		time.Sleep(quiet)
+		c, i := 1+n%(s.clusters-1), 3+n*7%(s.services-3)
+		e := export(c, i, 1+n/(s.services-3))
+		ip := e.Endpoints[len(e.Endpoints)-1].IP
+		start := time.Now()
+		if err := writers[c].Publish(ctx, e); err != nil {
+			b.Fatal(err)
+		}
+		for !tracker.ips(e.Key.String())[ip] {
+			if time.Since(start) > 2*time.Minute {
+				b.Fatalf("change %d (%s of %s in %s) not imported in 2 minutes", n, ip, e.Key, e.Cluster)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	changeCPU := processCPU(b) - cpu1 - float64(changes)*quiet.Seconds()*idleCPU
+
+	fmt.Printf("Importer: the real controller at the shipped defaults importing %d clusters x %d services (%d namespaces) from one emulator under the %s profile, %d cores:\n",
+		s.clusters-1, s.services, s.namespaces, m.profile.Name, runtimeCores())
+	fmt.Printf("  everything imported %v after the controller started (%.0f CPU-s in this process: controller, emulator, tracker)\n", synced.Round(time.Second), syncCPU)
+	fmt.Printf("  heap in use after the import: %d MiB (the emulator's state included)\n", mem.HeapInuse>>20)
+	fmt.Printf("  idle: %.3f CPU-s per second\n", idleCPU)
+	fmt.Printf("  a pod change, %d each after %v quiet: p50 %v, %.3f CPU-s each above idle\n", changes, quiet, percentile(lat, 50).Round(time.Millisecond), changeCPU/float64(changes))
+	within(b, "  ... quiet p99", percentile(lat, 99), m.changeBound(), m.changeWhy())
+}
+
+// processCPU is this process's CPU time so far, in seconds (user and
+// system, from /proc/self/stat at 100 ticks a second).
+func processCPU(b testing.TB) float64 {
+	data, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
+}
