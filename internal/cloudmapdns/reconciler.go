@@ -101,16 +101,7 @@ type Reconciler struct {
 // SetupWithManager reconciles Services on their changes, their
 // EndpointSlices' changes, drift ticks and released claims.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.entries = map[ktypes.NamespacedName]*entry{}
-	r.waiting = map[Target]map[ktypes.NamespacedName]*Claim{}
-	r.kick = make(chan event.GenericEvent, 1024)
-	r.nsCache = map[string]cachedNamespace{}
-	if r.DriftPeriod <= 0 {
-		r.DriftPeriod = time.Minute
-	}
-	if r.TTL <= 0 {
-		r.TTL = 10
-	}
+	r.init()
 	bySlice := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[discoveryv1.LabelServiceName]
 		if name == "" {
@@ -132,6 +123,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8,
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 10*time.Second)}).
 		Complete(r)
+}
+
+// init makes the reconciler's memory and fills in defaults.
+func (r *Reconciler) init() {
+	r.entries = map[ktypes.NamespacedName]*entry{}
+	r.waiting = map[Target]map[ktypes.NamespacedName]*Claim{}
+	r.kick = make(chan event.GenericEvent, 1024)
+	r.nsCache = map[string]cachedNamespace{}
+	if r.DriftPeriod <= 0 {
+		r.DriftPeriod = time.Minute
+	}
+	if r.TTL <= 0 {
+		r.TTL = 10
+	}
 }
 
 // drift marks every registered Service for a fresh read from Cloud Map,

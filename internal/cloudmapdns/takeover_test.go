@@ -11,12 +11,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -109,8 +107,8 @@ func TestWithdrawalAfterTakeOverWaitsForRunningRegistrations(t *testing.T) {
 // newTestReconciler is a Reconciler as SetupWithManager leaves it, for
 // calling Reconcile directly.
 func newTestReconciler(cl client.Client, c *sd.Client) *Reconciler {
-	return &Reconciler{Client: cl, CloudMap: c, Cluster: "cluster-1", TTL: 10, DriftPeriod: time.Minute,
-		Recorder: record.NewFakeRecorder(100), Namespaces: func(string) bool { return true },
-		entries: map[ktypes.NamespacedName]*entry{}, waiting: map[Target]map[ktypes.NamespacedName]*Claim{},
-		kick: make(chan event.GenericEvent, 1024), nsCache: map[string]cachedNamespace{}}
+	r := &Reconciler{Client: cl, CloudMap: c, Cluster: "cluster-1",
+		Recorder: record.NewFakeRecorder(100), Namespaces: func(string) bool { return true }}
+	r.init()
+	return r
 }
