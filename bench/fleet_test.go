@@ -60,6 +60,9 @@ func shape(b testing.TB) fleetShape {
 	return s
 }
 
+// fleetClusterSet is the fleet's clusterset.
+const fleetClusterSet = "fleet"
+
 func (s fleetShape) key(i int) registry.Key {
 	return registry.Key{Namespace: fmt.Sprintf("team-%02d", i%s.namespaces), Name: fmt.Sprintf("svc-%04d", i)}
 }
@@ -67,7 +70,7 @@ func (s fleetShape) key(i int) registry.Key {
 // export is cluster c's export of service i, with extra more pods.
 func (s fleetShape) export(c, i, extra int) registry.Export {
 	key := s.key(i)
-	e := registry.Export{ClusterSet: "fleet", Cluster: fmt.Sprintf("cluster-%02d", c), Key: key, Type: mcsv1beta1.ClusterSetIP,
+	e := registry.Export{ClusterSet: fleetClusterSet, Cluster: fmt.Sprintf("cluster-%02d", c), Key: key, Type: mcsv1beta1.ClusterSetIP,
 		Created: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}}
 	for p := range s.ports {
 		e.Ports = append(e.Ports, mcsv1beta1.ServicePort{Name: "p" + strconv.Itoa(p), Protocol: corev1.ProtocolTCP, Port: int32(80 + p)})
@@ -269,7 +272,7 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 		cl := srv.Client(b, co)
 		name := fmt.Sprintf("cluster-%02d", c)
 		formats := &cloudmap.Formats{Cluster: name}
-		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: "fleet", Cluster: name, Controller: "clustermap bench", Log: benchLog(name), Formats: formats, Usage: cloudmap.NewUsage(0), DecodeWhole: decodeWhole,
+		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: fleetClusterSet, Cluster: name, Controller: "clustermap bench", Log: benchLog(name), Formats: formats, Usage: cloudmap.NewUsage(0), DecodeWhole: decodeWhole,
 			OnWriteFailed: func(key registry.Key) { go m.writeFailed(ctx, key) }})
 		sink := formats.Tap(registry.SinkFuncs{OnSet: m.set, OnSynced: func() { m.mu.Lock(); m.synced = true; m.mu.Unlock() }})
 		go func() { _ = m.Watch(ctx, sink) }()
@@ -404,16 +407,8 @@ func publishAll(ctx context.Context, b testing.TB, s fleetShape, ms []*fleetMemb
 				inner.Add(1)
 				go func() {
 					defer func() { <-sem; inner.Done() }()
-					for {
-						err := m.Publish(ctx, s.export(c, i, extra))
-						if err == nil || ctx.Err() != nil {
-							return
-						}
-						if _, limit := err.(*cloudmap.LimitError); limit {
-							errs <- fmt.Errorf("cluster-%02d %s: %w", c, s.key(i), err)
-							return
-						}
-						time.Sleep(time.Second) // the reconciler's retry
+					if err := publishRetrying(ctx, m.Publish, s.export(c, i, extra)); err != nil {
+						errs <- fmt.Errorf("cluster-%02d %s: %w", c, s.key(i), err)
 					}
 				}()
 			}
@@ -424,6 +419,22 @@ func publishAll(ctx context.Context, b testing.TB, s fleetShape, ms []*fleetMemb
 	close(errs)
 	for err := range errs {
 		b.Fatal(err)
+	}
+}
+
+// publishRetrying publishes e until it is written, a second between
+// tries, as the export reconciler retries; it gives up on an export past
+// Cloud Map's limits (a LimitError, returned) or when ctx ends.
+func publishRetrying(ctx context.Context, publish func(context.Context, registry.Export) error, e registry.Export) error {
+	for {
+		err := publish(ctx, e)
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		if _, limit := err.(*cloudmap.LimitError); limit {
+			return err
+		}
+		time.Sleep(time.Second)
 	}
 }
 

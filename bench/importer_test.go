@@ -54,7 +54,7 @@ func BenchmarkImporter(b *testing.B) {
 	if v := os.Getenv("CLUSTERMAP_BENCH_CHANGES"); v != "" {
 		changes, _ = strconv.Atoi(v)
 	}
-	env := harness.ClustersWith(b, devenv.Options{Clusters: 1})
+	env := harness.ClustersWith(b, devenv.Options{Clusters: 1, ClusterSet: fleetClusterSet})
 	cm := harness.CloudMap(b, cloudmaplocal.Options{Profile: &m.profile})
 	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
@@ -79,13 +79,7 @@ func BenchmarkImporter(b *testing.B) {
 		name := fmt.Sprintf("cluster-%02d", c)
 		formats := &cloudmap.Formats{Cluster: name}
 		formats.Tap(registry.SinkFuncs{}).Synced() // written packed, as in a fleet of this release
-		writers[c] = cloudmap.New(wc, cloudmap.Options{ClusterSet: devenv.DefaultClusterSet, Cluster: name, Controller: "clustermap bench", Log: logr.Discard(), Formats: formats, Usage: cloudmap.NewUsage(0)})
-	}
-	// The fleet's exports, in the lab's clusterset.
-	export := func(c, i, extra int) registry.Export {
-		e := s.export(c, i, extra)
-		e.ClusterSet = devenv.DefaultClusterSet
-		return e
+		writers[c] = cloudmap.New(wc, cloudmap.Options{ClusterSet: fleetClusterSet, Cluster: name, Controller: "clustermap bench", Log: logr.Discard(), Formats: formats, Usage: cloudmap.NewUsage(0)})
 	}
 	seedStart := time.Now()
 	var wg sync.WaitGroup
@@ -98,18 +92,10 @@ func BenchmarkImporter(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				for ctx.Err() == nil {
-					err := writers[c].Publish(ctx, export(c, i, 0))
-					if err == nil {
-						return
-					}
-					if _, limit := err.(*cloudmap.LimitError); limit {
-						failMu.Lock()
-						failed = err
-						failMu.Unlock()
-						return
-					}
-					time.Sleep(time.Second) // the export reconciler's retry
+				if err := publishRetrying(ctx, writers[c].Publish, s.export(c, i, 0)); err != nil {
+					failMu.Lock()
+					failed = err
+					failMu.Unlock()
 				}
 			}()
 		}
@@ -134,7 +120,7 @@ func BenchmarkImporter(b *testing.B) {
 	want := make([]int, s.services)
 	for i := range want {
 		for c := 1; c < s.clusters; c++ {
-			for _, ep := range export(c, i, 0).Endpoints {
+			for _, ep := range s.export(c, i, 0).Endpoints {
 				if !strings.Contains(ep.IP, ":") {
 					want[i]++
 				}
@@ -161,7 +147,7 @@ func BenchmarkImporter(b *testing.B) {
 				time.Since(syncStart).Round(time.Second), len(short), s.key(i), len(tracker.ips(s.key(i).String())), want[i])
 			for _, i := range short {
 				for c := 1; c < s.clusters; c++ {
-					if err := writers[c].Publish(ctx, export(c, i, 0)); err != nil {
+					if err := writers[c].Publish(ctx, s.export(c, i, 0)); err != nil {
 						fmt.Printf("importer: writing %s of cluster-%02d again: %v\n", s.key(i), c, err)
 					}
 				}
@@ -185,7 +171,7 @@ func BenchmarkImporter(b *testing.B) {
 	for n := range changes {
 		time.Sleep(quiet)
 		c, i := 1+n%(s.clusters-1), 3+n*7%(s.services-3)
-		e := export(c, i, 1+n/(s.services-3))
+		e := s.export(c, i, 1+n/(s.services-3))
 		ip := e.Endpoints[len(e.Endpoints)-1].IP
 		start := time.Now()
 		if err := writers[c].Publish(ctx, e); err != nil {
