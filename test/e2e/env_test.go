@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,6 +53,9 @@ type world struct {
 	clients []client.Client
 	// calls counts the controllers' Cloud Map calls by operation.
 	calls cloudmapclient.Calls
+	// log holds the controllers' lines until the test fails
+	// (harness.HeldLog), made by the first startControllers.
+	log logr.Logger
 }
 
 func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
@@ -93,8 +95,11 @@ func (w *world) startControllersIn(t *testing.T, clusters []*devenv.Cluster, tun
 	ctx, cancel := context.WithCancel(context.Background())
 	some := *w.env
 	some.Clusters = clusters
+	if w.log.GetSink() == nil {
+		w.log = harness.HeldLog(t)
+	}
 	wait := some.StartControllers(ctx, w.cm.URL,
-		func(*devenv.Cluster) logr.Logger { return testr.NewWithOptions(t, testr.Options{Verbosity: 0}) },
+		func(*devenv.Cluster) logr.Logger { return w.log },
 		func(o *controller.Options) {
 			// Polls every 500 ms rather than 1.5 s, to keep the suite
 			// short; every other setting is the shipped default.

@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,7 +43,7 @@ func TestInvalidIdentityExportsNothing(t *testing.T) {
 
 	probes := harness.FreeAddr(t)
 	runCtx, cancel := context.WithCancel(ctx)
-	wait := env.StartControllers(runCtx, cm.URL, func(*devenv.Cluster) logr.Logger { return testr.New(t) },
+	wait := env.StartControllers(runCtx, cm.URL, func(*devenv.Cluster) logr.Logger { return harness.HeldLog(t) },
 		func(o *controller.Options) { o.ProbeAddr = probes })
 	defer func() { cancel(); _ = wait() }()
 

@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -218,7 +217,7 @@ func startOne(t *testing.T, w *world, i int) (stop func()) {
 	sub := *w.env
 	sub.Clusters = w.env.Clusters[i : i+1]
 	ctx, cancel := context.WithCancel(context.Background())
-	wait := sub.StartControllers(ctx, w.cm.URL, func(*devenv.Cluster) logr.Logger { return testr.New(t) },
+	wait := sub.StartControllers(ctx, w.cm.URL, func(*devenv.Cluster) logr.Logger { return harness.HeldLog(t) },
 		func(o *controller.Options) { o.Watch = cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond} })
 	return func() { cancel(); _ = wait() }
 }

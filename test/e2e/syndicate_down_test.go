@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -57,7 +56,7 @@ func TestSyndicatePeerDownAtStart(t *testing.T) {
 	only1 := *w.env
 	only1.Clusters = w.env.Clusters[:1]
 	cctx, cancel := context.WithCancel(ctx)
-	wait := only1.StartControllers(cctx, w.cm.URL, func(*devenv.Cluster) logr.Logger { return testr.New(t) }, func(o *controller.Options) {
+	wait := only1.StartControllers(cctx, w.cm.URL, func(*devenv.Cluster) logr.Logger { return harness.HeldLog(t) }, func(o *controller.Options) {
 		o.MetricsAddr = "0"
 		tune(o)
 	})
