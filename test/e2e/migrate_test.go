@@ -14,7 +14,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,7 +25,6 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
-	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/internal/imports"
@@ -214,12 +212,7 @@ func TestMigrateFromAWSController(t *testing.T) {
 
 // startOne runs clustermap's controller for one cluster of the world.
 func startOne(t *testing.T, w *world, i int) (stop func()) {
-	sub := *w.env
-	sub.Clusters = w.env.Clusters[i : i+1]
-	ctx, cancel := context.WithCancel(context.Background())
-	wait := sub.StartControllers(ctx, w.cm.URL, func(*devenv.Cluster) logr.Logger { return harness.HeldLog(t) },
-		func(o *controller.Options) { o.Watch = cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond} })
-	return func() { cancel(); _ = wait() }
+	return w.startControllersIn(t, w.env.Clusters[i:i+1], nil)
 }
 
 // replaceCRDs swaps a cluster's ServiceExport and ServiceImport CRDs for
