@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
@@ -58,11 +60,62 @@ func (w *world) importedEverywhere(t *testing.T, within time.Duration, ns, name,
 				return err
 			}
 			if got := readyIPs(slices); !reflect.DeepEqual(got, ips) && !(len(got) == 0 && len(ips) == 0) {
-				return fmt.Errorf("endpoints %v, want %v", got, ips)
+				return fmt.Errorf("endpoints %v, want %v (import: families %v, slices %s; %s)", got, ips, si.Spec.IPFamilies, sliceTypes(slices), w.exportState(ns, name, clusters))
 			}
 			return nil
 		})
 	}
+}
+
+// exportState says what the exporting clusters hold and published of a
+// Service (its families, its EndpointSlices, its export's Ready message),
+// so that an import found short tells whose side it is on.
+func (w *world) exportState(ns, name, clusters string) string {
+	var out []string
+	for i, c := range w.env.Clusters {
+		if !slices.Contains(strings.Split(clusters, ","), c.ID) {
+			continue
+		}
+		cl := w.clients[i]
+		svc := &corev1.Service{}
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc); err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", c.ID, err))
+			continue
+		}
+		list := &discoveryv1.EndpointSliceList{}
+		if err := cl.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", c.ID, err))
+			continue
+		}
+		var own []discoveryv1.EndpointSlice
+		for _, s := range list.Items {
+			if s.Labels[discoveryv1.LabelManagedBy] != imports.ManagedBy {
+				own = append(own, s)
+			}
+		}
+		se := &mcsv1beta1.ServiceExport{}
+		ready := "no ServiceExport"
+		if cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se) == nil {
+			if c := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady)); c != nil {
+				ready = fmt.Sprintf("Ready %s/%s %q", c.Status, c.Reason, c.Message)
+			}
+		}
+		out = append(out, fmt.Sprintf("in %s: Service families %v, slices %s, %s", c.ID, svc.Spec.IPFamilies, sliceTypes(own), ready))
+	}
+	return "source " + strings.Join(out, "; ")
+}
+
+// sliceTypes is each slice's address type and addresses.
+func sliceTypes(list []discoveryv1.EndpointSlice) string {
+	var out []string
+	for _, s := range list {
+		var addrs []string
+		for _, e := range s.Endpoints {
+			addrs = append(addrs, e.Addresses...)
+		}
+		out = append(out, fmt.Sprintf("%s%v", s.AddressType, addrs))
+	}
+	return "[" + strings.Join(out, " ") + "]"
 }
 
 // exportApp deploys an app in cluster-1, exports it, and waits until every

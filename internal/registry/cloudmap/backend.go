@@ -95,8 +95,8 @@ type Backend struct {
 	keys       map[string]registry.Key // Cloud Map service id -> key
 	created    map[string]bool         // Cloud Map service refs this controller created: ours, no need to ask
 	// ownOps are operations this cluster started, so that the change feed
-	// knows their service without asking; entries the feed never sees (an
-	// operation that failed) expire.
+	// knows their service without asking, or, in a shared namespace,
+	// confirmOwnOps asks how they ended; entries never seen end expire.
 	ownOps map[string]ownOp
 	// changed are services this cluster published or withdrew: the watcher
 	// reads them again at once.
@@ -169,6 +169,9 @@ const unsharedMemory = 5 * time.Second
 // this cluster's change record once it exports.
 func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
 	go b.writeChanges(ctx)
+	if b.shared() {
+		go b.confirmOwnOps(ctx)
+	}
 	w := newWatcher(b, sink)
 	return w.Start(ctx)
 }
@@ -898,10 +901,6 @@ func (b *Backend) forget(key registry.Key) {
 }
 
 func (b *Backend) ownOp(id *string, key registry.Key) {
-	if b.shared() {
-		// No ListOperations feed reads (and expires) them there.
-		return
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.ownOps[aws.ToString(id)] = ownOp{key: key, started: time.Now()}
@@ -924,6 +923,18 @@ func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, s
 	if !failed {
 		b.writeDone(key, id, time.Now())
 	}
+	if key.Namespace == ChangesNamespace(b.o.ClusterSet) {
+		if failed {
+			// Unwritten, the record tells no other account of this
+			// cluster's changes (nor proves it alive): it goes again.
+			b.mu.Lock()
+			delete(b.recent, key) // not there: a withdrawal reads the truth
+			b.mu.Unlock()
+			b.feed.failed()
+			b.o.Log.Error(nil, "Cloud Map accepted a write of this cluster's change record, then failed it; it is written again", "operation", id)
+		}
+		return
+	}
 	b.mu.Lock()
 	prev, had := b.failed[key]
 	b.mu.Unlock()
@@ -943,7 +954,7 @@ func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, s
 		return // told already (the change feed and the publish both see it)
 	}
 	reason := "Cloud Map accepted a write of this export's records, then failed it (operation " + id + ")"
-	if out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id)}); err == nil && out.Operation != nil {
+	if out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id), OwnerAccount: b.ownerAccount()}); err == nil && out.Operation != nil {
 		reason += ": " + string(out.Operation.Type) + " " + aws.ToString(out.Operation.ErrorCode) + " " + aws.ToString(out.Operation.ErrorMessage)
 	}
 	b.mu.Lock()

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/go-logr/logr"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
@@ -196,6 +199,99 @@ func TestLateFailureIsWrittenAgain(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Across accounts no operation of the member's is listed to it: a write
+// Cloud Map accepts and then fails is still reported within seconds
+// (GetOperation), and written again, the change record included (without
+// it no other account hears of the change): the owner's cluster gets the
+// member's change.
+func TestLateFailureAcrossAccountsIsWrittenAgain(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := accountsEmulator(t) // no late failures but the ones the test makes
+	east := newMember(t, ctx, srv, "AKIDOWNER", ownerAccount, "east")
+	west := newMember(t, ctx, srv, "AKIDMEMBER", memberAccount, "west")
+	web := registry.Key{Namespace: "apps", Name: "web"}
+	if err := publish(ctx, east.b, export("east", registry.Key{Namespace: "apps", Name: "api"}, "10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	shareWithMember(t, srv, east)
+	waitUntil(t, "the member's export is published", func() bool {
+		return publish(ctx, west.b, export("west", web, "10.2.0.1")) == nil
+	})
+	waitUntil(t, "the owner's cluster imports it", func() bool { return heardIP(east, web, "10.2.0.1") })
+	time.Sleep(5 * time.Second) // every write of it done: the profile's longest operation is 4 s
+
+	// The change record: a publish with nothing new to write still
+	// announces the export; that write fails, and goes again by itself.
+	before := changeSeq(t, west)
+	srv.SetFaults(cloudmaplocal.Faults{OperationFailureRate: 1})
+	if err := west.b.Publish(ctx, export("west", web, "10.2.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second) // the record's write failed
+	srv.SetFaults(cloudmaplocal.Faults{})
+	waitUntil(t, "the member's change record written again", func() bool { return changeSeq(t, west) > before })
+
+	// The export's records.
+	srv.SetFaults(cloudmaplocal.Faults{OperationFailureRate: 1})
+	if err := west.b.Publish(ctx, export("west", web, "10.2.0.2")); err != nil && !errors.Is(err, registry.ErrPending) {
+		t.Fatal(err)
+	}
+	select {
+	case k := <-west.failures:
+		if k != web {
+			t.Fatalf("a late failure reported for %s, want %s", k, web)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the member's write failed after it was accepted and nobody was told")
+	}
+	srv.SetFaults(cloudmaplocal.Faults{})
+	// As the export reconciler does: publish again while the failure stands.
+	var late *registry.LateFailureError
+	waitUntil(t, "the failed write made good", func() bool {
+		err := publish(ctx, west.b, export("west", web, "10.2.0.2"))
+		if err != nil && !errors.As(err, &late) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
+	waitUntil(t, "the owner's cluster imports the change", func() bool { return heardIP(east, web, "10.2.0.2") })
+}
+
+// changeSeq is the sequence number m's change record shows (0: none).
+func changeSeq(t *testing.T, m *member) int {
+	t.Helper()
+	out, err := m.c.DiscoverInstances(context.Background(), &sd.DiscoverInstancesInput{
+		NamespaceName: aws.String(cloudmap.ChangesNamespace("set")), ServiceName: aws.String(cloudmap.ChangesService),
+		OwnerAccount: aws.String(ownerAccount), HealthStatus: types.HealthStatusFilterAll,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range out.Instances {
+		if aws.ToString(in.InstanceId) == m.b.Cluster() {
+			n, _ := strconv.Atoi(in.Attributes["seq"]) // the record's sequence attribute (shared.go)
+			return n
+		}
+	}
+	return 0
+}
+
+// heardIP tells whether m's last word on key holds an endpoint at ip.
+func heardIP(m *member, key registry.Key, ip string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.heard[key] {
+		for _, ep := range e.Endpoints {
+			if ep.IP == ip {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // In an account busy with other tools' operations (20 a second here,

@@ -194,11 +194,16 @@ func (l *changeLog) nextBeat(now time.Time, heartbeat time.Duration) time.Durati
 	return max(0, l.written.Add(heartbeat).Sub(now))
 }
 
-// failed puts a write that did not happen back.
+// failed puts a write that did not happen back, and wakes the writer (a
+// write that failed after it was accepted is heard of while it waits).
 func (l *changeLog) failed() {
 	l.mu.Lock()
 	l.unsent = true
 	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (l *changeLog) sent(now time.Time) {
@@ -272,7 +277,9 @@ func (b *Backend) writeRecord(ctx context.Context, attrs map[string]string) erro
 	}
 	if err == nil {
 		// Laid over reads, so that a withdrawal right after (retireRecord)
-		// sees the record its lagging read does not show yet.
+		// sees the record its lagging read does not show yet; a write
+		// that fails later goes again (opFinished).
+		b.ownOp(out.OperationId, key)
 		b.wrote(key, b.o.Cluster, attrs, aws.ToString(out.OperationId))
 	}
 	return err

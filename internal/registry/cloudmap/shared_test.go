@@ -39,6 +39,7 @@ type member struct {
 	silentEvents []string
 	foreign      []cloudmap.ForeignRecord
 	proofs       map[string]time.Time
+	failures     chan registry.Key // OnWriteFailed
 }
 
 func newMember(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, key, account, cluster string, opts ...cloudmap.WatchOptions) *member {
@@ -50,7 +51,7 @@ func newMember(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, ke
 // empty: in one account).
 func newCluster(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, key, owner, account, cluster string, opts ...cloudmap.WatchOptions) *member {
 	t.Helper()
-	m := &member{calls: &cloudmapclient.Calls{}, heard: map[registry.Key][]registry.Export{}}
+	m := &member{calls: &cloudmapclient.Calls{}, heard: map[registry.Key][]registry.Export{}, failures: make(chan registry.Key, 100)}
 	co := srv.Shipped()
 	co.Credentials = credentials.NewStaticCredentialsProvider(key, "s", "")
 	co.OnCall = m.calls.Record
@@ -70,6 +71,12 @@ func newCluster(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, k
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			m.foreign = append(m.foreign, f)
+		},
+		OnWriteFailed: func(key registry.Key) {
+			select {
+			case m.failures <- key:
+			default:
+			}
 		}}
 	if len(opts) > 0 {
 		o.Watch = opts[0]
