@@ -267,6 +267,10 @@ func startCluster(ctx context.Context, opts Options, s ClusterSpec) (*Cluster, e
 		"--kube-scheduler-binary", filepath.Join(opts.BinDir, "kube-scheduler"),
 		"--kwok-controller-binary", filepath.Join(opts.BinDir, "kwok"),
 		"--etcd-binary", filepath.Join(opts.BinDir, "etcd"),
+		// A lab cluster is thrown away, never recovered from disk: an fsync
+		// stalled by the disk (seen: "etcdserver: request timed out" and a
+		// lost leader election while a test suite ran) buys it nothing.
+		"--extra-args", "etcd=unsafe-no-fsync=true",
 	}
 	if s.APIServerPort != 0 {
 		args = append(args, "--kube-apiserver-port", strconv.Itoa(s.APIServerPort))
