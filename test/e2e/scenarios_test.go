@@ -96,8 +96,8 @@ func (w *world) exportState(ns, name, clusters string) string {
 		se := &mcsv1beta1.ServiceExport{}
 		ready := "no ServiceExport"
 		if cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se) == nil {
-			if c := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady)); c != nil {
-				ready = fmt.Sprintf("Ready %s/%s %q", c.Status, c.Reason, c.Message)
+			if cond := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady)); cond != nil {
+				ready = fmt.Sprintf("Ready %s/%s %q", cond.Status, cond.Reason, cond.Message)
 			}
 		}
 		out = append(out, fmt.Sprintf("in %s: Service families %v, slices %s, %s", c.ID, svc.Spec.IPFamilies, sliceTypes(own), ready))

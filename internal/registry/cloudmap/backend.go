@@ -431,7 +431,7 @@ func (b *Backend) registered(ctx context.Context, key registry.Key) (bool, error
 	b.mu.Lock()
 	delete(b.registering, key)
 	b.mu.Unlock()
-	b.opFinished(ctx, "", key, pending.at, false)
+	b.opFinished(ctx, "", key, pending.at, false, nil)
 	return true, nil
 }
 
@@ -918,8 +918,9 @@ func (b *Backend) takeOwnOp(id string) (ownOp, bool) {
 
 // opFinished hears how an operation of this cluster's on key ended: a
 // failure is held against the service until an operation started after it
-// succeeds, and the exporter is told of both.
-func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, started time.Time, failed bool) {
+// succeeds, and the exporter is told of both. op is the ended operation
+// when the caller read it (nil: a failure's error is read here).
+func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, started time.Time, failed bool, op *types.Operation) {
 	if !failed {
 		b.writeDone(key, id, time.Now())
 	}
@@ -954,8 +955,13 @@ func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, s
 		return // told already (the change feed and the publish both see it)
 	}
 	reason := "Cloud Map accepted a write of this export's records, then failed it (operation " + id + ")"
-	if out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id), OwnerAccount: b.ownerAccount()}); err == nil && out.Operation != nil {
-		reason += ": " + string(out.Operation.Type) + " " + aws.ToString(out.Operation.ErrorCode) + " " + aws.ToString(out.Operation.ErrorMessage)
+	if op == nil {
+		if out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id), OwnerAccount: b.ownerAccount()}); err == nil {
+			op = out.Operation
+		}
+	}
+	if op != nil {
+		reason += ": " + string(op.Type) + " " + aws.ToString(op.ErrorCode) + " " + aws.ToString(op.ErrorMessage)
 	}
 	b.mu.Lock()
 	b.failed[key] = lateFailure{at: time.Now(), op: id, reason: reason}

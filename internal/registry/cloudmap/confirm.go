@@ -71,7 +71,7 @@ func (b *Backend) confirm(ctx context.Context, id string) bool {
 		return false
 	case out.Operation.Status == types.OperationStatusSuccess || out.Operation.Status == types.OperationStatusFail:
 		if mine, ok := b.takeOwnOp(id); ok {
-			b.opFinished(ctx, id, mine.key, mine.started, out.Operation.Status == types.OperationStatusFail)
+			b.opFinished(ctx, id, mine.key, mine.started, out.Operation.Status == types.OperationStatusFail, out.Operation)
 		}
 	}
 	return true // or still running: asked again next round

@@ -204,7 +204,7 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 			// are read back anyway (Backend.reread), and fast polls during
 			// its bulk export would take the budget its writes need.
 			f.heard(mine.key, now)
-			f.b.opFinished(ctx, id, mine.key, mine.started, failed)
+			f.b.opFinished(ctx, id, mine.key, mine.started, failed, nil)
 			continue
 		}
 		if !failed && !baseline {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,14 +170,7 @@ func TestLateFailureIsWrittenAgain(t *testing.T) {
 	if err := w.exporter.Publish(context.Background(), export("c1", key, "10.0.1.1")); err != nil && !errors.Is(err, registry.ErrPending) {
 		t.Fatal(err)
 	}
-	select {
-	case k := <-w.failures:
-		if k != key {
-			t.Fatalf("a late failure reported for %s, want %s", k, key)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the write failed after it was accepted and nobody was told")
-	}
+	reported(t, w.failures, key, 30*time.Second)
 	var late *registry.LateFailureError
 	if err := w.exporter.WriteFailure(key); !errors.As(err, &late) {
 		t.Fatalf("WriteFailure after a failed write: %v", err)
@@ -221,7 +215,7 @@ func TestLateFailureAcrossAccountsIsWrittenAgain(t *testing.T) {
 	waitUntil(t, "the member's export is published", func() bool {
 		return publish(ctx, west.b, export("west", web, "10.2.0.1")) == nil
 	})
-	waitUntil(t, "the owner's cluster imports it", func() bool { return heardIP(east, web, "10.2.0.1") })
+	waitUntil(t, "the owner's cluster imports it", func() bool { return slices.Contains(east.ips(web), "10.2.0.1") })
 	time.Sleep(5 * time.Second) // every write of it done: the profile's longest operation is 4 s
 
 	// The change record: a publish with nothing new to write still
@@ -240,14 +234,7 @@ func TestLateFailureAcrossAccountsIsWrittenAgain(t *testing.T) {
 	if err := west.b.Publish(ctx, export("west", web, "10.2.0.2")); err != nil && !errors.Is(err, registry.ErrPending) {
 		t.Fatal(err)
 	}
-	select {
-	case k := <-west.failures:
-		if k != web {
-			t.Fatalf("a late failure reported for %s, want %s", k, web)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the member's write failed after it was accepted and nobody was told")
-	}
+	reported(t, west.failures, web, 15*time.Second)
 	srv.SetFaults(cloudmaplocal.Faults{})
 	// As the export reconciler does: publish again while the failure stands.
 	var late *registry.LateFailureError
@@ -258,7 +245,7 @@ func TestLateFailureAcrossAccountsIsWrittenAgain(t *testing.T) {
 		}
 		return err == nil
 	})
-	waitUntil(t, "the owner's cluster imports the change", func() bool { return heardIP(east, web, "10.2.0.2") })
+	waitUntil(t, "the owner's cluster imports the change", func() bool { return slices.Contains(east.ips(web), "10.2.0.2") })
 }
 
 // changeSeq is the sequence number m's change record shows (0: none).
@@ -280,18 +267,17 @@ func changeSeq(t *testing.T, m *member) int {
 	return 0
 }
 
-// heardIP tells whether m's last word on key holds an endpoint at ip.
-func heardIP(m *member, key registry.Key, ip string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, e := range m.heard[key] {
-		for _, ep := range e.Endpoints {
-			if ep.IP == ip {
-				return true
-			}
+// reported waits for a late failure to be reported (OnWriteFailed), of key.
+func reported(t *testing.T, failures <-chan registry.Key, key registry.Key, within time.Duration) {
+	t.Helper()
+	select {
+	case k := <-failures:
+		if k != key {
+			t.Fatalf("a late failure reported for %s, want %s", k, key)
 		}
+	case <-time.After(within):
+		t.Fatalf("%s: a write failed after it was accepted and nobody was told within %v", key, within)
 	}
-	return false
 }
 
 // In an account busy with other tools' operations (20 a second here,
