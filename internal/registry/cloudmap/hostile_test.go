@@ -2,6 +2,7 @@ package cloudmap_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -63,11 +64,19 @@ func TestHostileMemberIsRefused(t *testing.T) {
 			// Each forged record is in place (its operation done) before the
 			// exports change.
 			forge := func(id, cluster, ip string) error {
-				out, err := hostile.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svcARN, InstanceId: aws.String(id), Attributes: map[string]string{
+				in := &sd.RegisterInstanceInput{ServiceId: svcARN, InstanceId: aws.String(id), Attributes: map[string]string{
 					cloudmap.AttrIPv4: ip, cloudmap.AttrPort: "8080", cloudmap.AttrEndpointPortName: "http", cloudmap.AttrEndpointProtocol: "TCP",
 					cloudmap.AttrServicePort: "80", cloudmap.AttrServicePortName: "http", cloudmap.AttrServiceProtocol: "TCP",
 					cloudmap.AttrReady: "true", cloudmap.AttrClusterID: cluster, cloudmap.AttrClusterSetID: "set", cloudmap.AttrServiceType: "ClusterSetIP",
-				}})
+				}}
+				out, err := hostile.RegisterInstance(ctx, in)
+				// The instance's owner may still be writing it (its
+				// operation not yet ended); a hostile writer waits its turn.
+				var busy *types.DuplicateRequest
+				for deadline := time.Now().Add(30 * time.Second); errors.As(err, &busy) && time.Now().Before(deadline); {
+					time.Sleep(200 * time.Millisecond)
+					out, err = hostile.RegisterInstance(ctx, in)
+				}
 				if err != nil {
 					return err
 				}
