@@ -16,6 +16,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/internal/replication"
 )
@@ -93,6 +94,7 @@ imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 	f.Float64Var(&o.CloudMapDataQPS, "cloudmap-data-qps", controller.DefaultCloudMapDataQPS, "Cloud Map DiscoverInstances and DiscoverInstancesRevision calls per second, at most (AWS allows 1,000 and 3,000 per second per account: the default leaves room for 5 clusters at full speed)")
 	f.IntVar(&o.CloudMapDataBurst, "cloudmap-data-burst", controller.DefaultCloudMapDataBurst, "Cloud Map data-plane call burst")
 	f.StringVar(&endpointRecords, "cloudmap-endpoint-records", "packed", "packed: a few Cloud Map instances per exported Service and cluster, once every cluster of the clusterset reads them (until then, and with another controller in the clusterset, one per endpoint and port); per-endpoint: always one instance per endpoint and port, for callers that read Cloud Map directly (ECS tasks, Lambda, aws servicediscovery discover-instances)")
+	f.IntVar(&o.MaxImportEndpoints, "max-import-endpoints", registry.DefaultMaxImportEndpoints, "endpoint records (an address and a port each) imported of one cluster's export of a Service, at most: past it the import takes that many, says EndpointsCapped, and the rest are left out, so that no member's records can make this cluster hold or write more")
 	f.IntVar(&o.NamespaceInstanceQuota, "cloudmap-namespace-instance-quota", cloudmap.DefaultNamespaceQuota, "the AWS account's Cloud Map quota of instances per namespace (AWS raises it on request): an export that would pass it is refused whole, and the headroom is measured against it")
 	f.DurationVar(&o.Watch.PollInterval, "sync-period", 0, "how often Cloud Map's change feed (ListOperations, or across accounts the change records) is read (default 1.5s)")
 	f.IntVar(&o.Watch.MaxPollPages, "cloudmap-poll-pages", 0, "ListOperations pages one poll of the change feed reads at most (Cloud Map pages through every operation of the account before it filters); past them, every service's revision is compared instead (default 5)")

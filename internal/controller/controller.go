@@ -32,6 +32,7 @@ import (
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/mcs"
+	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/internal/statuslease"
@@ -91,6 +92,9 @@ type Options struct {
 	// NamespaceInstanceQuota is the account's Cloud Map quota of
 	// instances per namespace (0: the default 2,000).
 	NamespaceInstanceQuota int
+	// MaxImportEndpoints caps the endpoint records imported of each
+	// cluster's export of a Service (--max-import-endpoints).
+	MaxImportEndpoints int
 
 	// Namespaces, when set, are the only ones clustermap works in;
 	// ExcludeNamespaces are never worked in.
@@ -206,6 +210,9 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.Watch.Validate(); err != nil {
 		return fmt.Errorf("--silent-cluster-ttl: %w", err)
 	}
+	if o.MaxImportEndpoints < 0 {
+		return fmt.Errorf("--max-import-endpoints %d: want a number of endpoint records (0: the default, %d)", o.MaxImportEndpoints, registry.DefaultMaxImportEndpoints)
+	}
 	cfg, err := restConfig(o)
 	if err != nil {
 		return fmt.Errorf("reaching the cluster: %w (pass --kubeconfig and --context, or run in a cluster)", err)
@@ -284,7 +291,7 @@ func Run(ctx context.Context, o Options) error {
 		kube.Register(metrics.Registry, usage)
 		reporter.Quota = usage.Summary
 		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
-			PerEndpointRecords: o.PerEndpointRecords, OnRecordFormat: reporter.RecordFormat, Usage: usage,
+			PerEndpointRecords: o.PerEndpointRecords, OnRecordFormat: reporter.RecordFormat, Usage: usage, MaxImportEndpoints: o.MaxImportEndpoints,
 			Namespaces: inScope, Recorder: recorder, Log: log,
 			Metrics: metrics.Registry, OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) },
 			OnRead: func(region string, err error) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -295,4 +296,20 @@ func servesImportPort(sp mcsv1beta1.ServicePort, ports []mcsv1beta1.ServicePort)
 		}
 	}
 	return false
+}
+
+// capEndpoints cuts each cluster's export to at most most endpoint
+// records, saying so (Capped); the exports it is given are shared and
+// left as they are.
+func capEndpoints(exports []registry.Export, most int) []registry.Export {
+	out := exports
+	for i, e := range exports {
+		if len(e.Endpoints) > most {
+			if len(out) > 0 && &out[0] == &exports[0] {
+				out = slices.Clone(exports)
+			}
+			out[i].Endpoints, out[i].Capped = e.Endpoints[:most:most], most
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package imports
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -151,6 +152,11 @@ type Reconciler struct {
 	// Region is this cluster's Region (its registry's), for local-first
 	// routing's Region tier.
 	Region string
+	// MaxEndpoints caps the endpoint records imported of each cluster's
+	// export (0: registry.DefaultMaxImportEndpoints). A registry that
+	// decodes records caps them as it does (so that a hostile record
+	// costs no memory); this holds the cap over any registry.
+	MaxEndpoints int
 
 	// invalidSaid remembers, per import, the skipped records last reported,
 	// so that each is said once, not at every reconcile.
@@ -282,6 +288,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.removeChecked(ctx, key)
 	}
 	r.heldSaid.Delete(key)
+	exports = capEndpoints(exports, cmp.Or(r.MaxEndpoints, registry.DefaultMaxImportEndpoints))
 	exports, floored := drainFloor(exports)
 	m := merge.Merge(exports)
 	var hints map[locality.Endpoint][]string
@@ -357,6 +364,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	status.EndpointSliceObjects = d.Import.Status.EndpointSliceObjects
 	meta.RemoveStatusCondition(&status.Conditions, ConditionRemovalHeld)
 	r.reportDrained(si, key, m.Exports, floored, status)
+	setCapped(si, m.Exports, status)
 	if err := errors.Join(errs...); !errorsIsConflict(err) {
 		// A conflict is retried at once: no flip of Ready for it.
 		meta.SetStatusCondition(&status.Conditions, readyCondition(si.Generation, err))
@@ -640,7 +648,14 @@ func (r *Reconciler) reportInvalid(si *mcsv1beta1.ServiceImport, key registry.Ke
 			if inv.Cluster != "" {
 				cluster, exportsNothing = inv.Cluster, " (the cluster exports nothing else here, so it is not among the exporters)"
 			}
+			if inv.ID == "" { // registry.CapInvalid's count of the rest
+				msgs = append(msgs, said{"InvalidRecord", fmt.Sprintf("cluster %s: %s", cluster, inv.Reason)})
+				continue
+			}
 			msgs = append(msgs, said{"InvalidRecord", fmt.Sprintf("cluster %s exports a record that was skipped: instance %s: %s (fix or deregister that instance)%s", cluster, inv.ID, inv.Reason, exportsNothing)})
+		}
+		if e.Capped > 0 {
+			msgs = append(msgs, said{ConditionEndpointsCapped, cappedMessage(e)})
 		}
 		if e.Newer != "" {
 			msgs = append(msgs, said{"NewerRecordFormat", fmt.Sprintf("cluster %s writes %s: imported as far as this release can read it; upgrade clustermap in this cluster", e.Cluster, e.Newer)})
@@ -697,6 +712,32 @@ func (r *Reconciler) reportConflicts(ctx context.Context, key registry.Key, m me
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=create;update;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+
+// ConditionEndpointsCapped names, on a ServiceImport, the exporting
+// clusters whose endpoints passed the import cap (--max-import-endpoints):
+// imported up to it, the rest left out. Absent while none does.
+const ConditionEndpointsCapped = "EndpointsCapped"
+
+func cappedMessage(e registry.Export) string {
+	return fmt.Sprintf("cluster %s exports more than %d endpoint records (address and port) of this Service: imported up to that many, the rest left out; if the export is genuine, raise --max-import-endpoints (chart: mcs.maxImportEndpoints) in the importing clusters", e.Cluster, e.Capped)
+}
+
+// setCapped sets or clears the EndpointsCapped condition (its Events are
+// said with the invalid records').
+func setCapped(si *mcsv1beta1.ServiceImport, exports []registry.Export, status *mcsv1beta1.ServiceImportStatus) {
+	var msgs []string
+	for _, e := range exports {
+		if e.Capped > 0 {
+			msgs = append(msgs, cappedMessage(e))
+		}
+	}
+	if len(msgs) == 0 {
+		meta.RemoveStatusCondition(&status.Conditions, ConditionEndpointsCapped)
+		return
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionEndpointsCapped, Status: metav1.ConditionTrue,
+		Reason: "MaxImportEndpoints", Message: strings.Join(msgs, "; "), ObservedGeneration: si.Generation})
+}
 
 // ConditionClustersDrained names, on a ServiceImport, the exporting
 // clusters drained for silence (registry.Export.Silent): listed, their

@@ -3,9 +3,12 @@ package imports
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -94,5 +97,68 @@ func TestOnePassWritesTheImportOnce(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil || si.Annotations[AWSDerivedServiceAnnotation] != "" ||
 		si.Spec.IPs[0] != "10.96.0.8" || si.Spec.Ports[0].Port != 81 {
 		t.Errorf("after the pass: annotations %v, spec %+v, %v", si.Annotations, si.Spec, err)
+	}
+}
+
+// A cluster's export past the import cap is imported up to it: at most
+// the cap's slices are written, the import says which cluster passed it
+// (condition and Event), and the other cluster's endpoints import whole.
+// Back under the cap, the condition goes.
+func TestImportCap(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
+		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).Build()
+	gate := &clusterid.Gate{}
+	gate.Open(clusterid.Identity{ClusterID: "c9", ClusterSet: "set"}, nil)
+	view := NewView()
+	view.Synced()
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	ips := func(prefix string, n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("%s.%d.%d", prefix, i/250, i%250+1))
+		}
+		return out
+	}
+	const most = 1000
+	big := exportWith("c1", mcsv1beta1.ClusterSetIP, ips("10.1", 5000)...)
+	view.Set(key, []registry.Export{big, exportWith("c2", mcsv1beta1.ClusterSetIP, ips("10.2", 10)...)})
+	rec := record.NewFakeRecorder(100)
+	r := &Reconciler{Client: c, Gate: gate, View: view, Recorder: rec, Namespaces: func(string) bool { return true }, MaxEndpoints: most}
+	pass := func() {
+		t.Helper()
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey(key)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pass()
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := c.List(context.Background(), slices, client.InNamespace("ns")); err != nil {
+		t.Fatal(err)
+	}
+	perCluster := map[string]int{}
+	for _, s := range slices.Items {
+		perCluster[s.Labels[mcsv1beta1.LabelSourceCluster]] += len(s.Endpoints)
+	}
+	if perCluster["c1"] != most || perCluster["c2"] != 10 || len(slices.Items) > most/100+1 {
+		t.Errorf("%d slices holding %v endpoints per cluster; want c1's cut to %d in at most %d slices, c2's 10", len(slices.Items), perCluster, most, most/100+1)
+	}
+	si := &mcsv1beta1.ServiceImport{}
+	if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(si.Status.Conditions, ConditionEndpointsCapped)
+	if cond == nil || cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, "cluster c1 ") || strings.Contains(cond.Message, "c2") {
+		t.Fatalf("EndpointsCapped condition %+v; want it naming c1 only", cond)
+	}
+	if e := <-rec.Events; !strings.Contains(e, ConditionEndpointsCapped) || !strings.Contains(e, "cluster c1 ") {
+		t.Errorf("event %q; want EndpointsCapped naming c1", e)
+	}
+	if len(view.Get(key)[0].Endpoints) != 5000 {
+		t.Error("capping changed the view's export")
+	}
+	view.Set(key, []registry.Export{exportWith("c1", mcsv1beta1.ClusterSetIP, ips("10.1", 5)...)})
+	pass()
+	if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil || meta.FindStatusCondition(si.Status.Conditions, ConditionEndpointsCapped) != nil {
+		t.Errorf("under the cap the import still says %+v (%v)", si.Status.Conditions, err)
 	}
 }

@@ -56,6 +56,9 @@ type Options struct {
 	// this cluster writes, and why.
 	PerEndpointRecords bool
 	OnRecordFormat     func(string)
+	// MaxImportEndpoints caps each cluster's endpoint records of a service
+	// (0: registry.DefaultMaxImportEndpoints).
+	MaxImportEndpoints int
 	// Usage, when set, counts the clusterset's Cloud Map instances against
 	// the quotas (exports past one are refused whole).
 	Usage      *cloudmap.Usage
@@ -137,7 +140,7 @@ func Setup(mgr manager.Manager, o Options) error {
 	if o.CloudMap != nil {
 		region = o.CloudMap.Options().Region
 	}
-	if err := (&imports.Reconciler{Client: mgr.GetClient(), Gate: gate, View: view, Recorder: o.Recorder, Namespaces: o.Namespaces, Region: region}).SetupWithManager(mgr); err != nil {
+	if err := (&imports.Reconciler{Client: mgr.GetClient(), Gate: gate, View: view, Recorder: o.Recorder, Namespaces: o.Namespaces, Region: region, MaxEndpoints: o.MaxImportEndpoints}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	// Ready only with a valid identity: until then nothing is exported. It
@@ -155,7 +158,7 @@ func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Format
 	writer string, events identityEvents, rewrites chan<- event.GenericEvent) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
 		bo := cloudmap.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, Controller: o.Controller, Log: o.Log.WithName("cloudmap").WithValues("region", region),
-			RecordVersion: o.RecordVersion, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch, OnSilent: onSilent,
+			RecordVersion: o.RecordVersion, MaxImportEndpoints: o.MaxImportEndpoints, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch, OnSilent: onSilent,
 			OnPropagation: func(took time.Duration) { telemetry.Propagated(region, took) },
 			Writer:        writer, OnDuplicate: func(key registry.Key, other string) {
 				telemetry.DuplicateClusterID(region)

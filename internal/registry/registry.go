@@ -41,8 +41,13 @@ type Export struct {
 	// endpoint records.
 	Foreign bool
 	// Invalid lists the registry records of this export that were skipped
-	// because they do not decode to a valid endpoint or service.
+	// because they do not decode to a valid endpoint or service (at most
+	// MaxInvalidRecords, then one that counts the rest: CapInvalid).
 	Invalid []InvalidRecord
+	// Capped, when set, is the cap (endpoint records per cluster and
+	// Service, --max-import-endpoints) this export was cut at: the
+	// endpoints past it were not read.
+	Capped int
 	// RecordVersion is the record format the exporting cluster writes (0
 	// when it writes none of clustermap's, as the AWS controller).
 	RecordVersion int
@@ -59,6 +64,26 @@ type Export struct {
 	// silence: its endpoints are kept, not routed to, until it proves
 	// alive again.
 	Silent time.Time
+}
+
+// DefaultMaxImportEndpoints is how many endpoint records (an address and
+// a port each) of one cluster's export of a Service an importer reads: a
+// Service of 5,000 dual-stack pods with 2 ports is 20,000. A member's
+// records cannot make an importer hold or write more than this per
+// cluster, however few bytes they take.
+const DefaultMaxImportEndpoints = 20_000
+
+// MaxInvalidRecords is how many skipped records an export says one by one.
+const MaxInvalidRecords = 20
+
+// CapInvalid keeps the first MaxInvalidRecords of records and one that
+// counts the rest.
+func CapInvalid(records []InvalidRecord) []InvalidRecord {
+	if len(records) <= MaxInvalidRecords {
+		return records
+	}
+	more := len(records) - MaxInvalidRecords
+	return append(records[:MaxInvalidRecords:MaxInvalidRecords], InvalidRecord{Reason: fmt.Sprintf("%d more records skipped", more)})
 }
 
 // InvalidRecord is a registry record that was skipped, and why.

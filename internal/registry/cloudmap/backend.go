@@ -72,6 +72,10 @@ type Options struct {
 	// clusters' registry sides in one process, which keep no view, would
 	// hold every cluster's copy.
 	DecodeWhole bool
+	// MaxImportEndpoints caps the endpoint records read of each cluster's
+	// export of a service (default registry.DefaultMaxImportEndpoints):
+	// the export is cut there and says so (registry.Export.Capped).
+	MaxImportEndpoints int
 	// OnPollPages, when set, hears how many ListOperations pages each poll
 	// of the change feed read.
 	OnPollPages func(pages int)
@@ -998,3 +1002,10 @@ func (b *Backend) expireOwnOps(cutoff time.Time) {
 }
 
 func isNotFound(err error) bool { return cloudmapclient.IsNotFound(err) }
+
+func (b *Backend) maxImportEndpoints() int {
+	if b.o.MaxImportEndpoints > 0 {
+		return b.o.MaxImportEndpoints
+	}
+	return registry.DefaultMaxImportEndpoints
+}

@@ -17,6 +17,8 @@ import (
 type decodeCache struct {
 	seed     maphash.Seed
 	services map[registry.Key]map[string]clusterDecode
+	// maxEndpoints caps each cluster's endpoints (decodeAt).
+	maxEndpoints int
 	// decodes counts clusters decoded (not taken from the cache).
 	decodes int
 }
@@ -29,8 +31,8 @@ type clusterDecode struct {
 	orphans []registry.InvalidRecord
 }
 
-func newDecodeCache() *decodeCache {
-	return &decodeCache{seed: maphash.MakeSeed(), services: map[registry.Key]map[string]clusterDecode{}}
+func newDecodeCache(maxEndpoints int) *decodeCache {
+	return &decodeCache{seed: maphash.MakeSeed(), services: map[registry.Key]map[string]clusterDecode{}, maxEndpoints: maxEndpoints}
 }
 
 // decode is decodeAt, each cluster's part taken from the cache when its
@@ -49,7 +51,7 @@ func (c *decodeCache) decode(key registry.Key, instances []Instance, now time.Ti
 		d, ok := prev[cluster]
 		if !ok || d.sum != sum {
 			d.sum = sum
-			d.exports, d.orphans = decodeAt(key, group, now)
+			d.exports, d.orphans = decodeAt(key, group, now, c.maxEndpoints)
 			c.decodes++
 		}
 		next[cluster] = d
@@ -68,7 +70,7 @@ func (c *decodeCache) decode(key registry.Key, instances []Instance, now time.Ti
 		// keeps its own list).
 		invalid := append(slices.Clone(out[0].Invalid), orphans...)
 		sort.Slice(invalid, func(i, j int) bool { return invalid[i].ID < invalid[j].ID })
-		out[0].Invalid, orphans = invalid, nil
+		out[0].Invalid, orphans = registry.CapInvalid(invalid), nil
 	}
 	return out, orphans
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/clustermap/clustermap/internal/registry"
 )
 
 // A read decodes again only the clusters whose records changed, and what
@@ -40,13 +42,13 @@ func TestDecodeOnlyChangedClusters(t *testing.T) {
 	orphan[AttrClusterID] = "nobody"
 	records["orphan"] = orphan
 
-	c := newDecodeCache()
+	c := newDecodeCache(registry.DefaultMaxImportEndpoints)
 	read := func(what string, wantDecodes int) {
 		t.Helper()
 		before := c.decodes
 		instances := instancesOf(records)
 		got, gotOrphans := c.decode(fleetExport("x", 0, false).Key, instances, now)
-		want, wantOrphans := decodeAt(fleetExport("x", 0, false).Key, instancesOf(records), now)
+		want, wantOrphans := decodeAt(fleetExport("x", 0, false).Key, instancesOf(records), now, registry.DefaultMaxImportEndpoints)
 		if d := cmp.Diff(want, got); d != "" {
 			t.Fatalf("%s: cached decode differs (-full +cached):\n%s", what, d)
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,7 +75,7 @@ func FuzzPackedRoundTrip(f *testing.F) {
 	f.Add([]byte("\x01\x0a\x00\x00\x01web-0\x00node\x00zone\x00http\x00TCP\x00\x50"))
 	f.Add([]byte("\x0f\xfd\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x02\x03dns\x00UDP\x00\x00\x35"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if _, err := unpackChunk(deflate64(data)); err == nil && len(data) == 0 {
+		if _, _, err := unpackChunk(deflate64(data), registry.DefaultMaxImportEndpoints); err == nil && len(data) == 0 {
 			t.Error("an empty chunk read as valid")
 		}
 		var es []entry
@@ -83,7 +84,7 @@ func FuzzPackedRoundTrip(f *testing.F) {
 			es, data = append(es, e), rest
 		}
 		sortEntries(es)
-		got, err := unpackChunk(packChunk(es))
+		got, _, err := unpackChunk(packChunk(es), registry.DefaultMaxImportEndpoints)
 		if err != nil {
 			t.Fatalf("packed %d entries do not read back: %v", len(es), err)
 		}
@@ -142,7 +143,10 @@ func fuzzEntry(data []byte) (entry, []byte) {
 			ap := str()
 			p.servicePort.AppProtocol = &ap
 		}
-		e.ports = append(e.ports, p)
+		// An address names a port once (a writer packs it once).
+		if !slices.ContainsFunc(e.ports, func(q port) bool { return reflect.DeepEqual(p, q) }) {
+			e.ports = append(e.ports, p)
+		}
 	}
 	return e, data
 }

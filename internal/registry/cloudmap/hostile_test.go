@@ -63,12 +63,16 @@ func TestHostileMemberIsRefused(t *testing.T) {
 			svcARN := svcs.Services[0].Arn
 			// Each forged record is in place (its operation done) before the
 			// exports change.
+			var register func(id string, attrs map[string]string) error
 			forge := func(id, cluster, ip string) error {
-				in := &sd.RegisterInstanceInput{ServiceId: svcARN, InstanceId: aws.String(id), Attributes: map[string]string{
+				return register(id, map[string]string{
 					cloudmap.AttrIPv4: ip, cloudmap.AttrPort: "8080", cloudmap.AttrEndpointPortName: "http", cloudmap.AttrEndpointProtocol: "TCP",
 					cloudmap.AttrServicePort: "80", cloudmap.AttrServicePortName: "http", cloudmap.AttrServiceProtocol: "TCP",
 					cloudmap.AttrReady: "true", cloudmap.AttrClusterID: cluster, cloudmap.AttrClusterSetID: "set", cloudmap.AttrServiceType: "ClusterSetIP",
-				}}
+				})
+			}
+			register = func(id string, attrs map[string]string) error {
+				in := &sd.RegisterInstanceInput{ServiceId: svcARN, InstanceId: aws.String(id), Attributes: attrs}
 				out, err := hostile.RegisterInstance(ctx, in)
 				// The instance's owner may still be writing it (its
 				// operation not yet ended); a hostile writer waits its turn.
@@ -137,6 +141,39 @@ func TestHostileMemberIsRefused(t *testing.T) {
 				for _, want := range []string{"west by " + hostileAccount + " not " + memberAccount, "east by " + hostileAccount + " not " + ownerAccount} {
 					waitUntil(t, fmt.Sprintf("%q reported", want), func() bool { return slices.Contains(reported(), want) })
 				}
+			}
+			if permissive {
+				return
+			}
+			// Under a cluster name of its own, two chunks of a few
+			// thousand characters: one port named 262,000 times (an
+			// importer decoded it to as many endpoints, 383 MiB) and
+			// 50,000 endpoints. The first is refused, the second read up
+			// to the cap, and both importers go on.
+			bomb, wide := cloudmap.HostileChunks()
+			for n, payload := range []string{bomb, wide} {
+				if err := register(cloudmap.ChunkID("set", "mallory", n+1), cloudmap.ChunkAttrs("set", "mallory", payload)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := publish(ctx, east.b, export("east", web, "10.1.0.3")); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []*member{east, west} {
+				var got string
+				waitUntil(t, "mallory's chunks read: one refused, one cut at the cap", func() bool {
+					m.mu.Lock()
+					defer m.mu.Unlock()
+					for _, e := range m.heard[web] {
+						if e.Cluster == "mallory" {
+							got = fmt.Sprintf("%d endpoints, capped at %d, %d records refused", len(e.Endpoints), e.Capped, len(e.Invalid))
+							return len(e.Endpoints) <= registry.DefaultMaxImportEndpoints && e.Capped == registry.DefaultMaxImportEndpoints && len(e.Invalid) == 1
+						}
+					}
+					return false
+				})
+				t.Logf("mallory: %s", got)
+				waitUntil(t, "the importer goes on", func() bool { return slices.Contains(m.ips(web), "10.1.0.3") })
 			}
 		})
 	}

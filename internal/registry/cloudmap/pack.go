@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -34,10 +36,17 @@ const (
 	chunkRecord     = "endpoints" // AttrRecord of a chunk instance
 	maxParts        = 5
 	partLength      = maxValueLength
-	// maxUnpacked bounds what one chunk may inflate to: a hostile record
-	// must not cost an importer more than this.
-	maxUnpacked  = 256 << 10
-	packEncoding = 1 // first byte of a chunk
+	// maxUnpacked bounds what one chunk may inflate to. Bytes alone do not
+	// bound what they decode to (one port referenced 262,000 times fits
+	// in 400 characters), so the items are bounded too: no chunk holds
+	// more entries than a writer packs into one instance (about 1,700
+	// addresses at best) nor more distinct ports than it lets in, and an
+	// address names each port once.
+	maxUnpacked     = 256 << 10
+	maxChunkEntries = 2048
+	maxChunkPorts   = 1024
+	maxChunkStrings = 3*maxChunkEntries + 6*maxChunkPorts
+	packEncoding    = 1 // first byte of a chunk
 )
 
 var packedKeys = func() []string {
@@ -121,7 +130,11 @@ func sortEntries(es []entry) {
 
 // endpoints renders entries back as endpoint records.
 func endpointsOf(es []entry) []registry.Endpoint {
-	var out []registry.Endpoint
+	n := 0
+	for _, e := range es {
+		n += len(e.ports)
+	}
+	out := make([]registry.Endpoint, 0, n)
 	for _, e := range es {
 		for _, p := range e.ports {
 			out = append(out, registry.Endpoint{
@@ -147,6 +160,12 @@ const (
 // packChunk renders entries as a chunk's payload: a string table (index 0
 // is ""), a port table, then the entries, deflated and in base64.
 func packChunk(es []entry) string {
+	payload, _ := pack(es)
+	return payload
+}
+
+// pack is packChunk, also saying how many ports its table holds.
+func pack(es []entry) (string, int) {
 	var strs []string
 	strIdx := map[string]uint64{"": 0}
 	str := func(s string) uint64 {
@@ -172,7 +191,7 @@ func packChunk(es []entry) string {
 		body = binary.AppendUvarint(body, str(e.hostname))
 		body = binary.AppendUvarint(body, str(e.node))
 		body = binary.AppendUvarint(body, str(e.zone))
-		body = binary.AppendUvarint(body, uint64(len(e.ports)))
+		var refs []uint64
 		for _, p := range e.ports {
 			k := portKey{port: p}
 			if ap := p.servicePort.AppProtocol; ap != nil {
@@ -196,6 +215,12 @@ func packChunk(es []entry) string {
 					ports = binary.AppendUvarint(ports, str(*p.servicePort.AppProtocol))
 				}
 			}
+			if !slices.Contains(refs, i) { // readers refuse a port named twice
+				refs = append(refs, i)
+			}
+		}
+		body = binary.AppendUvarint(body, uint64(len(refs)))
+		for _, i := range refs {
 			body = binary.AppendUvarint(body, i)
 		}
 	}
@@ -209,7 +234,7 @@ func packChunk(es []entry) string {
 	raw = append(raw, ports...)
 	raw = binary.AppendUvarint(raw, uint64(len(es)))
 	raw = append(raw, body...)
-	return deflate64(raw)
+	return deflate64(raw), int(nports)
 }
 
 func deflate64(raw []byte) string {
@@ -240,25 +265,29 @@ func flags(e entry) byte {
 var errTruncated = errors.New("packed endpoints end too soon")
 
 // unpackChunk reads a chunk's payload back. It is another cluster's
-// record: every length is checked, and what it inflates to is bounded.
-func unpackChunk(payload string) ([]entry, error) {
+// record: every length is checked, what it inflates to is bounded, and so
+// is every count of what it decodes to (see maxUnpacked). It reads
+// entries until their ports would pass budget endpoint records, and says
+// whether it stopped there (cut).
+func unpackChunk(payload string, budget int) (es []entry, cut bool, err error) {
 	z, err := base64.StdEncoding.DecodeString(payload)
 	if err != nil {
-		return nil, fmt.Errorf("packed endpoints are not base64: %w", err)
+		return nil, false, fmt.Errorf("packed endpoints are not base64: %w", err)
 	}
 	raw, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(z)), maxUnpacked+1))
 	if err != nil {
-		return nil, fmt.Errorf("packed endpoints do not inflate: %w", err)
+		return nil, false, fmt.Errorf("packed endpoints do not inflate: %w", err)
 	}
 	if len(raw) > maxUnpacked {
-		return nil, fmt.Errorf("packed endpoints inflate past %d bytes", maxUnpacked)
+		return nil, false, fmt.Errorf("packed endpoints inflate past %d bytes", maxUnpacked)
 	}
 	r := &reader{b: raw}
 	if v := r.byte(); v != packEncoding {
-		return nil, fmt.Errorf("packed endpoints in encoding %d, not %d", v, packEncoding)
+		return nil, false, fmt.Errorf("packed endpoints in encoding %d, not %d", v, packEncoding)
 	}
-	strs := []string{""}
-	for n := r.count(); n > 0 && r.err == nil; n-- {
+	nstrs := r.most(maxChunkStrings, "strings")
+	strs := make([]string, 1, nstrs+1)
+	for ; nstrs > 0 && r.err == nil; nstrs-- {
 		strs = append(strs, string(r.bytes(int(r.count()))))
 	}
 	str := func() string {
@@ -269,8 +298,9 @@ func unpackChunk(payload string) ([]entry, error) {
 		}
 		return strs[i]
 	}
-	var ports []port
-	for n := r.count(); n > 0 && r.err == nil; n-- {
+	nports := r.most(maxChunkPorts, "ports")
+	ports := make([]port, 0, nports)
+	for ; nports > 0 && r.err == nil; nports-- {
 		f := r.byte()
 		p := port{name: str(), protocol: corev1.Protocol(str())}
 		p.servicePort.Name, p.servicePort.Protocol, p.targetPort = str(), corev1.Protocol(str()), str()
@@ -281,8 +311,12 @@ func unpackChunk(payload string) ([]entry, error) {
 		}
 		ports = append(ports, p)
 	}
-	var es []entry
-	for n := r.count(); n > 0 && r.err == nil; n-- {
+	n := r.most(maxChunkEntries, "entries")
+	es = make([]entry, 0, min(int(n), max(budget, 0)))
+	// seen[i] is the last entry (counted from 1) that named port i: an
+	// entry names each port once.
+	seen := make([]uint16, len(ports))
+	for k := uint16(1); n > 0 && r.err == nil; n, k = n-1, k+1 {
 		f := r.byte()
 		size := 4
 		if f&flagIPv6 != 0 {
@@ -291,12 +325,28 @@ func unpackChunk(payload string) ([]entry, error) {
 		addr, _ := netip.AddrFromSlice(r.bytes(size))
 		e := entry{addr: addr, ready: f&flagReady != 0, serving: f&flagServing != 0, terminating: f&flagTerminating != 0,
 			hostname: str(), node: str(), zone: str()}
-		for m := r.count(); m > 0 && r.err == nil; m-- {
+		m := r.most(uint64(len(ports)), "ports of an address")
+		if r.err != nil {
+			break
+		}
+		if int(m) > budget {
+			return es, true, nil
+		}
+		budget -= int(m)
+		if m > 0 {
+			e.ports = make([]port, 0, m)
+		}
+		for ; m > 0 && r.err == nil; m-- {
 			i := r.uvarint()
 			if i >= uint64(len(ports)) {
 				r.fail(fmt.Errorf("port %d of %d", i, len(ports)))
 				break
 			}
+			if seen[i] == k {
+				r.fail(fmt.Errorf("address %s names port %d twice", addr, i))
+				break
+			}
+			seen[i] = k
 			p := ports[i]
 			if ap := p.servicePort.AppProtocol; ap != nil {
 				v := *ap // each endpoint its own
@@ -307,12 +357,12 @@ func unpackChunk(payload string) ([]entry, error) {
 		es = append(es, e)
 	}
 	if r.err != nil {
-		return nil, r.err
+		return nil, false, r.err
 	}
 	if len(r.b) > 0 {
-		return nil, fmt.Errorf("packed endpoints have %d bytes past their end", len(r.b))
+		return nil, false, fmt.Errorf("packed endpoints have %d bytes past their end", len(r.b))
 	}
-	return es, nil
+	return es, false, nil
 }
 
 // reader reads a chunk's bytes; the first failure sticks.
@@ -369,6 +419,16 @@ func (r *reader) count() uint64 {
 	return n
 }
 
+// most reads a count of at most limit items.
+func (r *reader) most(limit uint64, what string) uint64 {
+	n := r.count()
+	if n > limit {
+		r.fail(fmt.Errorf("%d %s, more than the %d a writer packs", n, what, limit))
+		return 0
+	}
+	return n
+}
+
 func (r *reader) port() uint16 {
 	v := r.uvarint()
 	if v > 65535 {
@@ -388,15 +448,15 @@ func splitParts(a Attrs, payload string) {
 
 // joinParts reads a payload back; "" when the record holds none.
 func joinParts(a Attrs) string {
-	var s string
+	var s strings.Builder
 	for _, k := range packedKeys {
 		v, ok := a[k]
 		if !ok {
 			break
 		}
-		s += v
+		s.WriteString(v)
 	}
-	return s
+	return s.String()
 }
 
 // room is how many payload characters fit beside attributes base within
@@ -420,7 +480,13 @@ func room(base Attrs) int {
 // entries fill the first chunks with room. When churn has left the chunks
 // twice as many as a fresh packing needs, the fresh packing is taken.
 func planChunks(es []entry, prev map[string]int, room func(n int) int) (map[int][]entry, error) {
-	fits := func(n int, es []entry) bool { return len(es) == 0 || len(packChunk(es)) <= room(n) }
+	fits := func(n int, es []entry) bool {
+		if len(es) == 0 {
+			return true
+		}
+		payload, ports := pack(es)
+		return len(es) <= maxChunkEntries && ports <= maxChunkPorts && len(payload) <= room(n)
+	}
 	if fits(0, es) {
 		// A small export is one instance. A larger one leaves the service
 		// record without endpoints: its labels changing moves none.

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"sort"
@@ -205,7 +206,7 @@ func EncodePacked(e registry.Export, controller string, current map[string]Attrs
 			n = 0
 		}
 		if p := joinParts(a); n >= 0 && p != "" {
-			old, _ := unpackChunk(p) // what does not read back is rewritten
+			old, _, _ := unpackChunk(p, math.MaxInt) // its own: what does not read back is rewritten
 			for _, x := range old {
 				prev[x.key()] = n
 			}
@@ -313,7 +314,7 @@ type Instance struct {
 // Decode groups a service's instances into exports, one per cluster. An
 // instance without a cluster or clusterset id is not part of any export.
 func Decode(key registry.Key, instances []Instance) []registry.Export {
-	exports, _ := decodeAt(key, instances, time.Now())
+	exports, _ := decodeAt(key, instances, time.Now(), registry.DefaultMaxImportEndpoints)
 	return exports
 }
 
@@ -323,8 +324,10 @@ func Decode(key registry.Key, instances []Instance) []registry.Export {
 // (its service record or a chunk, whose ids must be its own, or an
 // endpoint record that decodes), so that records of nothing (refused as
 // not their cluster's, or as invalid) cannot keep an import alive, or win
-// its conflicts.
-func decodeAt(key registry.Key, instances []Instance, now time.Time) ([]registry.Export, []registry.InvalidRecord) {
+// its conflicts. Each cluster's endpoint records are read up to
+// maxEndpoints; past it, the export is cut there (Capped) and the rest
+// not even decoded.
+func decodeAt(key registry.Key, instances []Instance, now time.Time, maxEndpoints int) ([]registry.Export, []registry.InvalidRecord) {
 	byCluster := map[string]*registry.Export{}
 	accepted := map[string]bool{}
 	refused := map[string][]registry.InvalidRecord{}
@@ -359,6 +362,10 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) ([]registry
 		packed := a[AttrRecord] == recordValue || a[AttrRecord] == chunkRecord
 		var ep registry.Endpoint
 		if !packed {
+			if e := byCluster[cluster]; e != nil && len(e.Endpoints) >= maxEndpoints {
+				e.Capped = maxEndpoints
+				continue
+			}
 			var err error
 			if ep, err = decodeEndpoint(a); err != nil {
 				refused[cluster] = append(refused[cluster], registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
@@ -386,7 +393,11 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) ([]registry
 			e.RecordVersion = packedVersion
 		}
 		if packed {
-			e.Endpoints = append(e.Endpoints, decodePacked(e, in)...)
+			eps, cut := decodePacked(e, in, maxEndpoints-len(e.Endpoints))
+			e.Endpoints = append(e.Endpoints, eps...)
+			if cut {
+				e.Capped = maxEndpoints
+			}
 			continue
 		}
 		e.Endpoints = append(e.Endpoints, ep)
@@ -420,34 +431,45 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time) ([]registry
 			e.Ports = portsOf(e.Endpoints)
 		}
 		sort.Slice(e.Invalid, func(i, j int) bool { return e.Invalid[i].ID < e.Invalid[j].ID })
+		e.Invalid = registry.CapInvalid(e.Invalid)
 		e.Endpoints = dedupe(withAppProtocols(e.Endpoints, e.Ports))
 		out = append(out, *e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
-	return out, orphans
+	return out, registry.CapInvalid(orphans)
 }
 
-// decodePacked reads the endpoints a service record or chunk packs, each
-// checked as an endpoint record is; what does not is reported.
-func decodePacked(e *registry.Export, in Instance) []registry.Endpoint {
-	payload := joinParts(in.Attrs)
-	if payload == "" {
-		return nil
+// decodePacked reads the endpoints a service record or chunk packs, at
+// most budget of them (cut says it stopped there), each checked as an
+// endpoint record is; what does not is reported, the first few of an
+// instance each and the rest counted.
+func decodePacked(e *registry.Export, in Instance, budget int) (eps []registry.Endpoint, cut bool) {
+	if in.Attrs[packedKeys[0]] == "" {
+		return nil, false
 	}
-	es, err := unpackChunk(payload)
+	if budget <= 0 {
+		return nil, true // not even read
+	}
+	es, cut, err := unpackChunk(joinParts(in.Attrs), budget)
 	if err != nil {
 		e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
-		return nil
+		return nil, false
 	}
-	var out []registry.Endpoint
-	for _, ep := range endpointsOf(es) {
+	all := endpointsOf(es)
+	out, bad := all[:0], 0 // kept in place
+	for _, ep := range all {
 		if err := validEndpoint(ep); err != nil {
-			e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID + " " + ep.IP, Reason: err.Error()})
+			if bad++; bad <= registry.MaxInvalidRecords {
+				e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID + " " + ep.IP, Reason: err.Error()})
+			}
 			continue
 		}
 		out = append(out, ep)
 	}
-	return out
+	if bad > registry.MaxInvalidRecords {
+		e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: fmt.Sprintf("%d more of its endpoints are invalid", bad-registry.MaxInvalidRecords)})
+	}
+	return out, cut
 }
 
 // withAppProtocols gives endpoint records, which do not say it, their

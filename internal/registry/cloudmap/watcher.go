@@ -226,7 +226,7 @@ func newWatcher(b *Backend, sink registry.Sink) *Watcher {
 		written: map[registry.Key]map[string]string{}, started: time.Now(),
 		settling: map[registry.Key]settling{}, behind: map[registry.Key]int{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
-		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1, decoded: newDecodeCache(),
+		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1, decoded: newDecodeCache(b.maxImportEndpoints()),
 	}
 	if b.shared() {
 		w.feed = newRecordsFeed(w)
@@ -578,7 +578,7 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 	var decoded []registry.Export
 	var refused []registry.InvalidRecord
 	if w.b.o.DecodeWhole {
-		decoded, refused = decodeAt(key, instances, time.Now())
+		decoded, refused = decodeAt(key, instances, time.Now(), w.b.maxImportEndpoints())
 	} else {
 		decoded, refused = w.decoded.decode(key, instances, time.Now())
 	}

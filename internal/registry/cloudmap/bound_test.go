@@ -1,0 +1,227 @@
+package cloudmap
+
+import (
+	"bytes"
+	"compress/flate"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// rawChunk is a chunk's payload as a hostile writer makes it: one port
+// (http/TCP 8080), then entries, each its flag byte, IPv4 address, three
+// empty strings and refs, the port indexes it names.
+func rawChunk(entries int, addr func(i int) netip.Addr, refs func(i int) []uint64, ports int) string {
+	raw := []byte{packEncoding}
+	raw = binary.AppendUvarint(raw, 2) // strings: "http", "TCP"
+	for _, s := range []string{"http", "TCP"} {
+		raw = binary.AppendUvarint(raw, uint64(len(s)))
+		raw = append(raw, s...)
+	}
+	raw = binary.AppendUvarint(raw, uint64(ports))
+	for p := range ports {
+		raw = append(raw, 0)
+		for _, s := range []uint64{1, 2, 1, 2, 0} { // name, protocol, service port name and protocol, target port
+			raw = binary.AppendUvarint(raw, s)
+		}
+		raw = binary.AppendUvarint(raw, uint64(8080+p))
+		raw = binary.AppendUvarint(raw, uint64(80+p))
+	}
+	raw = binary.AppendUvarint(raw, uint64(entries))
+	for i := range entries {
+		raw = append(raw, flagReady|flagServing)
+		raw = append(raw, addr(i).AsSlice()...)
+		raw = append(raw, 0, 0, 0)
+		r := refs(i)
+		raw = binary.AppendUvarint(raw, uint64(len(r)))
+		for _, x := range r {
+			raw = binary.AppendUvarint(raw, x)
+		}
+	}
+	// deflate64's, with one compressor for all (a new one allocates
+	// 600 KiB: 1,000 chunks took seconds).
+	var z bytes.Buffer
+	deflaterMu.Lock()
+	defer deflaterMu.Unlock()
+	if deflater == nil {
+		deflater, _ = flate.NewWriter(&z, flate.BestCompression)
+	}
+	deflater.Reset(&z)
+	deflater.Write(raw)
+	deflater.Close()
+	return base64.StdEncoding.EncodeToString(z.Bytes())
+}
+
+var (
+	deflaterMu sync.Mutex
+	deflater   *flate.Writer
+)
+
+// HostileChunks are two chunks a member can write in one instance each:
+// bomb names one port 262,000 times (it decoded to as many endpoints),
+// wide is 500 addresses of 100 distinct ports (50,000 endpoints, past the
+// default cap).
+func HostileChunks() (bomb, wide string) {
+	return hostileChunks()
+}
+
+// ChunkAttrs are the attributes of a cluster's chunk holding payload.
+func ChunkAttrs(clusterSet, cluster, payload string) Attrs {
+	a := Attrs{AttrClusterID: cluster, AttrClusterSetID: clusterSet, AttrRecord: chunkRecord}
+	splitParts(a, payload)
+	return a
+}
+
+func hostileChunks() (bomb, wide string) {
+	return rawChunk(1, podAddr, func(int) []uint64 { return make([]uint64, 262_000) }, 1),
+		rawChunk(500, podAddr, func(int) []uint64 {
+			r := make([]uint64, 100)
+			for i := range r {
+				r[i] = uint64(i)
+			}
+			return r
+		}, 100)
+}
+
+// perEndpoint is what decoding may allocate per endpoint read: its record
+// (about 200 bytes) and its entry's port, the slices' growth, sorting.
+// Unbounded, the chunks below allocated hundreds of MiB.
+const perEndpoint = 1024
+
+func podAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+}
+
+// allocated is the least that decode allocated over a few runs (other
+// goroutines of the process allocating meanwhile only add to one run).
+func allocated(decode func()) uint64 {
+	least := uint64(1 << 63)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		decode()
+		runtime.ReadMemStats(&after)
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
+	}
+	return least
+}
+
+// A packed record is bounded in what it decodes to, not only in bytes: a
+// chunk of a few hundred characters that names one port 262,000 times
+// (it decoded to as many endpoints, 383 MiB, before) is refused within a
+// small fixed allocation; one whose addresses each name many distinct
+// ports is read up to the cap and no further.
+func TestPackedDecodeIsBoundedInObjects(t *testing.T) {
+	bomb, wide := hostileChunks()
+	if len(bomb) > 500 {
+		t.Fatalf("the bomb is %d characters; the review's fits in 400", len(bomb))
+	}
+	chunk := func(payload string) []Instance {
+		a := Attrs{AttrClusterID: "c1", AttrClusterSetID: "set", AttrRecord: chunkRecord}
+		if len(payload) > room(a) {
+			t.Fatalf("a %d-character chunk does not fit an instance", len(payload))
+		}
+		splitParts(a, payload)
+		return []Instance{{ID: ChunkID("set", "c1", 1), Attrs: a}}
+	}
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	var got []registry.Export
+	if b := allocated(func() { got = Decode(key, chunk(bomb)) }); b > 2<<20 {
+		t.Errorf("a %d-character chunk allocated %d KiB to decode; want under 2 MiB", len(bomb), b>>10)
+	}
+	if len(got) != 1 || len(got[0].Endpoints) != 0 || len(got[0].Invalid) != 1 {
+		t.Fatalf("the bomb decoded to %+v; want no endpoint and the chunk reported", got)
+	}
+	t.Logf("reported: %s", got[0].Invalid[0].Reason)
+
+	// 500 addresses of 100 distinct ports each: 50,000 endpoints in one
+	// instance, read up to the cap.
+	const most = 5_000
+	var exports []registry.Export
+	b := allocated(func() { exports, _ = decodeAt(key, chunk(wide), time.Now(), most) })
+	if len(exports) != 1 || len(exports[0].Endpoints) > most || exports[0].Capped != most {
+		t.Fatalf("a chunk of 50,000 endpoints under a cap of %d: %d endpoints, capped %d", most, len(exports[0].Endpoints), exports[0].Capped)
+	}
+	if limit := uint64(most*perEndpoint + 2<<20); b > limit {
+		t.Errorf("decoding %d endpoints allocated %d KiB; want under %d KiB", most, b>>10, limit>>10)
+	}
+	t.Logf("%d endpoints of 50,000 read; %d KiB allocated", len(exports[0].Endpoints), b>>10)
+}
+
+// distinctChunks is n chunks of c1, each of the most distinct IPv4
+// addresses that fit one instance with one port: about 1,700.
+func distinctChunks(t testing.TB, n int) []Instance {
+	base := Attrs{AttrClusterID: "c1", AttrClusterSetID: "set", AttrRecord: chunkRecord}
+	per := fitting(maxChunkEntries, func(k int) bool {
+		return len(rawChunk(k, podAddr, func(int) []uint64 { return []uint64{0} }, 1)) <= room(base)
+	})
+	out := make([]Instance, n)
+	for c := range n {
+		a := maps.Clone(base)
+		splitParts(a, rawChunk(per, func(i int) netip.Addr { return podAddr(c*per + i) }, func(int) []uint64 { return []uint64{0} }, 1))
+		out[c] = Instance{ID: ChunkID("set", "c1", c+1), Attrs: a}
+	}
+	if n*per < 1_000_000 {
+		t.Fatalf("%d chunks hold %d endpoints; the review's hold 1.7 million", n, n*per)
+	}
+	return out
+}
+
+// A service of 1,000 chunks of distinct addresses (1.7 million valid
+// endpoints: the quota's 1,000 instances, packed) is read up to the cap:
+// the chunks past it are not even inflated, and the export says so.
+func TestCappedServiceDecode(t *testing.T) {
+	in := distinctChunks(t, 1000)
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	var got []registry.Export
+	b := allocated(func() { got = Decode(key, in) })
+	if len(got) != 1 || len(got[0].Endpoints) > registry.DefaultMaxImportEndpoints || got[0].Capped != registry.DefaultMaxImportEndpoints {
+		t.Fatalf("decoded %d exports, %d endpoints, capped %d", len(got), len(got[0].Endpoints), got[0].Capped)
+	}
+	if limit := uint64(registry.DefaultMaxImportEndpoints*perEndpoint + 16<<20); b > limit {
+		t.Errorf("decoding allocated %d MiB; want under %d MiB", b>>20, limit>>20)
+	}
+	t.Logf("%d endpoints of 1,000 chunks read; %d MiB allocated", len(got[0].Endpoints), b>>20)
+}
+
+// BenchmarkCappedServiceDecode: reading a service of 1,000 hostile chunks
+// (TestCappedServiceDecode's) takes well under a second; it fails past one.
+func BenchmarkCappedServiceDecode(b *testing.B) {
+	in := distinctChunks(b, 1000)
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	start := time.Now()
+	for range b.N {
+		Decode(key, in)
+	}
+	per := time.Since(start) / time.Duration(b.N)
+	fmt.Printf("1,000 chunks of 1.7 million endpoints decoded to the cap of %d in %v (target: under 1s)\n", registry.DefaultMaxImportEndpoints, per)
+	if per > time.Second {
+		b.Fatalf("decode took %v; target 1s", per)
+	}
+}
+
+// An address that names one port twice is refused, and a writer never
+// packs one so (an address seen in two EndpointSlices of a Service).
+func TestPortNamedOnce(t *testing.T) {
+	twice := rawChunk(1, podAddr, func(int) []uint64 { return []uint64{0, 0} }, 1)
+	if _, _, err := unpackChunk(twice, registry.DefaultMaxImportEndpoints); err == nil {
+		t.Error("a chunk naming a port twice for one address was read")
+	}
+	p := port{name: "http", protocol: corev1.ProtocolTCP, number: 8080}
+	es := []entry{{addr: podAddr(1), ready: true, ports: []port{p, p}}}
+	got, _, err := unpackChunk(packChunk(es), registry.DefaultMaxImportEndpoints)
+	if err != nil || len(got) != 1 || len(got[0].ports) != 1 {
+		t.Fatalf("an address with a port listed twice packs to %+v (%v); want it once", got, err)
+	}
+}
