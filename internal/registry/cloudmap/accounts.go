@@ -6,6 +6,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/registry"
 )
@@ -164,6 +165,37 @@ func (b *Backend) bindRecords(ctx context.Context, clusters []string) error {
 		}
 	}
 	return nil
+}
+
+// foreignRecords lists, among the change records that check picks, those
+// another account than their cluster's wrote (reported). One listing of
+// the records' service, only when check picks one.
+func (b *Backend) foreignRecords(ctx context.Context, records []types.HttpInstanceSummary, check func(cluster string, attrs map[string]string) bool) (map[string]bool, error) {
+	var picked []types.HttpInstanceSummary
+	for _, in := range records {
+		if check(in.Attributes[AttrClusterID], in.Attributes) {
+			picked = append(picked, in)
+		}
+	}
+	if len(picked) == 0 {
+		return nil, nil
+	}
+	key := registry.Key{Namespace: ChangesNamespace(b.o.ClusterSet), Name: ChangesService}
+	creators, err := b.creators(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	foreign := map[string]bool{}
+	for _, in := range picked {
+		cluster, by := in.Attributes[AttrClusterID], creators[aws.ToString(in.InstanceId)]
+		if bound, ok := b.boundTo(cluster); ok && by != bound {
+			foreign[cluster] = true
+			if by != "" { // else not listed yet: the next move asks again
+				b.reportForeign(ForeignRecord{Key: key, Cluster: cluster, CreatedBy: by, Bound: bound})
+			}
+		}
+	}
+	return foreign, nil
 }
 
 func (b *Backend) reportForeign(f ForeignRecord) {

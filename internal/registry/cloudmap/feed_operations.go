@@ -95,12 +95,12 @@ func (f *operationsFeed) readProofs(ctx context.Context, now time.Time) {
 	})
 	if isNotFound(err) {
 		f.proofsWanted, f.proofsAt = false, now
-		f.proved(now, nil, -1)
+		f.proved(now, nil, -1, nil)
 		return
 	}
 	if err == nil && aws.ToInt64(rev.InstancesRevision) == f.recordRev {
 		f.proofsWanted, f.proofsAt = false, now
-		f.proved(now, f.records, f.recordRev)
+		f.proved(now, f.records, f.recordRev, nil)
 		return
 	}
 	var out *sd.DiscoverInstancesOutput
@@ -113,10 +113,10 @@ func (f *operationsFeed) readProofs(ctx context.Context, now time.Time) {
 	}
 	f.proofsWanted, f.proofsAt = false, now
 	if out == nil {
-		f.proved(now, nil, -1)
+		f.proved(now, nil, -1, nil)
 		return
 	}
-	f.proved(now, out.Instances, aws.ToInt64(out.InstancesRevision))
+	f.proved(now, out.Instances, aws.ToInt64(out.InstancesRevision), nil)
 }
 
 // operations reads the instance operations that finished since the last

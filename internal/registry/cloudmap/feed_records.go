@@ -18,6 +18,9 @@ type recordsFeed struct {
 	marks map[string]feedMark
 	// behind counts reads in a row at a revision before rev.
 	behind int
+	// distrusted are clusters whose record, as last read, another account
+	// wrote: it proves them alive no more.
+	distrusted map[string]bool
 }
 
 func newRecordsFeed(w *Watcher) *recordsFeed {
@@ -39,7 +42,7 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 	})
 	if err == nil && !baseline && aws.ToInt64(rev.InstancesRevision) == f.rev {
 		f.clock.LastPoll = now
-		f.proved(now, f.records, f.recordRev)
+		f.proved(now, f.records, f.recordRev, f.distrusted)
 		return nil
 	}
 	var out *sd.DiscoverInstancesOutput
@@ -53,7 +56,7 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 		// No cluster wrote a record yet (or the namespace is not shared
 		// with this account: the exports say so).
 		f.clock.LastPoll = now
-		f.proved(now, nil, -1)
+		f.proved(now, nil, -1, nil)
 		return nil
 	}
 	if !baseline && aws.ToInt64(out.InstancesRevision) < f.rev && f.behind < maxBehind {
@@ -77,7 +80,15 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 	if err := f.b.bindRecords(ctx, clusters); err != nil {
 		return err
 	}
-	defer f.proved(now, records, aws.ToInt64(out.InstancesRevision))
+	// A drained cluster comes back only by a record its own account wrote:
+	// with permissive sharing any member may rewrite anyone's.
+	f.distrusted, err = f.b.foreignRecords(ctx, records, func(cluster string, attrs map[string]string) bool {
+		return !f.alive.silentSince(cluster).IsZero() && f.alive.moved(cluster, attrs)
+	})
+	if err != nil {
+		return err
+	}
+	defer f.proved(now, records, aws.ToInt64(out.InstancesRevision), f.distrusted)
 	present := map[string]bool{}
 	for _, c := range clusters {
 		present[c] = true

@@ -44,9 +44,12 @@ func (e *AliveError) Error() string {
 // It returns how many records went.
 func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 	b := New(c, Options{ClusterSet: o.ClusterSet, Cluster: o.Cluster, Owner: o.Owner, Account: o.Owner, Log: logr.Discard()})
-	var recordSvc string
+	var recordSvc, mark string
 	// Read twice, a read lag apart: a read may trail the cluster's latest
 	// proof, and a live cluster must never be forgotten for a stale read.
+	// Alive is what importers judge by, on this clock: the record moved
+	// between the reads. A forget cannot watch for the TTL as they do, so
+	// the time the record states within the TTL refuses too.
 	for i, reads := 0, 2; i < reads; i++ {
 		if i > 0 {
 			select {
@@ -63,11 +66,17 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 			continue
 		}
 		for _, in := range records.Instances {
-			if in.Attributes[AttrClusterID] != o.Cluster {
-				continue
+			if id, ok := b.recordOf(in); !ok || id != o.Cluster {
+				continue // another's, or misfiled under another id: proves nothing
 			}
-			if r, ok := parseRecord(in.Attributes); ok && !o.Force && o.SilentAfter > 0 && time.Since(r.updated) <= o.SilentAfter {
+			alive := o.SilentAfter > 0 && !o.Force
+			if r, ok := parseRecord(in.Attributes); ok && alive && time.Since(r.updated) <= o.SilentAfter {
 				return 0, &AliveError{Cluster: o.Cluster, Last: r.updated}
+			}
+			if m := recordMark(in.Attributes); alive && mark != "" && m != mark {
+				return 0, &AliveError{Cluster: o.Cluster, Last: time.Now()}
+			} else {
+				mark = m
 			}
 			recordSvc = aws.ToString(in.ServiceName)
 		}

@@ -16,12 +16,16 @@ import (
 // Liveness. Every cluster that exports proves it is alive with its change
 // record (shared.go), rewritten at least every heartbeat, in one account
 // as across accounts. An importer drains the exports of a cluster whose
-// proof is older than SilentAfter: they stay imported, not routed to
-// (registry.Export.Silent). Only on positive knowledge: right after a read
-// of the records that answered, and only while some record is fresh (this
-// cluster's own included), so that an outage, a wrong clock or a quiet
-// clusterset drains nobody. A cluster that never wrote a record (an older
-// release, the AWS controller) is never drained, nor is this one.
+// record it has not seen move for SilentAfter: they stay imported, not
+// routed to (registry.Export.Silent). Proofs are on the importer's own
+// clock, when it saw the record change, never the time the record states:
+// a writer's slow clock, or a record rewritten with an old time, drains
+// no one, and a record first seen counts as moved then. Only on positive
+// knowledge: right after a read of the records that answered, and only
+// while some record is fresh (this cluster's own included), so that an
+// outage or a quiet clusterset drains nobody. A cluster that never wrote
+// a record (an older release, the AWS controller) is never drained, nor
+// is this one.
 
 // DefaultSilentAfter is three heartbeats: a controller upgrade or a
 // registry outage of several minutes drains nobody.
@@ -33,16 +37,42 @@ const DefaultSilentAfter = 3 * DefaultHeartbeat
 // across accounts they are read at every poll anyway.
 const DefaultProofReadInterval = time.Minute
 
-// liveness holds every cluster's last proof and who is drained.
+// liveness holds every cluster's last proof (when its record was seen to
+// move, and how it read then) and who is drained.
 type liveness struct {
 	self   string
 	ttl    time.Duration // <= 0: never drain
 	proofs map[string]time.Time
+	marks  map[string]string
 	silent map[string]time.Time
 }
 
 func newLiveness(self string, ttl time.Duration) *liveness {
-	return &liveness{self: self, ttl: ttl, proofs: map[string]time.Time{}, silent: map[string]time.Time{}}
+	return &liveness{self: self, ttl: ttl, proofs: map[string]time.Time{}, marks: map[string]string{}, silent: map[string]time.Time{}}
+}
+
+// saw notes cluster's record as read at now: a proof when it moved (or is
+// new) since the last read.
+func (l *liveness) saw(cluster string, attrs map[string]string, now time.Time) {
+	if l.moved(cluster, attrs) {
+		l.marks[cluster], l.proofs[cluster] = recordMark(attrs), now
+	}
+}
+
+// moved says whether cluster's record reads otherwise than last time.
+func (l *liveness) moved(cluster string, attrs map[string]string) bool {
+	prev, ok := l.marks[cluster]
+	return !ok || prev != recordMark(attrs)
+}
+
+func recordMark(attrs map[string]string) string {
+	return attrs[attrEpoch] + " " + attrs[attrSeq] + " " + attrs[attrUpdated]
+}
+
+// forget drops a cluster whose record is gone.
+func (l *liveness) forget(cluster string) {
+	delete(l.proofs, cluster)
+	delete(l.marks, cluster)
 }
 
 // judge drains and restores clusters from the proofs as last read, at now;
@@ -93,10 +123,11 @@ func (b *Backend) readRecords(ctx context.Context) (*sd.DiscoverInstancesOutput,
 	return out, err
 }
 
-// proved notes the records' times as proofs (instances: the records as
-// read, at revision rev) and judges; every service is read again when a
+// proved notes the records that moved as proofs (instances: the records
+// as read, at revision rev; distrusted: clusters whose record, though
+// there, proves nothing) and judges; every service is read again when a
 // cluster was drained or restored, so that its exports say so.
-func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, rev int64) {
+func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, rev int64, distrusted map[string]bool) {
 	if rev >= 0 && rev < w.recordRev {
 		// A read behind the last one (Cloud Map's reads may trail its
 		// writes): its proofs are older than those held.
@@ -110,13 +141,13 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 			continue
 		}
 		seen[cluster] = true
-		if r, ok := parseRecord(in.Attributes); ok && r.updated.After(w.alive.proofs[cluster]) {
-			w.alive.proofs[cluster] = r.updated
+		if !distrusted[cluster] {
+			w.alive.saw(cluster, in.Attributes, now)
 		}
 	}
 	for cluster := range w.alive.proofs {
 		if !seen[cluster] {
-			delete(w.alive.proofs, cluster)
+			w.alive.forget(cluster)
 		}
 	}
 	changed := w.alive.judge(now)

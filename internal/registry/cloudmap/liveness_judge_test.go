@@ -59,31 +59,60 @@ func TestLivenessJudge(t *testing.T) {
 	}
 }
 
-// A liveness record counts only under its cluster's own instance id: a
-// record filed under another id, claiming a cluster that writes none (an
-// AWS controller's, say) with an old time, drains nobody, and one claiming
-// a drained cluster with a fresh time restores nobody.
+// A liveness record counts only under its cluster's own instance id, and
+// proves its cluster alive when this importer sees it move, on its own
+// clock, whatever time it states: a record filed under another id
+// claiming a cluster that writes none (an AWS controller's, say) drains
+// nobody, one claiming a drained cluster restores nobody; a writer whose
+// clock is 31 minutes slow is not drained, and a record that stops moving
+// drains its cluster a TTL after it was last seen to move.
 func TestMisfiledRecordsProveNothing(t *testing.T) {
-	now := time.Unix(10_000, 0)
+	start := time.Unix(10_000, 0)
 	ttl := 30 * time.Minute
 	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl),
 		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
-	rec := func(id, cluster string, at time.Time) types.HttpInstanceSummary {
+	rec := func(id, cluster string, seq int, at time.Time) types.HttpInstanceSummary {
 		return types.HttpInstanceSummary{InstanceId: aws.String(id), Attributes: map[string]string{
-			AttrClusterID: cluster, attrEpoch: "e", attrSeq: "1", attrUpdated: strconv.FormatInt(at.Unix(), 10)}}
+			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: strconv.FormatInt(at.Unix(), 10)}}
 	}
-	fresh, old := now.Add(-time.Minute), now.Add(-ttl-time.Hour)
-	w.proved(now, []types.HttpInstanceSummary{rec("self", "self", fresh), rec("forged", "aws-cluster", old)}, 1)
-	if len(w.alive.silent) != 0 || !w.alive.proofs["aws-cluster"].IsZero() {
-		t.Errorf("a misfiled old record: silent %v, proofs %v; want nobody drained, no proof", w.alive.silent, w.alive.proofs)
+	rev := int64(0)
+	read := func(now time.Time, records ...types.HttpInstanceSummary) {
+		rev++
+		w.proved(now, records, rev, nil)
 	}
-	w.proved(now, []types.HttpInstanceSummary{rec("self", "self", fresh), rec("gone", "gone", old)}, 2)
-	if w.alive.silentSince("gone").IsZero() {
-		t.Fatalf("gone's own old record did not drain it: %v", w.alive.silent)
+	// Each beat: self and slow write (slow's clock 31 minutes behind),
+	// gone wrote once; a forged record claims aws-cluster with an old
+	// time.
+	var now time.Time
+	for beat := range 5 {
+		now = start.Add(time.Duration(beat) * 10 * time.Minute)
+		read(now, rec("self", "self", beat, now), rec("slow", "slow", beat, now.Add(-31*time.Minute)),
+			rec("gone", "gone", 0, start), rec("forged", "aws-cluster", 0, start.Add(-time.Hour)))
+		if !w.alive.silentSince("slow").IsZero() || !w.alive.proofs["aws-cluster"].IsZero() {
+			t.Fatalf("at beat %d: silent %v, proofs %v; want slow never drained, no proof of aws-cluster", beat, w.alive.silent, w.alive.proofs)
+		}
+		if drained := !w.alive.silentSince("gone").IsZero(); drained != (now.Sub(start) > ttl) {
+			t.Fatalf("at beat %d (%v after gone's last move): gone drained %v", beat, now.Sub(start), drained)
+		}
 	}
-	w.proved(now, []types.HttpInstanceSummary{rec("self", "self", fresh), rec("gone", "gone", old), rec("forged", "gone", fresh)}, 3)
+	// A misfiled fresh record claiming gone restores it not; nor does its
+	// own record read again unchanged, however fresh the time it states.
+	now = now.Add(time.Minute)
+	read(now, rec("self", "self", 9, now), rec("gone", "gone", 0, start), rec("forged", "gone", 7, now))
 	if w.alive.silentSince("gone").IsZero() {
 		t.Errorf("a misfiled fresh record restored gone: %v", w.alive.silent)
+	}
+	// Its record moving, though another account wrote it (distrusted),
+	// restores it not; moving by its own, it does.
+	now = now.Add(time.Minute)
+	w.proved(now, []types.HttpInstanceSummary{rec("self", "self", 10, now), rec("gone", "gone", 1, now)}, rev+1, map[string]bool{"gone": true})
+	if w.alive.silentSince("gone").IsZero() {
+		t.Errorf("a distrusted record restored gone: %v", w.alive.silent)
+	}
+	now = now.Add(time.Minute)
+	w.proved(now, []types.HttpInstanceSummary{rec("self", "self", 11, now), rec("gone", "gone", 2, now.Add(-time.Hour))}, rev+2, nil)
+	if !w.alive.silentSince("gone").IsZero() {
+		t.Errorf("gone's own record moved (stating an old time) and it stays drained: %v", w.alive.silent)
 	}
 }
 

@@ -3,12 +3,15 @@ package cloudmap_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
@@ -165,4 +168,70 @@ func (m *member) proved(cluster string, since time.Time) bool {
 	defer m.mu.Unlock()
 	at, ok := m.proofs[cluster]
 	return ok && !at.Before(since.Truncate(time.Second))
+}
+
+// A member rewriting another cluster's liveness record brings no silent
+// cluster back where sharing lets it (its account is not the cluster's:
+// reported), and strict sharing refuses the rewrite.
+func TestForgedProofRestoresNobody(t *testing.T) {
+	t.Parallel()
+	for _, permissive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("permissive sharing %v", permissive), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures(), PermissiveSharing: permissive,
+				Accounts: map[string]string{"AKIDOWNER": ownerAccount, "AKIDMEMBER": memberAccount, "AKIDHOSTILE": hostileAccount}})
+			web := registry.Key{Namespace: "apps", Name: "web"}
+			east := newMember(t, ctx, srv, "AKIDOWNER", ownerAccount, "east", fastLiveness)
+			if err := publish(ctx, east.b, export("east", web, "10.1.0.1")); err != nil {
+				t.Fatal(err)
+			}
+			shareWithMember(t, srv, east)
+			changes := namespaceARN(t, east.c, cloudmap.ChangesNamespace("set"))
+			if err := srv.Share(changes, hostileAccount); err != nil {
+				t.Fatal(err)
+			}
+			westCtx, stopWest := context.WithCancel(ctx)
+			west := newMember(t, westCtx, srv, "AKIDMEMBER", memberAccount, "west", fastLiveness)
+			waitUntil(t, "west's export", func() bool { return publish(ctx, west.b, export("west", web, "10.2.0.1")) == nil })
+			waitUntil(t, "east imports both", func() bool { return len(east.clusters(web)) == 2 })
+			stopWest()
+			waitUntil(t, "west drained", func() bool { return slices.Equal(east.drained(web), []string{"west"}) })
+
+			co := srv.Shipped()
+			co.Credentials = credentials.NewStaticCredentialsProvider("AKIDHOSTILE", "s", "")
+			hostile := srv.Client(t, co)
+			svcs, err := hostile.ListServices(ctx, &sd.ListServicesInput{Filters: []types.ServiceFilter{
+				{Name: types.ServiceFilterNameNamespaceId, Values: []string{changes}}}})
+			if err != nil || len(svcs.Services) != 1 {
+				t.Fatalf("the hostile member lists %v (%v)", svcs, err)
+			}
+			_, err = hostile.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svcs.Services[0].Arn, InstanceId: aws.String("west"),
+				Attributes: cloudmap.ChangeRecordAttrs("set", "west", "forged", 1, time.Now())})
+			if !permissive {
+				if err == nil {
+					t.Fatal("strict sharing let a member rewrite another account's record")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "west by " + hostileAccount + " not " + memberAccount
+			waitUntil(t, "the rewritten record reported", func() bool {
+				east.mu.Lock()
+				defer east.mu.Unlock()
+				for _, f := range east.foreign {
+					if fmt.Sprintf("%s by %s not %s", f.Cluster, f.CreatedBy, f.Bound) == want {
+						return true
+					}
+				}
+				return false
+			})
+			if got := east.drained(web); !slices.Equal(got, []string{"west"}) {
+				t.Errorf("drained %v after the forged proof; want west still", got)
+			}
+		})
+	}
 }
