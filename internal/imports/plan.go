@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -312,4 +313,37 @@ func capEndpoints(exports []registry.Export, most int) []registry.Export {
 		}
 	}
 	return out
+}
+
+// checkPorts holds a derived Service's ports to the API server's rules
+// for them (merged from several clusters, they were never checked
+// together): every port named, validly and once, when there are several,
+// and no number twice for a protocol.
+func checkPorts(svc *corev1.Service) error {
+	if svc == nil {
+		return nil
+	}
+	names := map[string]bool{}
+	numbers := map[string]bool{}
+	ports := svc.Spec.Ports
+	for _, p := range ports {
+		if p.Name == "" && len(ports) > 1 {
+			return fmt.Errorf("port %d/%s has no name beside others", p.Port, p.Protocol)
+		}
+		if p.Name != "" {
+			if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
+				return fmt.Errorf("port name %q: %s", p.Name, strings.Join(errs, "; "))
+			}
+			if names[p.Name] {
+				return fmt.Errorf("port name %q twice", p.Name)
+			}
+			names[p.Name] = true
+		}
+		n := fmt.Sprintf("%d/%s", p.Port, p.Protocol)
+		if numbers[n] {
+			return fmt.Errorf("port %s twice", n)
+		}
+		numbers[n] = true
+	}
+	return nil
 }

@@ -198,3 +198,30 @@ func TestNarrows(t *testing.T) {
 		}
 	}
 }
+
+// Merged ports are held to the API server's rules before the derived
+// Service is written: what merging and naming make of two clusters' one
+// unnamed port each passes, a name given twice or a port number given
+// twice for a protocol does not.
+func TestCheckPorts(t *testing.T) {
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	one := exportWith("c1", mcsv1beta1.ClusterSetIP, "10.0.0.1")
+	two := exportWith("c2", mcsv1beta1.ClusterSetIP, "10.0.0.2")
+	one.Ports = []mcsv1beta1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: 80}}
+	two.Ports = []mcsv1beta1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: 8080}}
+	d := Plan(key, merge.Merge([]registry.Export{one, two}), nil)
+	if err := checkPorts(d.Service); err != nil || len(d.Service.Spec.Ports) != 2 {
+		t.Fatalf("two clusters' unnamed ports: %v (%+v)", err, d.Service.Spec.Ports)
+	}
+	for _, ports := range [][]corev1.ServicePort{
+		{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}, {Name: "http", Protocol: corev1.ProtocolTCP, Port: 81}},
+		{{Name: "a", Protocol: corev1.ProtocolTCP, Port: 80}, {Name: "b", Protocol: corev1.ProtocolTCP, Port: 80}},
+		{{Name: "a", Protocol: corev1.ProtocolTCP, Port: 80}, {Protocol: corev1.ProtocolTCP, Port: 81}},
+		{{Name: "Not_A-Name", Protocol: corev1.ProtocolTCP, Port: 80}},
+	} {
+		svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: ports}}
+		if err := checkPorts(svc); err == nil {
+			t.Errorf("ports %+v passed", ports)
+		}
+	}
+}

@@ -324,7 +324,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	ips := si.Spec.IPs
-	if d.Service != nil {
+	if err := checkPorts(d.Service); err != nil {
+		// Merged from several clusters' exports: what the API server
+		// would refuse is said, not sent.
+		failed("derived Service", err)
+	} else if d.Service != nil {
 		svc, err := r.applyService(ctx, si, d.Service)
 		failed("derived Service", err)
 		if err == nil {

@@ -1,6 +1,8 @@
 package replication
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -22,12 +24,19 @@ type GCPolicy struct {
 // the peers directory for the grace period. A source that is configured,
 // even while down, is never absent. absent is when each source was first
 // seen absent; the returned map replaces it (sources no longer seen are
-// dropped, so one that comes back starts over).
-func CollectGone(objs []client.Object, p GCPolicy, absent map[string]time.Time, now time.Time) (del []client.Object, next map[string]time.Time) {
+// dropped, so one that comes back starts over). When every source of the
+// replicas is absent at once (the peers Secret emptied or mis-keyed, not
+// peers leaving one by one), nothing goes: held names them.
+func CollectGone(objs []client.Object, p GCPolicy, absent map[string]time.Time, now time.Time) (del []client.Object, next map[string]time.Time, held []string) {
 	next = map[string]time.Time{}
+	present := false
 	for _, o := range objs {
 		from := o.GetLabels()[LabelSourceCluster]
-		if from == "" || from == p.Cluster || p.Peer(from) || !p.InScope(o.GetNamespace()) {
+		if from == "" || from == p.Cluster || !p.InScope(o.GetNamespace()) {
+			continue
+		}
+		if p.Peer(from) {
+			present = true
 			continue
 		}
 		since, ok := absent[from]
@@ -39,7 +48,11 @@ func CollectGone(objs []client.Object, p GCPolicy, absent map[string]time.Time, 
 			del = append(del, o)
 		}
 	}
-	return del, next
+	if !present && len(del) > 0 {
+		held = slices.Sorted(maps.Keys(next))
+		del = nil
+	}
+	return del, next, held
 }
 
 // ResyncKeys are the Service names to reconcile on a full resync: each

@@ -53,7 +53,7 @@ func TestCollectGone(t *testing.T) {
 		{at: 22 * time.Minute, objs: objs, deleted: []string{"web/b", "web/b-removed"}, absent: []string{"removed"}},
 	} {
 		var del []client.Object
-		del, absent = CollectGone(step.objs, p, absent, t0.Add(step.at))
+		del, absent, _ = CollectGone(step.objs, p, absent, t0.Add(step.at))
 		if got := names(del); !slices.Equal(got, step.deleted) {
 			t.Errorf("at %v: deleted %v, want %v", step.at, got, step.deleted)
 		}
@@ -64,6 +64,28 @@ func TestCollectGone(t *testing.T) {
 		if !slices.Equal(srcs, step.absent) {
 			t.Errorf("at %v: absent %v, want %v", step.at, srcs, step.absent)
 		}
+	}
+}
+
+// Every source of the replicas gone from the peers directory at once (an
+// emptied or mis-keyed peers Secret) deletes nothing, however long, and
+// says which; one configured source left, the others go after the grace.
+func TestCollectGoneAllAtOnce(t *testing.T) {
+	replica := func(name, from string) client.Object {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, Labels: map[string]string{LabelSourceCluster: from}}}
+	}
+	objs := []client.Object{replica("a", "p1"), replica("b", "p2")}
+	none := GCPolicy{Cluster: "us", Peer: func(string) bool { return false }, InScope: func(string) bool { return true }, Grace: 10 * time.Minute}
+	t0 := time.Unix(1e9, 0)
+	_, absent, _ := CollectGone(objs, none, nil, t0)
+	del, absent, held := CollectGone(objs, none, absent, t0.Add(time.Hour))
+	if len(del) != 0 || !slices.Equal(held, []string{"p1", "p2"}) {
+		t.Fatalf("every source absent an hour: deleted %d, held %v; want none deleted, p1 and p2 held", len(del), held)
+	}
+	p2 := none
+	p2.Peer = func(c string) bool { return c == "p2" }
+	if del, _, held := CollectGone(objs, p2, absent, t0.Add(time.Hour)); len(del) != 1 || del[0].GetName() != "a" || len(held) != 0 {
+		t.Errorf("p2 configured: deleted %d, held %v; want p1's replica deleted", len(del), held)
 	}
 }
 

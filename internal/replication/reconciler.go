@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +56,8 @@ type Reconciler struct {
 
 	kick   chan event.GenericEvent
 	absent map[string]time.Time // source clusters of local replicas that are not peers
+	// heldSaid is the sources whose replicas were last kept (holdGone).
+	heldSaid string
 }
 
 // SetupWithManager reconciles a Service name on local Service, Pod and
@@ -180,8 +183,13 @@ func (r *Reconciler) collectGone(ctx context.Context) error {
 	for i := range eps.Items {
 		objs = append(objs, &eps.Items[i])
 	}
-	var del []client.Object
-	del, r.absent = CollectGone(objs, GCPolicy{Cluster: r.Cluster, Peer: r.Peers.Configured, InScope: r.Namespaces, Grace: r.Grace}, r.absent, time.Now())
+	del, absent, held := CollectGone(objs, GCPolicy{Cluster: r.Cluster, Peer: r.Peers.Configured, InScope: r.Namespaces, Grace: r.Grace}, r.absent, time.Now())
+	r.absent = absent
+	if len(held) > 0 {
+		r.holdGone(ctx, objs, held)
+	} else {
+		r.heldSaid = ""
+	}
 	var errs []error
 	for _, o := range del {
 		if err := r.Client.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
@@ -191,6 +199,23 @@ func (r *Reconciler) collectGone(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// holdGone says, once per set of sources, that their replicas are kept
+// though no peer of theirs is configured any more.
+func (r *Reconciler) holdGone(ctx context.Context, objs []client.Object, held []string) {
+	said := strings.Join(held, ",")
+	if r.heldSaid == said {
+		return
+	}
+	r.heldSaid = said
+	msg := fmt.Sprintf("kept: every source cluster of the replicas here (%s) left the peers directory at once; that is what an emptied or mis-keyed peers Secret looks like. Fix the Secret; if those peers are gone for good, delete their replicas (label %s)", said, LabelSourceCluster)
+	log.FromContext(ctx).Info(msg)
+	for _, o := range objs {
+		if svc, ok := o.(*corev1.Service); ok && slices.Contains(held, svc.Labels[LabelSourceCluster]) {
+			r.Recorder.Event(svc, corev1.EventTypeWarning, "PeersAllGone", msg)
+		}
+	}
 }
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
