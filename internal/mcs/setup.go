@@ -165,6 +165,7 @@ func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Format
 				events.duplicate(key, other)
 			},
 			OnForeignRecord: events.foreign,
+			OnKeptPacked:    events.keptPacked,
 			OnPollPages:     func(pages int) { telemetry.PollPages(region, pages) },
 			OnWriteFailed: func(key registry.Key) {
 				select { // the export is published again, and says so
@@ -259,6 +260,19 @@ func (ev identityEvents) foreign(f cloudmap.ForeignRecord) {
 	ev.warn(ReasonForeignRecordRefused,
 		"records of cluster %s on %s were created by AWS account %s, but that cluster's records are created by account %s: refused, not imported; account %s writes under a name not its own (a misconfigured cluster id, or a hostile member) (docs/troubleshooting.md)",
 		f.Cluster, f.Key, f.CreatedBy, f.Bound, f.CreatedBy)
+}
+
+// ReasonKeptPacked: an export written packed though some clusters read
+// only per-endpoint records (it would not fit those).
+const ReasonKeptPacked = "KeptPacked"
+
+// keptPacked says so on the ServiceExport.
+func (ev identityEvents) keptPacked(key registry.Key, msg string) {
+	se := &mcsv1beta1.ServiceExport{}
+	if ev.c.Get(context.Background(), client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, se) != nil {
+		return
+	}
+	ev.rec.Event(se, corev1.EventTypeWarning, ReasonKeptPacked, msg)
 }
 
 // identityPoll is how often the ClusterProperties are read until valid.

@@ -79,6 +79,9 @@ type Options struct {
 	// OnPollPages, when set, hears how many ListOperations pages each poll
 	// of the change feed read.
 	OnPollPages func(pages int)
+	// OnKeptPacked, when set, hears that an export is written packed
+	// though per-endpoint records are chosen: it would not fit them.
+	OnKeptPacked func(key registry.Key, msg string)
 	// OnWriteFailed, when set, hears that a write of this cluster's export
 	// of a service failed after Cloud Map accepted it, or that one written
 	// since made it good: publish it again (WriteFailure says which).
@@ -267,6 +270,14 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		desired, err = EncodePacked(e, b.o.Controller, current)
 	case desired == nil:
 		desired, err = Encode(e, b.o.Controller, version)
+		if why := b.tooLarge(e.Key, current, desired, err); why != "" {
+			// Per-endpoint records are chosen for clusters that read only
+			// those; this export cannot be written so, and refusing it
+			// would freeze it everywhere: packed, they lack it.
+			if desired, err = EncodePacked(e, b.o.Controller, current); err == nil {
+				b.keptPacked(e.Key, why)
+			}
+		}
 	}
 	if err != nil {
 		return err
@@ -454,6 +465,33 @@ func (b *Backend) region() string { return b.c.Options().Region }
 
 // Cluster is the cluster this backend publishes for.
 func (b *Backend) Cluster() string { return b.o.Cluster }
+
+// tooLarge says why an export encoded per endpoint (desired, or err) would
+// not fit Cloud Map's quotas; "" when it fits, or is refused otherwise.
+func (b *Backend) tooLarge(key registry.Key, current, desired map[string]Attrs, err error) string {
+	var limit *LimitError
+	if errors.As(err, &limit) {
+		return limit.Reason
+	}
+	if err != nil || len(desired) <= len(current) {
+		return ""
+	}
+	return b.o.Usage.fits(b.region(), key, len(current), len(desired))
+}
+
+// keptPacked says, once a while per service, that an export is written
+// packed though some clusters read only per-endpoint records.
+func (b *Backend) keptPacked(key registry.Key, why string) {
+	if !b.due("kept packed " + key.String()) {
+		return
+	}
+	c := b.o.Formats.Choose()
+	msg := fmt.Sprintf("written in packed records though clusters %s read only per-endpoint records (%s): per endpoint it would not fit (%s); they import it once they upgrade", c.Behind, c.Why, why)
+	b.o.Log.Info(msg, "service", key.String())
+	if b.o.OnKeptPacked != nil {
+		b.o.OnKeptPacked(key, msg)
+	}
+}
 
 // mayPack tells whether this cluster may write packed records at all.
 func (b *Backend) mayPack(version int) bool {

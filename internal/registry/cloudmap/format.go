@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/clustermap/clustermap/internal/registry"
 )
@@ -15,7 +17,11 @@ import (
 // endpoint while any writes an older format or another controller's
 // records (the AWS Cloud Map MCS controller), or when told to keep them
 // for callers that read Cloud Map directly. A cluster that exports
-// nothing shows nothing, and is not waited for.
+// nothing shows nothing, and is not waited for; nor is one drained as
+// silent. The format switches at most once per FormatHold: a record that
+// comes and goes (any member can write one) costs every cluster one
+// rewrite of its exports, not one per flip. An export that does not fit
+// per-endpoint records stays packed whatever the choice (Backend.publish).
 type Formats struct {
 	// Cluster is this cluster: its own records, written by the release
 	// before, do not hold it back.
@@ -26,6 +32,8 @@ type Formats struct {
 	// switched says the format itself changed (every export is written
 	// again then), not only why.
 	OnChoice func(c Choice, switched bool)
+	// Now is the clock (tests); nil: time.Now.
+	Now func() time.Time
 
 	mu sync.Mutex
 	// versions is, per service, each other cluster's record format (0 for
@@ -41,7 +49,14 @@ type Formats struct {
 	// from changes (stale).
 	last  Choice
 	stale bool
+	// switched is when the format last switched; recheck re-chooses once
+	// a switch held back may go.
+	switched time.Time
+	recheck  *time.Timer
 }
+
+// FormatHold is the least time between two switches of the format.
+const FormatHold = 5 * time.Minute
 
 // Choice is how this cluster writes its endpoint records, and why.
 type Choice struct {
@@ -50,6 +65,8 @@ type Choice struct {
 	// keeps each export in the format it has.
 	Known bool
 	Why   string
+	// Behind are the clusters that read only per-endpoint records.
+	Behind string
 }
 
 func (c Choice) String() string {
@@ -81,7 +98,7 @@ func (f *Formats) Tap(sink registry.Sink) registry.Sink {
 func (f *Formats) set(key registry.Key, exports []registry.Export) {
 	v := map[string]int{}
 	for _, e := range exports {
-		if e.Cluster != f.Cluster {
+		if e.Cluster != f.Cluster && e.Silent.IsZero() {
 			v[e.Cluster] = e.RecordVersion
 		}
 	}
@@ -130,7 +147,7 @@ func (f *Formats) Choose() Choice {
 	f.mu.Lock()
 	c := f.last
 	if f.stale || c.Why == "" {
-		c = f.choose()
+		c = f.hold(f.choose())
 	}
 	changed := c != f.last
 	switched := c.Packed != f.last.Packed || c.Known != f.last.Known
@@ -142,6 +159,39 @@ func (f *Formats) Choose() Choice {
 	return c
 }
 
+// hold keeps the format c would switch from within FormatHold of the last
+// switch, and has it chosen again then.
+func (f *Formats) hold(c Choice) Choice {
+	if !f.last.Known || !c.Known || c.Packed == f.last.Packed {
+		return c
+	}
+	now := time.Now()
+	if f.Now != nil {
+		now = f.Now()
+	}
+	wait := f.switched.Add(FormatHold).Sub(now)
+	if f.switched.IsZero() || wait <= 0 {
+		f.switched = now
+		if f.recheck != nil {
+			f.recheck.Stop()
+			f.recheck = nil
+		}
+		return c
+	}
+	if f.recheck == nil {
+		f.recheck = time.AfterFunc(wait, func() {
+			f.mu.Lock()
+			f.stale, f.recheck = true, nil
+			f.mu.Unlock()
+			f.Choose()
+		})
+	}
+	held := f.last
+	held.Why = fmt.Sprintf("kept until %s (the format switches at most once per %v; it switched at %s), though now %s",
+		f.switched.Add(FormatHold).UTC().Format(time.RFC3339), FormatHold, f.switched.UTC().Format(time.RFC3339), c.Why)
+	return held
+}
+
 func (f *Formats) choose() Choice {
 	if f.PerEndpoint {
 		return Choice{Known: true, Why: "kept by --cloudmap-endpoint-records=per-endpoint, for callers that read Cloud Map directly"}
@@ -151,12 +201,13 @@ func (f *Formats) choose() Choice {
 	}
 	if len(f.old) > 0 {
 		// The first by name, in its oldest format: one to name.
-		c := slices.Sorted(maps.Keys(f.old))[0]
+		behind := slices.Sorted(maps.Keys(f.old))
+		c := behind[0]
 		v := slices.Min(slices.Collect(maps.Keys(f.old[c])))
 		if v == 0 {
-			return Choice{Known: true, Why: fmt.Sprintf("cluster %s writes another controller's records (the AWS Cloud Map MCS controller?), which read only per-endpoint records", c)}
+			return Choice{Known: true, Behind: strings.Join(behind, ", "), Why: fmt.Sprintf("cluster %s writes another controller's records (the AWS Cloud Map MCS controller?), which read only per-endpoint records", c)}
 		}
-		return Choice{Known: true, Why: fmt.Sprintf("cluster %s writes record format %d (an older clustermap), which reads only per-endpoint records", c, v)}
+		return Choice{Known: true, Behind: strings.Join(behind, ", "), Why: fmt.Sprintf("cluster %s writes record format %d (an older clustermap), which reads only per-endpoint records", c, v)}
 	}
 	return Choice{Packed: true, Known: true, Why: fmt.Sprintf("every other cluster that exports (%d) reads packed records", len(f.exporting))}
 }

@@ -3,6 +3,7 @@ package cloudmap
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clustermap/clustermap/internal/registry"
 )
@@ -46,5 +47,53 @@ func TestFormatsChoose(t *testing.T) {
 	kept.Tap(registry.SinkFuncs{}).Synced()
 	if c := kept.Choose(); c.Packed || !c.Known {
 		t.Errorf("told to keep per-endpoint records: %s", c)
+	}
+}
+
+// A per-endpoint record that comes and goes (any member can write one)
+// switches the format at most once per FormatHold: 10 flips in 5 minutes
+// cost one switch, and the last state is taken once the hold is over. A
+// drained cluster's records ask for nothing.
+func TestFormatsHold(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	switches := 0
+	f := &Formats{Cluster: "me", Now: func() time.Time { return now }, OnChoice: func(c Choice, switched bool) {
+		if switched {
+			switches++
+		}
+	}}
+	sink := f.Tap(registry.SinkFuncs{})
+	web, junk := registry.Key{Namespace: "ns", Name: "web"}, registry.Key{Namespace: "ns", Name: "junk"}
+	sink.Set(web, []registry.Export{{Cluster: "peer", RecordVersion: 3}})
+	sink.Synced()
+	if c := f.Choose(); !c.Packed {
+		t.Fatalf("first choice %s, want packed", c)
+	}
+	switches = 0
+	for i := range 10 {
+		now = now.Add(25 * time.Second)
+		if i%2 == 0 {
+			sink.Set(junk, []registry.Export{{Cluster: "mallory", RecordVersion: 0}})
+		} else {
+			sink.Set(junk, nil)
+		}
+		f.Choose()
+	}
+	if c := f.Choose(); switches != 1 || c.Packed || !strings.Contains(c.Why, "switches at most once") {
+		t.Errorf("10 flips in %v: %d switches, now %s; want 1, held per-endpoint", 250*time.Second, switches, c)
+	}
+	now = now.Add(FormatHold)
+	f.mu.Lock()
+	f.stale = true
+	f.mu.Unlock()
+	if c := f.Choose(); !c.Packed || switches != 2 {
+		t.Errorf("past the hold, the record gone: %s after %d switches; want packed again", c, switches)
+	}
+	if f.recheck != nil {
+		t.Error("a recheck is still set after the switch it waited for")
+	}
+	sink.Set(junk, []registry.Export{{Cluster: "mallory", RecordVersion: 0, Silent: now}})
+	if c := f.Choose(); !c.Packed {
+		t.Errorf("a drained cluster's old records: %s, want packed", c)
 	}
 }

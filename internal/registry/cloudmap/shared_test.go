@@ -51,6 +51,16 @@ func newMember(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, ke
 // empty: in one account).
 func newCluster(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, key, owner, account, cluster string, opts ...cloudmap.WatchOptions) *member {
 	t.Helper()
+	return newClusterWith(t, ctx, srv, key, owner, account, cluster, func(o *cloudmap.Options) {
+		if len(opts) > 0 {
+			o.Watch = opts[0]
+		}
+	})
+}
+
+// newClusterWith is newCluster with its options tuned.
+func newClusterWith(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, key, owner, account, cluster string, tune func(*cloudmap.Options)) *member {
+	t.Helper()
 	m := &member{calls: &cloudmapclient.Calls{}, heard: map[registry.Key][]registry.Export{}, failures: make(chan registry.Key, 100)}
 	co := srv.Shipped()
 	co.Credentials = credentials.NewStaticCredentialsProvider(key, "s", "")
@@ -78,17 +88,17 @@ func newCluster(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, k
 			default:
 			}
 		}}
-	if len(opts) > 0 {
-		o.Watch = opts[0]
-	}
+	tune(&o)
 	m.b = cloudmap.New(m.c, o)
-	go func() {
-		_ = m.b.Watch(ctx, registry.SinkFuncs{OnSet: func(key registry.Key, e []registry.Export) {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			m.heard[key] = e
-		}})
-	}()
+	var sink registry.Sink = registry.SinkFuncs{OnSet: func(key registry.Key, e []registry.Export) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.heard[key] = e
+	}}
+	if o.Formats != nil {
+		sink = o.Formats.Tap(sink)
+	}
+	go func() { _ = m.b.Watch(ctx, sink) }()
 	return m
 }
 
