@@ -1,9 +1,11 @@
 package export
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,6 +67,22 @@ type Reconciler struct {
 	// APIReader confirms at the API server that a ServiceExport is gone
 	// before its orphaned records are withdrawn.
 	APIReader client.Reader
+	// Drift is how often an export is published again though nothing
+	// changed here (DefaultDrift when zero): records deleted out of band,
+	// or overwritten by a twin with this cluster's id, come back.
+	Drift time.Duration
+}
+
+// DefaultDrift republishes each export every 10 minutes, give or take a
+// tenth: one DiscoverInstances per export when nothing drifted (1,000
+// exports: under 2 data-plane calls a second).
+const DefaultDrift = 10 * time.Minute
+
+// driftAfter is when an export is published again, spread so that exports
+// published together are not again together.
+func (r *Reconciler) driftAfter() time.Duration {
+	d := cmp.Or(r.Drift, DefaultDrift)
+	return d + rand.N(d/10+1)
 }
 
 // SetupWithManager watches ServiceExports and the Services and
@@ -204,7 +222,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonExported,
 		fmt.Sprintf("exported to clusterset %s with %d endpoint records (%d ready)", id.ClusterSet, len(e.Endpoints), ready))
-	return reconcile.Result{}, r.updateStatus(ctx, se, before)
+	return reconcile.Result{RequeueAfter: r.driftAfter()}, r.updateStatus(ctx, se, before)
 }
 
 // zoneIDs reads the zone id label of the nodes the endpoints are on (node

@@ -226,3 +226,28 @@ func TestExportRegistryMergeImport(t *testing.T) {
 		}
 	}
 }
+
+// An export is published again every drift period though nothing changed
+// here: records deleted out of band (or overwritten by a twin with this
+// cluster's id) come back then.
+func TestExportDriftRepublishes(t *testing.T) {
+	store := memory.NewStore()
+	a := newMember(t, store, "cluster-a", service(), slice("10.1.0.1"), serviceExport())
+	res, err := a.export.Reconcile(context.Background(), reconcile.Request{NamespacedName: cart})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := res.RequeueAfter; d < export.DefaultDrift || d > export.DefaultDrift*11/10 {
+		t.Errorf("published export requeued after %v; want the drift period, %v plus up to a tenth", d, export.DefaultDrift)
+	}
+	// Deleted out of band, as by another writer of the registry.
+	if err := store.Registry("set", "cluster-a").Withdraw(context.Background(), registry.Key(cart)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.reconcileExport(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.Exports("set", registry.Key(cart)); len(got) != 1 {
+		t.Errorf("after the drift pass the registry holds %+v; want cluster-a's export back", got)
+	}
+}
