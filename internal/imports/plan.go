@@ -56,6 +56,12 @@ func DerivedName(name string) string {
 // it (multicluster.kubernetes.io is a denied prefix).
 const DerivedServiceAnnotation = "multicluster.kubernetes.io/derived-service"
 
+// SourceRegionsAnnotation lists the Regions an import's exports were read
+// from: after a restart, an import whose Regions show no export of any
+// other cluster is held, not removed (a Region dropped from the
+// configuration reads as exporting nothing).
+const SourceRegionsAnnotation = "clustermap.io/source-regions"
+
 // Desired is what one cluster should hold for one imported service.
 type Desired struct {
 	Import *mcsv1beta1.ServiceImport
@@ -85,6 +91,19 @@ func Plan(key registry.Key, m merge.Result, hints map[locality.Endpoint][]string
 	si.Labels[LabelManagedBy] = managedByValue
 	for _, c := range m.Clusters() {
 		si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: c})
+	}
+	var regions []string
+	for _, e := range m.Exports {
+		if e.Region != "" && !slices.Contains(regions, e.Region) {
+			regions = append(regions, e.Region)
+		}
+	}
+	if len(regions) > 0 {
+		if si.Annotations == nil {
+			si.Annotations = map[string]string{}
+		}
+		slices.Sort(regions)
+		si.Annotations[SourceRegionsAnnotation] = strings.Join(regions, ",")
 	}
 	// KEP-1645: consumers (Gateway API implementations) read the imported
 	// EndpointSlices, which clustermap always writes.

@@ -3,6 +3,7 @@ package imports
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,7 +81,7 @@ func (r *Reconciler) removeChecked(ctx context.Context, key registry.Key) (recon
 			// the other clusters' export in sight.
 			return reconcile.Result{RequeueAfter: checkRetry}, nil
 		}
-		if holdRemovals(unwitnessed, r.View.othersVisible(id.ClusterID)) {
+		if holdRemovals(unwitnessed, r.View.othersVisible(id.ClusterID, regionsOf(si))) {
 			return reconcile.Result{RequeueAfter: heldRetry}, r.hold(ctx, si, unwitnessed, others)
 		}
 	}
@@ -120,11 +121,15 @@ func (r *Reconciler) countRemovals(ctx context.Context, self string) (unwitnesse
 // hold keeps an import and says why, on it (a condition, a Warning Event
 // once) and in the log.
 func (r *Reconciler) hold(ctx context.Context, si *mcsv1beta1.ServiceImport, unwitnessed, others int) error {
+	where := ""
+	if regions := regionsOf(si); len(regions) > 0 {
+		where = " in Region " + strings.Join(regions, ", ") + " (where this import's exports were read)"
+	}
 	msg := fmt.Sprintf("the registry says %d of the %d services this cluster imports from other clusters are exported nowhere, "+
-		"and shows no export of any other cluster since this controller started: more likely the controller reads the wrong place "+
-		"(--region, the AWS account of its credentials, --cloudmap-owner-account, a namespace no longer shared) "+
+		"and shows no export of any other cluster%s since this controller started: more likely the controller reads the wrong place "+
+		"(--region, --regions, the AWS account of its credentials, --cloudmap-owner-account, a namespace no longer shared) "+
 		"than every cluster unexported at once, so they are kept. Fix the configuration, or, if the services really are "+
-		"unexported, delete this ServiceImport to confirm (docs/troubleshooting.md#removalheld)", unwitnessed, others)
+		"unexported, delete this ServiceImport to confirm (docs/troubleshooting.md#removalheld)", unwitnessed, others, where)
 	key := registry.Key{Namespace: si.Namespace, Name: si.Name}
 	if _, said := r.heldSaid.LoadOrStore(key, true); !said {
 		r.Recorder.Event(si, corev1.EventTypeWarning, ConditionRemovalHeld, msg)
@@ -167,16 +172,36 @@ func (r *Reconciler) beforeSync(ctx context.Context, key registry.Key, exports [
 }
 
 // othersVisible says whether the view holds an export of a cluster other
-// than self.
-func (v *View) othersVisible(self string) bool {
+// than self in each of regions (none named: anywhere). A Region is judged
+// alone: exports in sight in one say nothing of another, which a restart
+// may have dropped from the configuration or not read right.
+func (v *View) othersVisible(self string, regions []string) bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	seen := map[string]bool{}
 	for _, exports := range v.exports {
 		for _, e := range exports {
 			if e.Cluster != self {
-				return true
+				seen[e.Region], seen[""] = true, true
 			}
 		}
 	}
-	return false
+	if len(regions) == 0 {
+		return seen[""]
+	}
+	for _, r := range regions {
+		if !seen[r] {
+			return false
+		}
+	}
+	return true
+}
+
+// regionsOf are the Regions an import's exports were last read from
+// (none known: an import written before it was said).
+func regionsOf(si *mcsv1beta1.ServiceImport) []string {
+	if v := si.Annotations[SourceRegionsAnnotation]; v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
 }

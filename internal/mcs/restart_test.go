@@ -287,3 +287,46 @@ func TestRegionDownAtRestartHoldsOnlyRemovals(t *testing.T) {
 		t.Errorf("the down Region's import went: %v", err)
 	}
 }
+
+// A Region dropped from the configuration at a restart reads as exporting
+// nothing: its clusters' imports are held (RemovalHeld), though the
+// Region still read shows other clusters' exports.
+func TestRegionDroppedAtRestartHoldsItsImports(t *testing.T) {
+	east, west := memory.NewStore(), memory.NewStore()
+	a := newMember(t, east, "cluster-a", exportOf("cart", "10.1.0.1")...)
+	w := newMember(t, west, "cluster-w", exportOf("pay", "10.2.0.1")...)
+	b := newMember(t, east, "cluster-b")
+	regions := func(sources ...multi.Source) registry.Registry {
+		return &multi.Registry{Home: east.Registry("set", "cluster-b"), Sources: sources}
+	}
+	eastSrc := multi.Source{Name: "us-east-1", Registry: east.Registry("set", "cluster-b")}
+	b.startWith(t, regions(eastSrc, multi.Source{Name: "eu-west-1", Registry: west.Registry("set", "cluster-b")}))
+	for _, m := range []struct {
+		m    *member
+		name string
+	}{{a, "cart"}, {w, "pay"}} {
+		if _, err := m.m.export.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: m.name}}); err != nil {
+			t.Fatal(err)
+		}
+		b.settle(t, client.ObjectKey{Namespace: "shop", Name: m.name})
+	}
+	pay := client.ObjectKey{Namespace: "shop", Name: "pay"}
+	si := &mcsv1beta1.ServiceImport{}
+	if err := b.c.Get(context.Background(), pay, si); err != nil || si.Annotations[imports.SourceRegionsAnnotation] != "eu-west-1" {
+		t.Fatalf("pay's import says Regions %q (%v); want eu-west-1", si.Annotations[imports.SourceRegionsAnnotation], err)
+	}
+
+	b.startWith(t, regions(eastSrc)) // eu-west-1 dropped
+	if res := b.settle(t, pay); res.RequeueAfter == 0 {
+		t.Fatal("pay's import was not held")
+	}
+	if err := b.c.Get(context.Background(), pay, si); err != nil {
+		t.Fatalf("the dropped Region's import went: %v", err)
+	}
+	if c := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionRemovalHeld); c == nil || !strings.Contains(c.Message, "eu-west-1") {
+		t.Errorf("RemovalHeld %+v; want it naming eu-west-1", c)
+	}
+	if got := b.importedIPsOf(t, "cart"); len(got) != 1 {
+		t.Errorf("the Region still read lost its import: %v", got)
+	}
+}

@@ -93,7 +93,7 @@ func (p *part) Set(key registry.Key, exports []registry.Export) {
 	if len(exports) == 0 {
 		delete(bySource, p.name)
 	} else {
-		bySource[p.name] = exports
+		bySource[p.name] = inRegion(exports, p.name)
 	}
 	var union []registry.Export
 	for _, name := range sortedNames(bySource) {
@@ -139,4 +139,19 @@ func sortedNames(m map[string][]registry.Export) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// inRegion says of exports a source read without a Region that they are
+// the source's (Cloud Map's say it already).
+func inRegion(exports []registry.Export, region string) []registry.Export {
+	out := exports
+	for i, e := range exports {
+		if e.Region == "" {
+			if &out[0] == &exports[0] {
+				out = slices.Clone(exports)
+			}
+			out[i].Region = region
+		}
+	}
+	return out
 }
