@@ -137,13 +137,14 @@ func TestPackedDecodeIsBoundedInObjects(t *testing.T) {
 	}
 	key := registry.Key{Namespace: "ns", Name: "web"}
 	var got []registry.Export
-	if b := allocated(func() { got = Decode(key, chunk(bomb)) }); b > 2<<20 {
+	var refused []registry.InvalidRecord
+	if b := allocated(func() { got, refused = decodeAt(key, chunk(bomb), time.Now(), registry.DefaultMaxImportEndpoints) }); b > 2<<20 {
 		t.Errorf("a %d-character chunk allocated %d KiB to decode; want under 2 MiB", len(bomb), b>>10)
 	}
-	if len(got) != 1 || len(got[0].Endpoints) != 0 || len(got[0].Invalid) != 1 {
-		t.Fatalf("the bomb decoded to %+v; want no endpoint and the chunk reported", got)
+	if len(got) != 0 || len(refused) != 1 {
+		t.Fatalf("the bomb decoded to %+v, refused %+v; want no export (a chunk that does not read makes none) and the chunk refused", got, refused)
 	}
-	t.Logf("reported: %s", got[0].Invalid[0].Reason)
+	t.Logf("refused: %s", refused[0].Reason)
 
 	// 500 addresses of 100 distinct ports each: 50,000 endpoints in one
 	// instance, read up to the cap.

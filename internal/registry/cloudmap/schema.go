@@ -360,16 +360,37 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time, maxEndpoint
 			continue
 		}
 		packed := a[AttrRecord] == recordValue || a[AttrRecord] == chunkRecord
+		held := 0
+		if e := byCluster[cluster]; e != nil {
+			held = len(e.Endpoints)
+		}
 		var ep registry.Endpoint
-		if !packed {
-			if e := byCluster[cluster]; e != nil && len(e.Endpoints) >= maxEndpoints {
-				e.Capped = maxEndpoints
-				continue
-			}
+		var eps []registry.Endpoint
+		var bad []registry.InvalidRecord
+		cut := false
+		switch {
+		case !packed && held >= maxEndpoints:
+			byCluster[cluster].Capped = maxEndpoints
+			continue
+		case !packed:
 			var err error
 			if ep, err = decodeEndpoint(a); err != nil {
 				refused[cluster] = append(refused[cluster], registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
 				continue
+			}
+		default:
+			var err error
+			eps, bad, cut, err = decodePacked(in, maxEndpoints-held)
+			if err != nil {
+				inv := registry.InvalidRecord{ID: in.ID, Reason: err.Error()}
+				if a[AttrRecord] == chunkRecord {
+					// A chunk that does not read makes no export: a
+					// member's junk must not list its name among a
+					// Service's exporters.
+					refused[cluster] = append(refused[cluster], inv)
+					continue
+				}
+				bad = append(bad, inv) // the service record still says the export
 			}
 		}
 		e := get(a)
@@ -393,8 +414,8 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time, maxEndpoint
 			e.RecordVersion = packedVersion
 		}
 		if packed {
-			eps, cut := decodePacked(e, in, maxEndpoints-len(e.Endpoints))
 			e.Endpoints = append(e.Endpoints, eps...)
+			e.Invalid = append(e.Invalid, bad...)
 			if cut {
 				e.Capped = maxEndpoints
 			}
@@ -441,35 +462,35 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time, maxEndpoint
 
 // decodePacked reads the endpoints a service record or chunk packs, at
 // most budget of them (cut says it stopped there), each checked as an
-// endpoint record is; what does not is reported, the first few of an
-// instance each and the rest counted.
-func decodePacked(e *registry.Export, in Instance, budget int) (eps []registry.Endpoint, cut bool) {
+// endpoint record is: those that fail are bad, the first few of an
+// instance each and the rest counted. err says the record does not read
+// at all.
+func decodePacked(in Instance, budget int) (eps []registry.Endpoint, bad []registry.InvalidRecord, cut bool, err error) {
 	if in.Attrs[packedKeys[0]] == "" {
-		return nil, false
+		return nil, nil, false, nil
 	}
 	if budget <= 0 {
-		return nil, true // not even read
+		return nil, nil, true, nil // not even read
 	}
 	es, cut, err := unpackChunk(joinParts(in.Attrs), budget)
 	if err != nil {
-		e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
-		return nil, false
+		return nil, nil, false, err
 	}
 	all := endpointsOf(es)
-	out, bad := all[:0], 0 // kept in place
+	out, n := all[:0], 0 // kept in place
 	for _, ep := range all {
 		if err := validEndpoint(ep); err != nil {
-			if bad++; bad <= registry.MaxInvalidRecords {
-				e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID + " " + ep.IP, Reason: err.Error()})
+			if n++; n <= registry.MaxInvalidRecords {
+				bad = append(bad, registry.InvalidRecord{ID: in.ID + " " + ep.IP, Reason: err.Error()})
 			}
 			continue
 		}
 		out = append(out, ep)
 	}
-	if bad > registry.MaxInvalidRecords {
-		e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: fmt.Sprintf("%d more of its endpoints are invalid", bad-registry.MaxInvalidRecords)})
+	if n > registry.MaxInvalidRecords {
+		bad = append(bad, registry.InvalidRecord{ID: in.ID, Reason: fmt.Sprintf("%d more of its endpoints are invalid", n-registry.MaxInvalidRecords)})
 	}
-	return out, cut
+	return out, bad, cut, nil
 }
 
 // withAppProtocols gives endpoint records, which do not say it, their
