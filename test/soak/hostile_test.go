@@ -3,10 +3,17 @@
 package soak
 
 import (
+	"bytes"
+	"compress/flate"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"fmt"
+	"iter"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
@@ -83,4 +90,64 @@ func (f *fleet) forge(t *testing.T) {
 		}
 	}
 	t.Logf("forged 4 records in each of %d exported services", n)
+	f.forgeRecordKinds(t, nss.Namespaces)
+}
+
+// forgeRecordKinds forges what packed records and liveness added: in
+// every exported service a chunk of a cluster name no cluster has, whose
+// 400 characters name one port 262,000 times (it decoded to as many
+// endpoints in every importer, and listed its name among the exporters);
+// and a liveness record under an id not its cluster's, claiming each
+// fleet cluster with a time an hour old (it drained them). Neither may
+// change any import.
+func (f *fleet) forgeRecordKinds(t *testing.T, nss []sdtypes.NamespaceSummary) {
+	ctx := context.Background()
+	ids := map[string]string{}
+	for _, ns := range nss {
+		ids[aws.ToString(ns.Name)] = aws.ToString(ns.Id)
+	}
+	bomb := []byte{1, 2, 4, 'h', 't', 't', 'p', 3, 'T', 'C', 'P', 1, 0, 1, 2, 1, 2, 0, 0x90, 0x3f, 0x50, 1, 3, 10, 250, 0, 1, 0, 0, 0}
+	bomb = binary.AppendUvarint(bomb, 262_000)
+	bomb = append(bomb, make([]byte, 262_000)...)
+	var z bytes.Buffer
+	w, _ := flate.NewWriter(&z, flate.BestCompression)
+	_, _ = w.Write(bomb)
+	_ = w.Close()
+	payload := base64.StdEncoding.EncodeToString(z.Bytes())
+	n := 0
+	for svc := range f.services(t, ids[nsMCS]) {
+		_, err := f.sd.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(cmschema.ChunkID(devenv.DefaultClusterSet, "mallory", 1)),
+			Attributes: map[string]string{cmschema.AttrClusterID: "mallory", cmschema.AttrClusterSetID: devenv.DefaultClusterSet,
+				cmschema.AttrRecord: "endpoints", cmschema.AttrPackedParts + "0": payload}})
+		harness.Must(t, err)
+		n++
+	}
+	old := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
+	for changes := range f.services(t, ids[cmschema.ChangesNamespace(devenv.DefaultClusterSet)]) {
+		for _, id := range f.ids {
+			_, err := f.sd.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(changes), InstanceId: aws.String(forgedPrefix + "liveness-" + id),
+				Attributes: map[string]string{cmschema.AttrClusterID: id, cmschema.AttrClusterSetID: devenv.DefaultClusterSet, "epoch": "forged", "seq": "1", "updated": old}})
+			harness.Must(t, err)
+		}
+	}
+	t.Logf("forged a %d-character packed chunk in each of %d exported services, and a misfiled old liveness record for each of %d clusters", len(payload), n, len(f.ids))
+}
+
+// services are the ids of the Cloud Map services of a namespace.
+func (f *fleet) services(t *testing.T, nsID string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if nsID == "" {
+			t.Fatal("a namespace the fleet writes to is missing")
+		}
+		p := sd.NewListServicesPaginator(f.sd, &sd.ListServicesInput{Filters: []sdtypes.ServiceFilter{{Name: sdtypes.ServiceFilterNameNamespaceId, Values: []string{nsID}}}})
+		for p.HasMorePages() {
+			page, err := p.NextPage(context.Background())
+			harness.Must(t, err)
+			for _, s := range page.Services {
+				if !yield(aws.ToString(s.Id)) {
+					return
+				}
+			}
+		}
+	}
 }
