@@ -2,6 +2,8 @@ package mcs
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/clustermap/clustermap/internal/imports"
 )
 
 // objects reports this cluster's exports, imports and conflicts as the
@@ -24,10 +28,16 @@ var (
 		"ServiceImports in this cluster, by type.", []string{"type"}, nil)
 	clustersDesc = prometheus.NewDesc("clustermap_mcs_clusters",
 		"Clusters whose exports this cluster imports.", nil, nil)
+	importConditionsDesc = prometheus.NewDesc("clustermap_mcs_import_conditions",
+		"ServiceImports in this cluster with each condition an operator acts on (Ready, ClustersDrained, RemovalHeld, EndpointsCapped), by its status (true, false).",
+		[]string{"condition", "status"}, nil)
 )
 
+// alerted are the ServiceImport conditions counted for alerts.
+var alerted = []string{string(mcsv1beta1.ServiceImportConditionReady), imports.ConditionClustersDrained, imports.ConditionRemovalHeld, imports.ConditionEndpointsCapped}
+
 func (objects) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{exportsDesc, conflictsDesc, importsDesc, clustersDesc} {
+	for _, d := range []*prometheus.Desc{exportsDesc, conflictsDesc, importsDesc, clustersDesc, importConditionsDesc} {
 		ch <- d
 	}
 }
@@ -55,11 +65,23 @@ func (o objects) Collect(ch chan<- prometheus.Metric) {
 	if err := o.c.List(ctx, imports); err == nil {
 		byType := map[string]int{string(mcsv1beta1.ClusterSetIP): 0, string(mcsv1beta1.Headless): 0}
 		clusters := map[string]bool{}
+		conds := map[[2]string]int{}
+		for _, c := range alerted {
+			conds[[2]string{c, "true"}], conds[[2]string{c, "false"}] = 0, 0
+		}
 		for _, si := range imports.Items {
 			byType[string(si.Spec.Type)]++
 			for _, c := range si.Status.Clusters {
 				clusters[c.Cluster] = true
 			}
+			for _, c := range si.Status.Conditions {
+				if k := [2]string{c.Type, strings.ToLower(string(c.Status))}; slices.Contains(alerted, c.Type) && c.Status != metav1.ConditionUnknown {
+					conds[k]++
+				}
+			}
+		}
+		for k, n := range conds {
+			ch <- prometheus.MustNewConstMetric(importConditionsDesc, prometheus.GaugeValue, float64(n), k[0], k[1])
 		}
 		for t, n := range byType {
 			ch <- prometheus.MustNewConstMetric(importsDesc, prometheus.GaugeValue, float64(n), t)

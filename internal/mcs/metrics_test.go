@@ -9,8 +9,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
 )
+
+func withConditions(si *mcsv1beta1.ServiceImport, cs ...metav1.Condition) *mcsv1beta1.ServiceImport {
+	si.Status.Conditions = cs
+	return si
+}
 
 func TestObjectsAreCounted(t *testing.T) {
 	cond := func(typ mcsv1beta1.ServiceExportConditionType, s metav1.ConditionStatus) metav1.Condition {
@@ -32,6 +38,10 @@ func TestObjectsAreCounted(t *testing.T) {
 			cond(mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionTrue)),
 		export("c", cond(mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse)),
 		imp("a", mcsv1beta1.ClusterSetIP, "c1", "c2"), imp("h", mcsv1beta1.Headless, "c2", "c3"),
+		withConditions(imp("d", mcsv1beta1.ClusterSetIP, "c1"), metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse},
+			metav1.Condition{Type: imports.ConditionClustersDrained, Status: metav1.ConditionTrue}, metav1.Condition{Type: "Other", Status: metav1.ConditionTrue}),
+		withConditions(imp("e", mcsv1beta1.ClusterSetIP, "c1"), metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue},
+			metav1.Condition{Type: imports.ConditionRemovalHeld, Status: metav1.ConditionTrue}, metav1.Condition{Type: imports.ConditionEndpointsCapped, Status: metav1.ConditionTrue}),
 	).Build()
 	want := `
 # HELP clustermap_mcs_clusters Clusters whose exports this cluster imports.
@@ -44,9 +54,19 @@ clustermap_mcs_export_conflicts 1
 # TYPE clustermap_mcs_exports gauge
 clustermap_mcs_exports{ready="true",valid="true"} 2
 clustermap_mcs_exports{ready="unknown",valid="false"} 1
+# HELP clustermap_mcs_import_conditions ServiceImports in this cluster with each condition an operator acts on (Ready, ClustersDrained, RemovalHeld, EndpointsCapped), by its status (true, false).
+# TYPE clustermap_mcs_import_conditions gauge
+clustermap_mcs_import_conditions{condition="ClustersDrained",status="false"} 0
+clustermap_mcs_import_conditions{condition="ClustersDrained",status="true"} 1
+clustermap_mcs_import_conditions{condition="EndpointsCapped",status="false"} 0
+clustermap_mcs_import_conditions{condition="EndpointsCapped",status="true"} 1
+clustermap_mcs_import_conditions{condition="Ready",status="false"} 1
+clustermap_mcs_import_conditions{condition="Ready",status="true"} 1
+clustermap_mcs_import_conditions{condition="RemovalHeld",status="false"} 0
+clustermap_mcs_import_conditions{condition="RemovalHeld",status="true"} 1
 # HELP clustermap_mcs_imports ServiceImports in this cluster, by type.
 # TYPE clustermap_mcs_imports gauge
-clustermap_mcs_imports{type="ClusterSetIP"} 1
+clustermap_mcs_imports{type="ClusterSetIP"} 3
 clustermap_mcs_imports{type="Headless"} 1
 `
 	if err := testutil.CollectAndCompare(objects{c}, strings.NewReader(want)); err != nil {

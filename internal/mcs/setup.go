@@ -157,6 +157,7 @@ func Setup(mgr manager.Manager, o Options) error {
 func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onSilent func(string, time.Time, bool),
 	writer string, events identityEvents, rewrites chan<- event.GenericEvent) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
+		telemetry.Reading(region)
 		bo := cloudmap.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, Controller: o.Controller, Log: o.Log.WithName("cloudmap").WithValues("region", region),
 			RecordVersion: o.RecordVersion, MaxImportEndpoints: o.MaxImportEndpoints, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch, OnSilent: onSilent,
 			OnPropagation: func(took time.Duration) { telemetry.Propagated(region, took) },

@@ -76,6 +76,10 @@ func LimitWait(region, plane string, waited time.Duration) {
 // cluster's id.
 func DuplicateClusterID(region string) { duplicates.WithLabelValues(region).Inc() }
 
+// Reading says a Region is read, so that its counters of what has not
+// happened yet exist at zero (an alert on their increase sees the first).
+func Reading(region string) { duplicates.WithLabelValues(region) }
+
 // Propagated records how long an export record took to reach this cluster.
 func Propagated(region string, took time.Duration) {
 	propagation.WithLabelValues(region).Observe(max(took, 0).Seconds())
