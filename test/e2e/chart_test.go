@@ -705,6 +705,13 @@ func TestChartPodDefaults(t *testing.T) {
 		if len(selected) != 1 || len(np.Spec.Egress) < 2 {
 			t.Errorf("NetworkPolicy %s selects %v (want one Deployment's pods), egress %v", np.Name, selected, np.Spec.Egress)
 		}
+		// AWS credentials: the EKS Pod Identity agent (both families) and
+		// instance metadata, over HTTP.
+		for _, ip := range []string{"169.254.170.23", "fd00:ec2::23", "169.254.169.254"} {
+			if !egressReaches(np, netip.MustParseAddr(ip), 80) {
+				t.Errorf("NetworkPolicy %s lets no traffic out to %s:80: %v", np.Name, ip, np.Spec.Egress)
+			}
+		}
 	}
 
 	// Off: no policy; [] and "": no spread, the default priority.
@@ -729,4 +736,27 @@ func TestChartPodDefaults(t *testing.T) {
 
 func runtimeConvert(u *unstructured.Unstructured, into any) error {
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
+}
+
+// egressReaches says whether a NetworkPolicy's egress lets TCP out to
+// addr:port (a rule without peers reaches anywhere).
+func egressReaches(np *networkingv1.NetworkPolicy, addr netip.Addr, port int) bool {
+	for _, r := range np.Spec.Egress {
+		portOK := len(r.Ports) == 0
+		for _, p := range r.Ports {
+			portOK = portOK || p.Port != nil && p.Port.IntValue() == port && (p.Protocol == nil || *p.Protocol == corev1.ProtocolTCP)
+		}
+		to := len(r.To) == 0
+		for _, peer := range r.To {
+			if peer.IPBlock != nil {
+				if prefix, err := netip.ParsePrefix(peer.IPBlock.CIDR); err == nil && prefix.Contains(addr) {
+					to = true
+				}
+			}
+		}
+		if portOK && to {
+			return true
+		}
+	}
+	return false
 }

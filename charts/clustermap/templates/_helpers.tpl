@@ -108,6 +108,15 @@ networkPolicy.extraEgress adds. */}}
 - ports:
   - {port: 443, protocol: TCP}
   - {port: 6443, protocol: TCP}
+# AWS credentials on the node: the EKS Pod Identity agent and the
+# instance metadata service (node role, Region), over plain HTTP.
+- to:
+  - ipBlock: {cidr: 169.254.170.23/32}
+  - ipBlock: {cidr: fd00:ec2::23/128}
+  - ipBlock: {cidr: 169.254.169.254/32}
+  - ipBlock: {cidr: fd00:ec2::254/128}
+  ports:
+  - {port: 80, protocol: TCP}
 {{- with .Values.networkPolicy.extraEgress }}
 {{ toYaml . }}
 {{- end }}
