@@ -148,6 +148,7 @@ func TestChart(t *testing.T) {
 	}
 	t.Run("every mode combination renders and applies (server dry run)", func(t *testing.T) { everyMode(t, w, ch) })
 	t.Run("bad values fail with a clear message", func(t *testing.T) { badValues(t, ch) })
+	t.Run("every TTL the controller takes renders", func(t *testing.T) { goodTTLs(t, ch) })
 	t.Run("accounts and Regions reach the controller", func(t *testing.T) { accountsValues(t, ch) })
 	t.Run("drains, GitOps, RBAC and DNS values install", func(t *testing.T) { w.operatorValues(t, ch) })
 	t.Run("MCS works with the chart's ServiceAccount only", func(t *testing.T) { w.asServiceAccount(t, ch) })
@@ -221,6 +222,7 @@ func badValues(t *testing.T, ch *chart.Chart) {
 		{"an owner account that is no account", func(v map[string]any) { v["cloudMap"] = map[string]any{"ownerAccount": "1234"} }, "ownerAccount"},
 		{"a Region list with no Region", func(v map[string]any) { v["cloudMap"] = map[string]any{"regions": []any{"Ireland"}} }, "regions"},
 		{"a bad TTL", func(v map[string]any) { v["cloudMap"] = map[string]any{"silentClusterTTL": "a day"} }, "silentClusterTTL"},
+		{"a TTL under three heartbeats, which the controller refuses", func(v map[string]any) { v["cloudMap"] = map[string]any{"silentClusterTTL": "10m"} }, "silentClusterTTL"},
 		{"the budget of old (minAvailable blocked every eviction at one replica)", func(v map[string]any) {
 			v["podDisruptionBudget"] = map[string]any{"minAvailable": 1}
 		}, "minAvailable"},
@@ -239,6 +241,17 @@ func badValues(t *testing.T, ch *chart.Chart) {
 			t.Errorf("%s: want an error naming %q, got %v", c.what, c.error, err)
 		} else {
 			t.Logf("%s: %v", c.what, strings.ReplaceAll(err.Error(), "\n", " "))
+		}
+	}
+}
+
+// goodTTLs render: every TTL the controller takes.
+func goodTTLs(t *testing.T, ch *chart.Chart) {
+	for _, ttl := range []string{"", "0s", "30m", "45m30s", "1h", "2h30m", "1800s"} {
+		v := modeValues(true, false, false, false)
+		v["cloudMap"] = map[string]any{"silentClusterTTL": ttl}
+		if _, err := render(ch, v); err != nil {
+			t.Errorf("silentClusterTTL %q: %v", ttl, err)
 		}
 	}
 }
