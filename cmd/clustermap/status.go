@@ -17,6 +17,7 @@ import (
 
 func newStatus() *cobra.Command {
 	var output, statusNS string
+	var reportOnly bool
 	var clusters clusterFlags
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -27,8 +28,10 @@ ServiceExport with its Valid/Ready/Conflict conditions, every ServiceImport
 with its exporting clusters and ready endpoints per address family, the
 controller's last Cloud Map sync and errors (from its status Lease), and
 anything stuck (a finalizer pending, DomainConflict, an unreachable peer or
-registry). Exits non-zero when a cluster cannot be read or something is
-stuck.`,
+registry), and every export and import whose conditions say it fails
+(Valid or Ready False, RemovalHeld, EndpointsCapped). Exits non-zero when a
+cluster cannot be read, or something is stuck or failing, unless
+--report-only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "json" {
@@ -42,7 +45,7 @@ stuck.`,
 			problems := 0
 			for _, kctx := range contexts {
 				c := readCluster(cmd.Context(), clusters.kubeconfig, kctx, statusNS)
-				if c.Error != "" || len(c.Stuck) > 0 {
+				if c.Error != "" || len(c.Stuck) > 0 || len(c.Failing) > 0 {
 					problems++
 				}
 				report = append(report, c)
@@ -56,8 +59,8 @@ stuck.`,
 			if err != nil {
 				return err
 			}
-			if problems > 0 {
-				return fmt.Errorf("%d of %d clusters unreachable or with something stuck", problems, len(report))
+			if problems > 0 && !reportOnly {
+				return fmt.Errorf("%d of %d clusters unreachable, or with something stuck or failing", problems, len(report))
 			}
 			return nil
 		},
@@ -66,6 +69,7 @@ stuck.`,
 	clusters.add(f, "kubeconfig contexts, one per cluster (repeat or comma-separate)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	f.StringVar(&statusNS, "status-namespace", kube.DefaultStatusNamespace, "the controller's namespace (its status Lease)")
+	f.BoolVar(&reportOnly, "report-only", false, "exit 0 whatever the report says (only a failure to run is an error)")
 	return cmd
 }
 

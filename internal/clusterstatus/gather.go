@@ -166,6 +166,12 @@ func Table(w io.Writer, clusters []Cluster) error {
 		for _, s := range c.Stuck {
 			fmt.Fprintf(tw, "  STUCK: %s\n", s)
 		}
+		if len(c.Failing) == 0 {
+			fmt.Fprintln(tw, "  nothing failing")
+		}
+		for _, s := range c.Failing {
+			fmt.Fprintf(tw, "  FAILING: %s\n", s)
+		}
 	}
 	return tw.Flush()
 }

@@ -21,6 +21,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/statuslease"
 )
 
@@ -34,6 +35,10 @@ type Cluster struct {
 	Exports    []Export    `json:"exports"`
 	Imports    []Import    `json:"imports"`
 	Stuck      []string    `json:"stuck"`
+	// Failing are exports and imports whose conditions say they fail
+	// (Valid or Ready False; an import's removal held, or its endpoints
+	// capped).
+	Failing []string `json:"failing"`
 	// Notes are worth knowing and not wrong.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -107,7 +112,7 @@ const StuckAfter = time.Minute
 
 // Summarize builds a cluster's report from what was read, at now.
 func Summarize(r Read, now time.Time) Cluster {
-	c := Cluster{Context: r.Context, ClusterID: r.ClusterID, ClusterSet: r.ClusterSet, Exports: []Export{}, Imports: []Import{}, Stuck: []string{}}
+	c := Cluster{Context: r.Context, ClusterID: r.ClusterID, ClusterSet: r.ClusterSet, Exports: []Export{}, Imports: []Import{}, Stuck: []string{}, Failing: []string{}}
 	if r.ClusterID == "" || r.ClusterSet == "" {
 		c.Stuck = append(c.Stuck, "cluster identity not set: create the ClusterProperties cluster.clusterset.k8s.io and clusterset.k8s.io")
 	}
@@ -140,6 +145,8 @@ func Summarize(r Read, now time.Time) Cluster {
 			Valid:    cond(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid)),
 			Ready:    cond(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady)),
 			Conflict: cond(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))})
+		c.Failing = append(c.Failing, failing("ServiceExport", se.Namespace, se.Name, se.Status.Conditions,
+			string(mcsv1beta1.ServiceExportConditionValid), string(mcsv1beta1.ServiceExportConditionReady))...)
 		if se.DeletionTimestamp != nil && len(se.Finalizers) > 0 && now.Sub(se.DeletionTimestamp.Time) > StuckAfter {
 			c.Stuck = append(c.Stuck, fmt.Sprintf("ServiceExport %s/%s: deletion waiting on finalizers %s for %s", se.Namespace, se.Name,
 				strings.Join(se.Finalizers, ","), now.Sub(se.DeletionTimestamp.Time).Round(time.Second)))
@@ -156,6 +163,12 @@ func Summarize(r Read, now time.Time) Cluster {
 			imp.Clusters = append(imp.Clusters, cl.Cluster)
 		}
 		c.Imports = append(c.Imports, imp)
+		c.Failing = append(c.Failing, failing("ServiceImport", si.Namespace, si.Name, si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady))...)
+		for _, t := range []string{imports.ConditionRemovalHeld, imports.ConditionEndpointsCapped} {
+			if rc := meta.FindStatusCondition(si.Status.Conditions, t); rc != nil && rc.Status == metav1.ConditionTrue {
+				c.Failing = append(c.Failing, fmt.Sprintf("ServiceImport %s/%s: %s: %s", si.Namespace, si.Name, t, rc.Message))
+			}
+		}
 	}
 	for _, svc := range r.Services {
 		if rc := meta.FindStatusCondition(svc.Status.Conditions, cloudmapdns.ConditionRegistered); rc != nil && rc.Reason == cloudmapdns.ReasonDomainConflict {
@@ -190,6 +203,17 @@ func noController(r Read) string {
 	}
 	return fmt.Sprintf("no controller status: no %s Lease in namespace %s: the controller is not running, or cannot write its status Lease (see its log)",
 		statuslease.LeaseName, r.StatusNamespace)
+}
+
+// failing says which of an object's conditions of types are False, and why.
+func failing(kind, ns, name string, cs []metav1.Condition, types ...string) []string {
+	var out []string
+	for _, t := range types {
+		if rc := meta.FindStatusCondition(cs, t); rc != nil && rc.Status == metav1.ConditionFalse {
+			out = append(out, fmt.Sprintf("%s %s/%s: %s False/%s: %s", kind, ns, name, t, rc.Reason, rc.Message))
+		}
+	}
+	return out
 }
 
 func cond(cs []metav1.Condition, t string) string {

@@ -13,6 +13,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
+	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/statuslease"
 )
 
@@ -109,6 +110,42 @@ func TestSummarizeWhereTheControllerReports(t *testing.T) {
 		}
 		if note := strings.Join(got.Notes, ";"); (c.note == "") != (note == "") || !strings.Contains(note, c.note) {
 			t.Errorf("%s: notes %q, want %q", c.what, note, c.note)
+		}
+	}
+}
+
+// Exports and imports whose conditions say they fail are listed, with the
+// reason and message; healthy ones, and a Conflict, are not.
+func TestSummarizeFailing(t *testing.T) {
+	c := func(t string, s metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: t, Status: s, Reason: reason, Message: reason + " said"}
+	}
+	se := func(name string, cs ...metav1.Condition) mcsv1beta1.ServiceExport {
+		return mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Status: mcsv1beta1.ServiceExportStatus{Conditions: cs}}
+	}
+	si := func(name string, cs ...metav1.Condition) mcsv1beta1.ServiceImport {
+		return mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Status: mcsv1beta1.ServiceImportStatus{Conditions: cs}}
+	}
+	r := Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now, nil),
+		Exports: []mcsv1beta1.ServiceExport{
+			se("ok", c("Valid", metav1.ConditionTrue, "Valid"), c("Ready", metav1.ConditionTrue, "Exported"), c("Conflict", metav1.ConditionTrue, "PortConflict")),
+			se("noservice", c("Valid", metav1.ConditionFalse, "NoService"), c("Ready", metav1.ConditionFalse, "Failed")),
+		},
+		Imports: []mcsv1beta1.ServiceImport{
+			si("ok", c("Ready", metav1.ConditionTrue, "Ready")),
+			si("refused", c("Ready", metav1.ConditionFalse, "Pending")),
+			si("held", c(imports.ConditionRemovalHeld, metav1.ConditionTrue, "ExportedNowhereAfterStart")),
+			si("capped", c(imports.ConditionEndpointsCapped, metav1.ConditionTrue, "MaxImportEndpoints")),
+		}}
+	got := Summarize(r, now).Failing
+	want := []string{"ServiceExport ns/noservice: Valid False/NoService: NoService said", "ServiceExport ns/noservice: Ready False/Failed",
+		"ServiceImport ns/refused: Ready False/Pending", "ServiceImport ns/held: RemovalHeld: ExportedNowhereAfterStart said", "ServiceImport ns/capped: EndpointsCapped"}
+	if len(got) != len(want) {
+		t.Fatalf("failing %q; want %d lines", got, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(got[i], w) {
+			t.Errorf("failing line %d %q; want it to start %q", i, got[i], w)
 		}
 	}
 }

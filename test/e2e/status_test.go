@@ -27,9 +27,9 @@ import (
 
 // statusOf runs the real `clustermap status` over every context of the
 // fleet's kubeconfig.
-func statusOf(t *testing.T, w *world, output string) (string, error) {
+func statusOf(t *testing.T, w *world, output string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(devenv.BinDir(), "clustermap"), "status", "--kubeconfig", w.env.Kubeconfig, "--all-contexts", "-o", output)
+	cmd := exec.Command(filepath.Join(devenv.BinDir(), "clustermap"), append([]string{"status", "--kubeconfig", w.env.Kubeconfig, "--all-contexts", "-o", output}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -111,12 +111,31 @@ func TestStatus(t *testing.T) {
 	})
 	table, err := statusOf(t, w, "table")
 	harness.Must(t, err)
-	for _, want := range []string{"CLUSTER cluster-1", "CLUSTER cluster-2", ns + "/" + name, "True/Exported", "nothing stuck"} {
+	for _, want := range []string{"CLUSTER cluster-1", "CLUSTER cluster-2", ns + "/" + name, "True/Exported", "nothing stuck", "nothing failing"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table lacks %q:\n%s", want, table)
 		}
 	}
 	t.Logf("clustermap status:\n%s", table)
+
+	// An export of no Service fails: status lists it and exits non-zero;
+	// --report-only lists it and exits 0.
+	ghost := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ghost"}}
+	harness.Must(t, w.clients[0].Create(context.Background(), ghost))
+	harness.Eventually(t, 30*time.Second, "status lists the failing export", func() error {
+		clusters, err := statusJSON(t, w)
+		if err == nil {
+			return fmt.Errorf("status passed with an export of no Service")
+		}
+		if len(clusters) == 0 || !strings.Contains(strings.Join(clusters[0].Failing, ";"), "ServiceExport "+ns+"/ghost: Valid False/NoService") {
+			return fmt.Errorf("failing %v", clusters)
+		}
+		return nil
+	})
+	if out, err := statusOf(t, w, "table", "--report-only"); err != nil || !strings.Contains(out, "FAILING: ServiceExport "+ns+"/ghost") {
+		t.Errorf("status --report-only: %v\n%s", err, out)
+	}
+	harness.Must(t, w.clients[0].Delete(context.Background(), ghost))
 
 	// Cloud Map away: every cluster says so, and status fails.
 	w.cm.SetFaults(cloudmaplocal.Faults{Outage: true})
