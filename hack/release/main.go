@@ -68,6 +68,9 @@ func run(version, out, tools string) error {
 	if err != nil {
 		return err
 	}
+	if err := samePins(".", version); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(out); err != nil {
 		return err
 	}
@@ -216,6 +219,44 @@ func crdAsset(file string) error {
 		docs = append(docs, strings.TrimPrefix(strings.TrimSpace(string(b)), "---\n"))
 	}
 	return os.WriteFile(file, []byte("---\n"+strings.Join(docs, "\n---\n")+"\n"), 0o644)
+}
+
+// pins are where the tree names the version it is cut for: what users
+// install from it besides the packaged chart (whose versions are set
+// here), each a pattern whose first group is the version.
+var pins = []struct{ file, pattern string }{
+	{"charts/clustermap/Chart.yaml", `(?m)^appVersion: "?(v[^"\s]+)"?$`},
+	{"config/default/kustomization.yaml", `(?m)^\s*newTag: (v\S+)$`},
+	{"config/dns/dns.yaml", `image: ghcr\.io/clustermap/clustermap:(v\S+)`},
+	{"docs/install.md", `(?m)^v=(v\S+)`},
+	{"docs/install.md", `--version (\S+) `},
+	{"docs/install.md", `\?ref=(v[^'"\s]+)`},
+}
+
+// samePins refuses a release whose tree (under root) names another
+// version anywhere a user installs from: a kustomize base or document
+// pinned to the last release would install that one.
+func samePins(root, version string) error {
+	var wrong []string
+	for _, p := range pins {
+		data, err := os.ReadFile(filepath.Join(root, p.file))
+		if err != nil {
+			return err
+		}
+		found := regexp.MustCompile(p.pattern).FindAllStringSubmatch(string(data), -1)
+		if len(found) == 0 {
+			wrong = append(wrong, fmt.Sprintf("%s names no version where %s should match", p.file, p.pattern))
+		}
+		for _, m := range found {
+			if m[1] != version && m[1] != strings.TrimPrefix(version, "v") {
+				wrong = append(wrong, fmt.Sprintf("%s names %s", p.file, m[1]))
+			}
+		}
+	}
+	if len(wrong) > 0 {
+		return fmt.Errorf("the tree is not cut for %s: %s (set each to %s, then release)", version, strings.Join(wrong, "; "), version)
+	}
+	return nil
 }
 
 // releaseNotes is the CHANGELOG section of version ("## vX.Y.Z ..." up to
