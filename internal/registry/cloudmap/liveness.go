@@ -45,10 +45,30 @@ type liveness struct {
 	proofs map[string]time.Time
 	marks  map[string]string
 	silent map[string]time.Time
+	// read is when the records were last read; blindAfter how long
+	// without a read is more than the reads' own spacing.
+	read       time.Time
+	blindAfter time.Duration
 }
 
-func newLiveness(self string, ttl time.Duration) *liveness {
-	return &liveness{self: self, ttl: ttl, proofs: map[string]time.Time{}, marks: map[string]string{}, silent: map[string]time.Time{}}
+func newLiveness(self string, ttl, readEvery time.Duration) *liveness {
+	return &liveness{self: self, ttl: ttl, proofs: map[string]time.Time{}, marks: map[string]string{}, silent: map[string]time.Time{},
+		blindAfter: 2 * readEvery}
+}
+
+// reading notes a read of the records at now. Time this importer could
+// not read them (a registry outage, its own) proves nobody silent: the
+// live clusters' proofs move on by it, so that after an outage no one is
+// drained for writing after this cluster did.
+func (l *liveness) reading(now time.Time) {
+	if gap := now.Sub(l.read) - l.blindAfter; !l.read.IsZero() && gap > 0 {
+		for cluster, at := range l.proofs {
+			if _, drained := l.silent[cluster]; !drained {
+				l.proofs[cluster] = at.Add(gap)
+			}
+		}
+	}
+	l.read = now
 }
 
 // saw notes cluster's record as read at now: a proof when it moved (or is
@@ -134,6 +154,7 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 		return
 	}
 	w.records, w.recordRev = instances, rev
+	w.alive.reading(now)
 	seen := map[string]bool{}
 	for _, in := range instances {
 		cluster, ok := w.b.recordOf(in)

@@ -19,7 +19,7 @@ import (
 func TestLivenessJudge(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	ttl := 30 * time.Minute
-	l := newLiveness("self", ttl)
+	l := newLiveness("self", ttl, time.Minute)
 	old, fresh := now.Add(-ttl-time.Second), now.Add(-time.Minute)
 	l.proofs = map[string]time.Time{"self": fresh, "a": old, "b": fresh}
 	if got := l.judge(now); !slices.Equal(got, []string{"a"}) || l.silentSince("a") != old {
@@ -52,7 +52,7 @@ func TestLivenessJudge(t *testing.T) {
 		t.Errorf("after a's record went: changed %v, silent %v", got, l.silent)
 	}
 	// A negative TTL never drains.
-	never := newLiveness("self", -1)
+	never := newLiveness("self", -1, time.Minute)
 	never.proofs = map[string]time.Time{"self": fresh, "a": old}
 	if got := never.judge(now); len(got) != 0 {
 		t.Errorf("TTL off: %v drained", got)
@@ -69,7 +69,7 @@ func TestLivenessJudge(t *testing.T) {
 func TestMisfiledRecordsProveNothing(t *testing.T) {
 	start := time.Unix(10_000, 0)
 	ttl := 30 * time.Minute
-	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl),
+	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl, 10*time.Minute),
 		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
 	rec := func(id, cluster string, seq int, at time.Time) types.HttpInstanceSummary {
 		return types.HttpInstanceSummary{InstanceId: aws.String(id), Attributes: map[string]string{
@@ -146,5 +146,41 @@ func TestNoRecordDueWaitsForAnExport(t *testing.T) {
 	}
 	if d := l.nextBeat(later, heartbeat); d <= 0 {
 		t.Fatalf("after its exports ended the writer waits %v: it would spin", d)
+	}
+}
+
+// Time this importer could not read the records proves nobody silent: a
+// registry outage longer than the TTL drains nobody when it ends, though
+// this cluster writes before the others do; a cluster silent afterwards
+// still drains a TTL later.
+func TestOutageDrainsNobody(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	ttl := 30 * time.Minute
+	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl, time.Minute),
+		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
+	rec := func(cluster string, seq int) types.HttpInstanceSummary {
+		return types.HttpInstanceSummary{InstanceId: aws.String(cluster), Attributes: map[string]string{
+			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: "0"}}
+	}
+	rev := int64(0)
+	read := func(at time.Duration, records ...types.HttpInstanceSummary) {
+		rev++
+		w.proved(start.Add(at), records, rev, nil)
+	}
+	read(0, rec("self", 1), rec("a", 1))
+	read(time.Minute, rec("self", 1), rec("a", 1))
+	// 40 minutes without a read; then this cluster's record moves first.
+	read(41*time.Minute, rec("self", 2), rec("a", 1))
+	if len(w.alive.silent) != 0 {
+		t.Fatalf("drained %v right after an outage", w.alive.silent)
+	}
+	// a never moves again: read every minute, it drains a TTL of seen
+	// time after it was first seen (the outage's 40 minutes, less the two
+	// a read may take, not counted).
+	for m := 42; m <= 80; m++ {
+		read(time.Duration(m)*time.Minute, rec("self", m), rec("a", 1))
+		if drained := !w.alive.silentSince("a").IsZero(); drained != (m-38 > 30) {
+			t.Fatalf("at minute %d: a drained %v", m, drained)
+		}
 	}
 }
