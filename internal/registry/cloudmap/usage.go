@@ -1,7 +1,11 @@
 package cloudmap
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,8 +28,11 @@ type Usage struct {
 	NamespaceQuota int
 
 	mu sync.Mutex
-	// counts are instances per service, by Region.
-	counts map[string]map[registry.Key]int
+	// counts are instances per service, by Region; holders the same by
+	// the cluster they claim (CLUSTER_ID; "" none): whose junk fills a
+	// quota is named, not only that it is full.
+	counts  map[string]map[registry.Key]int
+	holders map[string]map[registry.Key]map[string]int
 }
 
 // NewUsage tracks instances against a namespace quota (0: the default).
@@ -33,26 +40,55 @@ func NewUsage(namespaceQuota int) *Usage {
 	if namespaceQuota <= 0 {
 		namespaceQuota = DefaultNamespaceQuota
 	}
-	return &Usage{NamespaceQuota: namespaceQuota, counts: map[string]map[registry.Key]int{}}
+	return &Usage{NamespaceQuota: namespaceQuota, counts: map[string]map[registry.Key]int{}, holders: map[string]map[registry.Key]map[string]int{}}
 }
 
-// observe records a service's instances as read (0: none, or gone).
-func (u *Usage) observe(region string, key registry.Key, n int) {
+// observe records a service's instances as read, by the cluster each
+// claims (none, or nil: gone).
+func (u *Usage) observe(region string, key registry.Key, byCluster map[string]int) {
 	if u == nil {
 		return
 	}
+	n := 0
+	for _, c := range byCluster {
+		n += c
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	byKey := u.counts[region]
+	byKey, held := u.counts[region], u.holders[region]
 	if byKey == nil {
-		byKey = map[registry.Key]int{}
-		u.counts[region] = byKey
+		byKey, held = map[registry.Key]int{}, map[registry.Key]map[string]int{}
+		u.counts[region], u.holders[region] = byKey, held
 	}
 	if n == 0 {
 		delete(byKey, key)
+		delete(held, key)
 	} else {
-		byKey[key] = n
+		byKey[key], held[key] = n, byCluster
 	}
+}
+
+// heldBy names the clusters holding most of what keys hold, most first;
+// callers hold u.mu.
+func (u *Usage) heldBy(region string, in func(registry.Key) bool) string {
+	sum := map[string]int{}
+	for k, byCluster := range u.holders[region] {
+		if in(k) {
+			for c, n := range byCluster {
+				sum[c] += n
+			}
+		}
+	}
+	names := slices.SortedFunc(maps.Keys(sum), func(a, b string) int { return cmp.Or(sum[b]-sum[a], strings.Compare(a, b)) })
+	var parts []string
+	for i, c := range names {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("%d more", len(names)-3))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", cmp.Or(c, "(no cluster)"), sum[c]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // fits says why an export that changes a service's instances from have
@@ -134,14 +170,20 @@ func (u *Usage) fullest() map[string]Fullest {
 	return out
 }
 
-// Summary is the headroom for clustermap status.
+// Summary is the headroom for clustermap status, naming who holds the
+// fullest service's and namespace's instances.
 func (u *Usage) Summary() string {
 	var s string
 	for region, f := range u.fullest() {
 		if s != "" {
 			s += "; "
 		}
-		s += fmt.Sprintf("%s: fullest service %s %d/%d instances, fullest namespace %s %d/%d", region, f.Service, f.ServiceInstances, MaxInstances, f.Namespace, f.NamespaceInstances, u.NamespaceQuota)
+		u.mu.Lock()
+		svc := u.heldBy(region, func(k registry.Key) bool { return k == f.Service })
+		ns := u.heldBy(region, func(k registry.Key) bool { return k.Namespace == f.Namespace })
+		u.mu.Unlock()
+		s += fmt.Sprintf("%s: fullest service %s %d/%d instances (%s), fullest namespace %s %d/%d (%s)", region, f.Service, f.ServiceInstances, MaxInstances, svc,
+			f.Namespace, f.NamespaceInstances, u.NamespaceQuota, ns)
 	}
 	return s
 }

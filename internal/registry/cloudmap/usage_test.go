@@ -17,8 +17,8 @@ import (
 func TestUsage(t *testing.T) {
 	u := NewUsage(1500)
 	cart, web := registry.Key{Namespace: "shop", Name: "cart"}, registry.Key{Namespace: "shop", Name: "web"}
-	u.observe("us-east-1", cart, 700) // 100 of them this cluster's
-	u.observe("us-east-1", web, 600)
+	u.observe("us-east-1", cart, map[string]int{"c1": 100, "c2": 200, "mallory": 400}) // 100 of them this cluster's
+	u.observe("us-east-1", web, map[string]int{"c2": 600})
 	for _, c := range []struct {
 		key        registry.Key
 		have, want int
@@ -36,7 +36,8 @@ func TestUsage(t *testing.T) {
 			t.Errorf("%s from %d to %d: %q, want %q", c.key, c.have, c.want, why, c.refused)
 		}
 	}
-	if s := u.Summary(); !strings.Contains(s, "fullest service shop/cart 700/1000") || !strings.Contains(s, "fullest namespace shop 1300/1500") {
+	if s := u.Summary(); !strings.Contains(s, "fullest service shop/cart 700/1000 instances (mallory 400, c2 200, c1 100)") ||
+		!strings.Contains(s, "fullest namespace shop 1300/1500 (c2 800, mallory 400, c1 100)") {
 		t.Errorf("summary %q", s)
 	}
 	reg := prometheus.NewPedanticRegistry()
@@ -51,7 +52,7 @@ clustermap_cloudmap_namespace_instances{cloudmap_namespace="shop",region="us-eas
 	if n := testutil.CollectAndCount(u, "clustermap_cloudmap_service_instances"); n != 1 {
 		t.Errorf("%d service series for one namespace, want 1 (its fullest service)", n)
 	}
-	u.observe("us-east-1", cart, 0) // gone
+	u.observe("us-east-1", cart, nil) // gone
 	if why := u.fits("us-east-1", cart, 0, 900); why != "" {
 		t.Errorf("a service gone still counts: %s", why)
 	}

@@ -553,17 +553,19 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		return nil, 0, &registry.NotSharedError{Namespace: key.Namespace, Owner: w.b.o.Owner, Account: w.b.o.Account}
 	}
 	if isNotFound(err) {
-		w.b.o.Usage.observe(w.b.region(), key, 0)
+		w.b.o.Usage.observe(w.b.region(), key, nil)
 		return nil, 0, nil
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	w.b.o.Usage.observe(w.b.region(), key, len(out.Instances))
+	holders := map[string]int{}
 	instances := make([]Instance, len(out.Instances))
 	for i, in := range out.Instances {
+		holders[in.Attributes[AttrClusterID]]++
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
 	}
+	w.b.o.Usage.observe(w.b.region(), key, holders)
 	if instances, err = w.b.refuseForeign(ctx, key, instances); err != nil {
 		return nil, 0, err
 	}
