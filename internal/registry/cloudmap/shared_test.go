@@ -129,7 +129,13 @@ func (m *member) drained(key registry.Key) []string {
 
 func waitUntil(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	waitWithin(t, 30*time.Second, what, f)
+}
+
+// waitWithin is waitUntil with its own deadline.
+func waitWithin(t *testing.T, within time.Duration, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for !f() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
