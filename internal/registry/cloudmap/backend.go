@@ -467,8 +467,14 @@ func (b *Backend) region() string { return b.c.Options().Region }
 func (b *Backend) Cluster() string { return b.o.Cluster }
 
 // tooLarge says why an export encoded per endpoint (desired, or err) would
-// not fit Cloud Map's quotas; "" when it fits, or is refused otherwise.
+// not fit Cloud Map's quotas; "" when it fits, or is refused otherwise, or
+// when per-endpoint records are asked for (--cloudmap-endpoint-records:
+// callers read Cloud Map directly, and packed records would leave them
+// nothing).
 func (b *Backend) tooLarge(key registry.Key, current, desired map[string]Attrs, err error) string {
+	if b.o.Formats == nil || b.o.Formats.PerEndpoint {
+		return ""
+	}
 	var limit *LimitError
 	if errors.As(err, &limit) {
 		return limit.Reason

@@ -45,30 +45,36 @@ type liveness struct {
 	proofs map[string]time.Time
 	marks  map[string]string
 	silent map[string]time.Time
-	// read is when the records were last read; blindAfter how long
-	// without a read is more than the reads' own spacing.
-	read       time.Time
-	blindAfter time.Duration
+	// blind is when reads of the registry began to fail (zero: they do
+	// not).
+	blind time.Time
 }
 
-func newLiveness(self string, ttl, readEvery time.Duration) *liveness {
-	return &liveness{self: self, ttl: ttl, proofs: map[string]time.Time{}, marks: map[string]string{}, silent: map[string]time.Time{},
-		blindAfter: 2 * readEvery}
+func newLiveness(self string, ttl time.Duration) *liveness {
+	return &liveness{self: self, ttl: ttl, proofs: map[string]time.Time{}, marks: map[string]string{}, silent: map[string]time.Time{}}
+}
+
+// failed notes that a read of the registry failed at now.
+func (l *liveness) failed(now time.Time) {
+	if l.blind.IsZero() {
+		l.blind = now
+	}
 }
 
 // reading notes a read of the records at now. Time this importer could
-// not read them (a registry outage, its own) proves nobody silent: the
+// not read the registry (an outage, its own) proves nobody silent: the
 // live clusters' proofs move on by it, so that after an outage no one is
-// drained for writing after this cluster did.
+// drained for writing after this cluster did. (Reads that are only slow
+// move nothing.)
 func (l *liveness) reading(now time.Time) {
-	if gap := now.Sub(l.read) - l.blindAfter; !l.read.IsZero() && gap > 0 {
+	if !l.blind.IsZero() {
 		for cluster, at := range l.proofs {
 			if _, drained := l.silent[cluster]; !drained {
-				l.proofs[cluster] = at.Add(gap)
+				l.proofs[cluster] = at.Add(now.Sub(l.blind))
 			}
 		}
+		l.blind = time.Time{}
 	}
-	l.read = now
 }
 
 // saw notes cluster's record as read at now: a proof when it moved (or is

@@ -19,7 +19,7 @@ import (
 func TestLivenessJudge(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	ttl := 30 * time.Minute
-	l := newLiveness("self", ttl, time.Minute)
+	l := newLiveness("self", ttl)
 	old, fresh := now.Add(-ttl-time.Second), now.Add(-time.Minute)
 	l.proofs = map[string]time.Time{"self": fresh, "a": old, "b": fresh}
 	if got := l.judge(now); !slices.Equal(got, []string{"a"}) || l.silentSince("a") != old {
@@ -52,7 +52,7 @@ func TestLivenessJudge(t *testing.T) {
 		t.Errorf("after a's record went: changed %v, silent %v", got, l.silent)
 	}
 	// A negative TTL never drains.
-	never := newLiveness("self", -1, time.Minute)
+	never := newLiveness("self", -1)
 	never.proofs = map[string]time.Time{"self": fresh, "a": old}
 	if got := never.judge(now); len(got) != 0 {
 		t.Errorf("TTL off: %v drained", got)
@@ -69,7 +69,7 @@ func TestLivenessJudge(t *testing.T) {
 func TestMisfiledRecordsProveNothing(t *testing.T) {
 	start := time.Unix(10_000, 0)
 	ttl := 30 * time.Minute
-	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl, 10*time.Minute),
+	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl),
 		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
 	rec := func(id, cluster string, seq int, at time.Time) types.HttpInstanceSummary {
 		return types.HttpInstanceSummary{InstanceId: aws.String(id), Attributes: map[string]string{
@@ -149,14 +149,14 @@ func TestNoRecordDueWaitsForAnExport(t *testing.T) {
 	}
 }
 
-// Time this importer could not read the records proves nobody silent: a
+// Time this importer could not read the registry proves nobody silent: a
 // registry outage longer than the TTL drains nobody when it ends, though
 // this cluster writes before the others do; a cluster silent afterwards
-// still drains a TTL later.
+// still drains a TTL later. Reads that are only far apart move nothing.
 func TestOutageDrainsNobody(t *testing.T) {
 	start := time.Unix(10_000, 0)
 	ttl := 30 * time.Minute
-	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl, time.Minute),
+	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl),
 		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
 	rec := func(cluster string, seq int) types.HttpInstanceSummary {
 		return types.HttpInstanceSummary{InstanceId: aws.String(cluster), Attributes: map[string]string{
@@ -169,18 +169,26 @@ func TestOutageDrainsNobody(t *testing.T) {
 	}
 	read(0, rec("self", 1), rec("a", 1))
 	read(time.Minute, rec("self", 1), rec("a", 1))
-	// 40 minutes without a read; then this cluster's record moves first.
+	// Reads fail from minute 1 to 41; then this cluster's record moves
+	// first.
+	w.alive.failed(start.Add(time.Minute))
+	w.alive.failed(start.Add(20 * time.Minute))
 	read(41*time.Minute, rec("self", 2), rec("a", 1))
 	if len(w.alive.silent) != 0 {
 		t.Fatalf("drained %v right after an outage", w.alive.silent)
 	}
 	// a never moves again: read every minute, it drains a TTL of seen
-	// time after it was first seen (the outage's 40 minutes, less the two
-	// a read may take, not counted).
+	// time after it was first seen (the outage's 40 minutes not counted).
 	for m := 42; m <= 80; m++ {
 		read(time.Duration(m)*time.Minute, rec("self", m), rec("a", 1))
-		if drained := !w.alive.silentSince("a").IsZero(); drained != (m-38 > 30) {
+		if drained := !w.alive.silentSince("a").IsZero(); drained != (m-40 > 30) {
 			t.Fatalf("at minute %d: a drained %v", m, drained)
 		}
+	}
+	// No failure, reads 31 minutes apart: b, seen once, is drained.
+	read(81*time.Minute, rec("self", 81), rec("b", 1))
+	read(112*time.Minute, rec("self", 112), rec("b", 1))
+	if w.alive.silentSince("b").IsZero() {
+		t.Error("slow reads kept b from draining")
 	}
 }

@@ -226,7 +226,7 @@ func newWatcher(b *Backend, sink registry.Sink) *Watcher {
 		written: map[registry.Key]map[string]string{}, started: time.Now(),
 		settling: map[registry.Key]settling{}, behind: map[registry.Key]int{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
-		alive:   newLiveness(b.o.Cluster, opts.SilentAfter, max(opts.PollInterval, opts.ProofReadInterval)), recordRev: -1, decoded: newDecodeCache(b.maxImportEndpoints()),
+		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1, decoded: newDecodeCache(b.maxImportEndpoints()),
 	}
 	if b.shared() {
 		w.feed = newRecordsFeed(w)
@@ -245,6 +245,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 		err := w.do(ctx, st)
 		if err != nil {
 			w.b.o.Log.Error(err, "reading Cloud Map failed; imports stay as they are", "step", st.String(), "retryIn", w.opts.PollInterval)
+			w.alive.failed(w.clock.Now)
 		}
 		if w.b.o.OnRead != nil {
 			w.b.o.OnRead(err)
