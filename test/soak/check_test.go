@@ -283,7 +283,7 @@ func (f *fleet) check(ctx context.Context) counts {
 			// MCS records, per endpoint or packed: read as an importer does.
 			var records []cmschema.Instance
 			for _, in := range ins {
-				if !strings.HasPrefix(in.id, forgedPrefix) {
+				if !strings.HasPrefix(in.id, forgedPrefix) && in.attrs[cmschema.AttrClusterID] != forgedCluster {
 					records = append(records, cmschema.Instance{ID: in.id, Attrs: in.attrs})
 				}
 			}

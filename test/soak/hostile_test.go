@@ -29,6 +29,10 @@ import (
 // import may ever serve them).
 const forgedPrefix = "forged-"
 
+// forgedCluster is the cluster name the hostile writer's chunks claim (no
+// cluster has it); their ids must be its chunks', so they carry no prefix.
+const forgedCluster = "mallory"
+
 // forgedAddress tells an address the hostile writer forged.
 func forgedAddress(ip string) bool {
 	return strings.HasPrefix(ip, "127.") || strings.HasPrefix(ip, "169.254.") || strings.HasPrefix(ip, "10.250.")
@@ -116,8 +120,8 @@ func (f *fleet) forgeRecordKinds(t *testing.T, nss []sdtypes.NamespaceSummary) {
 	payload := base64.StdEncoding.EncodeToString(z.Bytes())
 	n := 0
 	for svc := range f.services(t, ids[nsMCS]) {
-		_, err := f.sd.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(cmschema.ChunkID(devenv.DefaultClusterSet, "mallory", 1)),
-			Attributes: map[string]string{cmschema.AttrClusterID: "mallory", cmschema.AttrClusterSetID: devenv.DefaultClusterSet,
+		_, err := f.sd.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(cmschema.ChunkID(devenv.DefaultClusterSet, forgedCluster, 1)),
+			Attributes: map[string]string{cmschema.AttrClusterID: forgedCluster, cmschema.AttrClusterSetID: devenv.DefaultClusterSet,
 				cmschema.AttrRecord: "endpoints", cmschema.AttrPackedParts + "0": payload}})
 		harness.Must(t, err)
 		n++
