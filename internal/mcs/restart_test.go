@@ -228,6 +228,16 @@ func (down) Watch(ctx context.Context, _ registry.Sink) error {
 // A Region down at a restart holds up only what could be a removal: the
 // imports of its clusters stay as they are, while the healthy Region's
 // changes and new exports are imported.
+// exportedTo exports shop/name from m and settles importer's import of it.
+func (m *member) exportedTo(t *testing.T, importer *member, name string) {
+	t.Helper()
+	key := client.ObjectKey{Namespace: "shop", Name: name}
+	if _, err := m.export.Reconcile(context.Background(), reconcile.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	importer.settle(t, key)
+}
+
 func TestRegionDownAtRestartHoldsOnlyRemovals(t *testing.T) {
 	east, west := memory.NewStore(), memory.NewStore()
 	a := newMember(t, east, "cluster-a", exportOf("cart", "10.1.0.1")...)
@@ -238,15 +248,8 @@ func TestRegionDownAtRestartHoldsOnlyRemovals(t *testing.T) {
 		return &multi.Registry{Home: eastReg, Sources: []multi.Source{{Name: "us-east-1", Registry: eastReg}, {Name: "eu-west-1", Registry: westReg}}}
 	}
 	b.startWith(t, both(west.Registry("set", "cluster-b")))
-	for _, m := range []struct {
-		m    *member
-		name string
-	}{{a, "cart"}, {w, "pay"}} {
-		if _, err := m.m.export.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: m.name}}); err != nil {
-			t.Fatal(err)
-		}
-		b.settle(t, client.ObjectKey{Namespace: "shop", Name: m.name})
-	}
+	a.exportedTo(t, b, "cart")
+	w.exportedTo(t, b, "pay")
 
 	b.startWith(t, both(down{west.Registry("set", "cluster-b")}))
 	for _, o := range exportOf("ship", "10.1.0.3") {
@@ -301,15 +304,8 @@ func TestRegionDroppedAtRestartHoldsItsImports(t *testing.T) {
 	}
 	eastSrc := multi.Source{Name: "us-east-1", Registry: east.Registry("set", "cluster-b")}
 	b.startWith(t, regions(eastSrc, multi.Source{Name: "eu-west-1", Registry: west.Registry("set", "cluster-b")}))
-	for _, m := range []struct {
-		m    *member
-		name string
-	}{{a, "cart"}, {w, "pay"}} {
-		if _, err := m.m.export.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: m.name}}); err != nil {
-			t.Fatal(err)
-		}
-		b.settle(t, client.ObjectKey{Namespace: "shop", Name: m.name})
-	}
+	a.exportedTo(t, b, "cart")
+	w.exportedTo(t, b, "pay")
 	pay := client.ObjectKey{Namespace: "shop", Name: "pay"}
 	si := &mcsv1beta1.ServiceImport{}
 	if err := b.c.Get(context.Background(), pay, si); err != nil || si.Annotations[imports.SourceRegionsAnnotation] != "eu-west-1" {
