@@ -51,19 +51,20 @@ func TestKustomizeApplies(t *testing.T) {
 		t.Logf("%s: %v", dir, kinds)
 		return kinds
 	}
-	if k := apply("../../config/dns"); k["Namespace"] != 1 || k["Deployment"] != 1 || k["Service"] != 1 || k["ClusterRole"] != 1 {
+	if k := apply("../../config/dns"); k["Namespace"] != 1 || k["Deployment"] != 1 || k["Service"] != 1 || k["ClusterRole"] != 1 || k["PodDisruptionBudget"] != 1 {
 		t.Errorf("config/dns is missing pieces: %v", k)
 	}
-	if k := apply("../../config/default", client.DryRunAll); k["CustomResourceDefinition"] != 3 || k["ClusterRole"] != 3 || k["ClusterRole/clustermap-mcs"] != 1 ||
-		k["ClusterRole/clustermap-edit"] != 1 || k["ClusterRole/clustermap-view"] != 1 || k["Deployment"] != 1 || k["ConfigMap"] != 1 {
+	if k := apply("../../config/default", client.DryRunAll); k["CustomResourceDefinition"] != 3 || k["ClusterRole"] != 4 || k["ClusterRole/clustermap-mcs"] != 1 ||
+		k["ClusterRole/clustermap-edit"] != 1 || k["ClusterRole/clustermap-view"] != 1 || k["ClusterRole/clustermap-metrics-reader"] != 1 ||
+		k["Deployment"] != 1 || k["PodDisruptionBudget"] != 1 || k["ConfigMap"] != 1 {
 		t.Errorf("config/default (MCS) is missing pieces: %v", k)
 	}
 	// Each mode's, namespace creation's, and the two aggregated into
 	// edit/admin and view.
-	if k := apply("../../config/examples/all-modes", client.DryRunAll); k["ClusterRole"] != 6 || k["ClusterRoleBinding"] != 4 || k["ClusterRole/clustermap-syndicate-create-namespaces"] != 1 {
+	if k := apply("../../config/examples/all-modes", client.DryRunAll); k["ClusterRole"] != 7 || k["ClusterRoleBinding"] != 4 || k["ClusterRole/clustermap-syndicate-create-namespaces"] != 1 {
 		t.Errorf("every mode should bring its ClusterRole and binding: %v", k)
 	}
-	if k := apply("../../config/examples/cloudmap-dns-only", client.DryRunAll); k["ClusterRole"] != 3 || k["ClusterRole/clustermap-cloudmap-dns"] != 1 || k["ClusterRole/clustermap-mcs"] != 0 {
+	if k := apply("../../config/examples/cloudmap-dns-only", client.DryRunAll); k["ClusterRole"] != 4 || k["ClusterRole/clustermap-cloudmap-dns"] != 1 || k["ClusterRole/clustermap-mcs"] != 0 {
 		t.Errorf("Cloud Map DNS only should bring its ClusterRole only (and the aggregated two): %v", k)
 	}
 	apply("../../config/samples", client.DryRunAll)

@@ -173,7 +173,9 @@ func promqlcheck(t *testing.T, exprs []string) []parsed {
 // (grafana/dashboard-linter: the module proxy refuses that module, so its
 // documented rules are checked here): a templated Prometheus data source
 // used by every panel and target, job and instance variables matched by
-// every query, $__rate_interval in every range, and PromQL that parses.
+// every query, $__rate_interval in every range, and PromQL that parses;
+// and this project's own: a cluster variable matched by every query, so
+// that one Prometheus over many clusters shows one at a time.
 func TestDashboardLint(t *testing.T) {
 	d := loadDashboard(t)
 	vars := map[string]string{}
@@ -183,8 +185,8 @@ func TestDashboardLint(t *testing.T) {
 			t.Errorf("variable %s: data source %v, want the templated one", v.Name, v.Datasource)
 		}
 	}
-	if vars["datasource"] != "datasource" || vars["job"] != "query" || vars["instance"] != "query" {
-		t.Errorf("template variables %v: want datasource (a data source), job and instance (queries)", vars)
+	if vars["datasource"] != "datasource" || vars["cluster"] != "query" || vars["job"] != "query" || vars["instance"] != "query" {
+		t.Errorf("template variables %v: want datasource (a data source), cluster, job and instance (queries)", vars)
 	}
 	ds := map[string]string{"type": "prometheus", "uid": "${datasource}"}
 	var exprs []string
@@ -212,8 +214,8 @@ func TestDashboardLint(t *testing.T) {
 			t.Errorf("%s: %s", r.Expr, r.Error)
 		}
 		for _, sel := range r.Selectors {
-			if !slices.Contains(sel, "job") || !slices.Contains(sel, "instance") {
-				t.Errorf("a selector of %s matches %v: want job and instance matchers", r.Expr, sel)
+			if !slices.Contains(sel, "cluster") || !slices.Contains(sel, "job") || !slices.Contains(sel, "instance") {
+				t.Errorf("a selector of %s matches %v: want cluster, job and instance matchers", r.Expr, sel)
 			}
 		}
 	}
