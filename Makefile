@@ -139,7 +139,7 @@ bench-tools:
 bench: tools build bench-tools
 	CLUSTERMAP_BIN_DIR=$(BIN) go test -tags e2e -run XXX -bench . -benchtime 1x -timeout 60m ./bench/...
 
-## demo: local clusters with clustermap (see README)
+## demo: local clusters with clustermap (see README.md and docs/lab.md)
 demo: tools build
 	$(BIN)/clustermap-dev demo
 

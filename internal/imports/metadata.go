@@ -9,7 +9,7 @@ import (
 // annotations carrying them are not copied onto imports, so that another
 // cluster (or account) cannot make an import look owned by Helm, Argo CD
 // or Flux, nor steer clustermap's own adoption and clean-up. Each domain
-// covers its subdomains; the README lists them.
+// covers its subdomains; docs/mcs.md lists them.
 var deniedDomains = []string{
 	"clustermap.io",
 	"multicluster.k8s.aws",

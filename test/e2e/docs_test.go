@@ -114,6 +114,24 @@ func renderNotes(t *testing.T, ch *chart.Chart, values map[string]any) string {
 	return files["clustermap/templates/NOTES.txt"]
 }
 
+// The notes warn, in a cluster older than Kubernetes 1.31, that
+// local-first routing is not available there, and not in one that has it.
+func TestNotesWarnLocalityNeeds131(t *testing.T) {
+	ch := loadChart(t)
+	for version, warn := range map[string]bool{"v1.30.4": true, "v1.31.0": false, "v1.34.1": false} {
+		caps := chartutil.DefaultCapabilities.Copy()
+		caps.KubeVersion = chartutil.KubeVersion{Version: version, Major: "1", Minor: strings.Split(version, ".")[1]}
+		vals, err := chartutil.ToRenderValues(ch, map[string]any{"region": "us-west-2"}, chartutil.ReleaseOptions{Name: release, Namespace: releaseNS, IsInstall: true, Revision: 1}, caps)
+		harness.Must(t, err)
+		files, err := engine.Render(ch, vals)
+		harness.Must(t, err)
+		notes := files["clustermap/templates/NOTES.txt"]
+		if got := strings.Contains(notes, "needs Kubernetes 1.31"); got != warn {
+			t.Errorf("Kubernetes %s: the notes warn about locality: %v, want %v\n%s", version, got, warn, notes)
+		}
+	}
+}
+
 var corefileBlock = regexp.MustCompile(`(?m)^clusterset\.local:53 \{\n(?:    .*\n)*\}`)
 
 // The Corefile block the chart's notes print works in the pinned CoreDNS
@@ -256,7 +274,7 @@ func TestInstallDocs(t *testing.T) {
 
 	upgrade := func(set ...string) (*helmrelease.Release, error) {
 		up := action.NewUpgrade(cfg)
-		up.Namespace, up.ReuseValues = ns, true
+		up.Namespace, up.ResetThenReuseValues = ns, true
 		v := map[string]any{}
 		for _, s := range set {
 			harness.Must(t, strvals.ParseInto(s, v))
@@ -402,11 +420,11 @@ func TestStoredVersionsDoc(t *testing.T) {
 	}
 }
 
-// TestReadmeLabBlocks runs the README's local-cluster blocks as written,
+// TestLabDocBlocks runs docs/lab.md's local-cluster blocks as written,
 // from a directory of their own holding bin/: `dev up`, kubectl against
 // the kubeconfig it writes, `dev down`; then the data plane block, whose
 // nc and nslookup must be answered.
-func TestReadmeLabBlocks(t *testing.T) {
+func TestLabDocBlocks(t *testing.T) {
 	dir := t.TempDir()
 	harness.Must(t, os.Symlink(devenv.BinDir(), filepath.Join(dir, "bin")))
 	run := func(script string) string {
@@ -427,7 +445,7 @@ func TestReadmeLabBlocks(t *testing.T) {
 			t.Errorf("clustermap-dev down: %v %s", err, out)
 		}
 	})
-	out := run(codeBlock(t, "../../README.md", "bin/clustermap-dev up --clusters 3"))
+	out := run(codeBlock(t, "../../docs/lab.md", "bin/clustermap-dev up --clusters 3"))
 	for _, want := range []string{"cluster.clusterset.k8s.io", "cluster-2", "clusterset-dev"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the local clusters block printed no %q:\n%s", want, out)
@@ -436,7 +454,7 @@ func TestReadmeLabBlocks(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, ".clustermap", "dev", "kubeconfig")); !os.IsNotExist(err) {
 		t.Errorf("dev down left the kubeconfig: %v", err)
 	}
-	out = run(codeBlock(t, "../../README.md", "bin/clustermap-dev up --dataplane --all-pods"))
+	out = run(codeBlock(t, "../../docs/lab.md", "bin/clustermap-dev up --dataplane --all-pods"))
 	if !regexp.MustCompile(`pod echo-[a-z0-9]+-[a-z0-9]+\n`).MatchString(out) {
 		t.Errorf("the data plane block's nc was not answered by an echo pod:\n%s", out)
 	}
