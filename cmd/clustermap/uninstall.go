@@ -9,6 +9,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/uninstall"
+	"github.com/clustermap/clustermap/internal/withdraw"
 )
 
 func newUninstall() *cobra.Command {
@@ -23,14 +24,17 @@ func newUninstall() *cobra.Command {
 running, over every cluster being uninstalled (--context, repeatable, or
 --all-contexts):
 
-1. withdraw: every ServiceExport is deleted and every Service registered in
-   Cloud Map DNS loses its cloudmap.controller/* annotations; the running
-   controllers take their records out of Cloud Map and drop their
-   finalizers. Waits until no clustermap finalizer is left.
+1. withdraw: the Lease ` + withdraw.LeaseName + ` in --namespace asks the running
+   controller to take every export's records and every Cloud Map DNS
+   registration out of Cloud Map and drop its finalizers. ServiceExports
+   and annotated Services are not deleted or changed: they are their
+   owners', and other controllers may serve them. Waits until no
+   clustermap finalizer is left.
 2. stop: the controller Deployments (label ` + uninstall.ControllerLabel + `)
    in --namespace are scaled to 0.
 3. cleanup: ServiceImports, derived Services, EndpointSlices and replicas
-   clustermap made are deleted, and its status Lease.
+   clustermap made are deleted, and its status Lease and the withdrawal
+   request (a later install publishes again).
 
 Afterwards nothing holds a clustermap finalizer: helm uninstall and deleting
 the CRDs finish at once. --phase runs one step only; --force drops
@@ -61,7 +65,7 @@ stay, and are named).`,
 			// that each removes its imports of the others' exports.
 			if phase == "all" || phase == "withdraw" {
 				for _, c := range clusters {
-					if err := uninstall.Withdraw(ctx, c, timeout, out); err != nil && !force {
+					if err := uninstall.Withdraw(ctx, c, namespace, timeout, out); err != nil && !force {
 						return err
 					}
 				}

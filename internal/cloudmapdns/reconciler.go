@@ -30,6 +30,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/clustermap/clustermap/internal/withdraw"
 )
 
 const (
@@ -56,6 +58,7 @@ const (
 	ReasonNamespaceNotFound = "NamespaceNotFound"
 	ReasonInvalid           = "InvalidAnnotation"
 	ReasonCloudMapError     = "CloudMapError"
+	ReasonWithdrawn         = "Withdrawn"
 )
 
 var instancesChanged = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -81,6 +84,9 @@ type Reconciler struct {
 	DriftPeriod time.Duration
 	Recorder    record.EventRecorder
 	Namespaces  func(string) bool
+	// Withdrawal, when requested, deregisters every Service as if it were
+	// out of scope; the Services keep their annotations.
+	Withdrawal *withdraw.Signal
 	// CloudMapNamespaces, when set, are the only Cloud Map namespaces
 	// Services may be registered in.
 	CloudMapNamespaces []string
@@ -113,7 +119,28 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(r.drift)); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Withdrawal != nil {
+		// Every Service that holds or asks for a registration, looked at
+		// again when a withdrawal starts.
+		annotated := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			var list corev1.ServiceList
+			if err := r.Client.List(ctx, &list); err != nil {
+				log.FromContext(ctx).Error(err, "listing Services to withdraw or register them again")
+				return nil
+			}
+			var out []reconcile.Request
+			for i := range list.Items {
+				svc := &list.Items[i]
+				if _, asks := svc.Annotations[AnnotationHostname]; asks || controllerutil.ContainsFinalizer(svc, Finalizer) {
+					out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)})
+				}
+			}
+			return out
+		})
+		b = b.WatchesRawSource(source.Channel(r.Withdrawal.Started(), annotated))
+	}
+	return b.
 		Named("cloudmapdns").
 		For(&corev1.Service{}).
 		Watches(&discoveryv1.EndpointSlice{}, bySlice, builder.WithPredicates(inScope)).
@@ -191,7 +218,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	owners := Owners(r.Cluster, svc)
-	in := Intend(svc, r.Namespaces(svc.Namespace), r.CloudMapNamespaces, r.remembered(req.NamespacedName))
+	withdrawing := r.Withdrawal.Requested()
+	in := Intend(svc, r.Namespaces(svc.Namespace) && !withdrawing, r.CloudMapNamespaces, r.remembered(req.NamespacedName))
 	for _, t := range in.Withdraw {
 		if err := r.withdraw(ctx, svc, t, owners); err != nil {
 			if res, err := settled(err); err == nil {
@@ -209,7 +237,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.unmark(ctx, svc, Target{}); err != nil {
 			return reconcile.Result{}, err
 		}
+		_, annotated := svc.Annotations[AnnotationHostname]
 		switch {
+		case withdrawing && annotated && r.Namespaces(svc.Namespace):
+			r.report(ctx, svc, metav1.ConditionFalse, ReasonWithdrawn,
+				"clustermap uninstall deregistered this Service from Cloud Map; its annotations stay (a clustermap controller started after the Lease "+withdraw.LeaseName+" in its namespace is gone registers it again)")
 		case in.Invalid != nil:
 			log.FromContext(ctx).Error(in.Invalid, "not registering Service in Cloud Map", "service", req.NamespacedName)
 			r.report(ctx, svc, metav1.ConditionFalse, ReasonInvalid, in.Invalid.Error()+"; nothing is registered")

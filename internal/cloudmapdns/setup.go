@@ -12,6 +12,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/withdraw"
 )
 
 // Options of the --cloudmap-dns mode.
@@ -23,6 +24,9 @@ type Options struct {
 	TTL         int64
 	DriftPeriod time.Duration
 	Namespaces  func(string) bool
+	// Withdrawal, when requested, deregisters every Service (clustermap
+	// uninstall); the Services keep their annotations.
+	Withdrawal *withdraw.Signal
 	// CloudMapNamespaces, when set, are the only Cloud Map namespaces
 	// Services may be registered in.
 	CloudMapNamespaces []string
@@ -44,5 +48,5 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (string, error) 
 	kube.Register(o.Metrics, Metrics()...)
 	o.Log.Info("registering annotated Services in Cloud Map", "cluster", cluster)
 	return cluster, (&Reconciler{Client: mgr.GetClient(), CloudMap: o.CloudMap, Cluster: cluster, TTL: o.TTL, DriftPeriod: o.DriftPeriod,
-		Recorder: o.Recorder, Namespaces: o.Namespaces, CloudMapNamespaces: o.CloudMapNamespaces, OnRead: o.OnRead}).SetupWithManager(mgr)
+		Recorder: o.Recorder, Namespaces: o.Namespaces, Withdrawal: o.Withdrawal, CloudMapNamespaces: o.CloudMapNamespaces, OnRead: o.OnRead}).SetupWithManager(mgr)
 }

@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
@@ -38,6 +39,7 @@ import (
 	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/internal/telemetry"
 	"github.com/clustermap/clustermap/internal/version"
+	"github.com/clustermap/clustermap/internal/withdraw"
 )
 
 // Options of `clustermap controller`.
@@ -262,6 +264,8 @@ func Run(ctx context.Context, o Options) error {
 	if err := mgr.Add(reporter); err != nil {
 		return err
 	}
+	// clustermap uninstall's request to withdraw (the leader reads it).
+	withdrawal := &withdraw.Signal{}
 	var sd *servicediscovery.Client
 	var regions []mcs.Region
 	var account string
@@ -292,7 +296,7 @@ func Run(ctx context.Context, o Options) error {
 		reporter.Quota = usage.Summary
 		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
 			PerEndpointRecords: o.PerEndpointRecords, OnRecordFormat: reporter.RecordFormat, Usage: usage, MaxImportEndpoints: o.MaxImportEndpoints,
-			Namespaces: inScope, Recorder: recorder, Log: log,
+			Namespaces: inScope, Withdrawal: withdrawal, Recorder: recorder, Log: log,
 			Metrics: metrics.Registry, OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) },
 			OnRead: func(region string, err error) {
 				reporter.CloudMapRead(region+"/"+account, err)
@@ -306,7 +310,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.CloudMapDNS {
 		cluster, err := cloudmapdns.Setup(ctx, mgr, cloudmapdns.Options{CloudMap: sd, ClusterName: o.ClusterName, TTL: o.DNSTTL, DriftPeriod: o.DriftPeriod,
-			Namespaces: inScope, CloudMapNamespaces: o.CloudMapDNSNamespaces, Recorder: recorder, Metrics: metrics.Registry, Log: log,
+			Namespaces: inScope, Withdrawal: withdrawal, CloudMapNamespaces: o.CloudMapDNSNamespaces, Recorder: recorder, Metrics: metrics.Registry, Log: log,
 			OnRead: func(err error) {
 				if err == nil {
 					telemetry.Synced(telemetry.ModeCloudMapDNS, sd.Options().Region, time.Now())
@@ -328,6 +332,11 @@ func Run(ctx context.Context, o Options) error {
 		}
 		reporter.SetCluster(cluster)
 		reporter.PeersDown = peers.Down
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		return withdrawal.Watch(ctx, mgr.GetAPIReader(), reporter.Namespace, log.WithName("withdraw"))
+	})); err != nil {
+		return err
 	}
 	return mgr.Start(ctx)
 }

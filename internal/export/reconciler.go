@@ -34,6 +34,7 @@ import (
 	"github.com/clustermap/clustermap/internal/conditions"
 	"github.com/clustermap/clustermap/internal/locality"
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/withdraw"
 )
 
 // Finalizer keeps a ServiceExport until its records left the registry.
@@ -71,6 +72,9 @@ type Reconciler struct {
 	// changed here (DefaultDrift when zero): records deleted out of band,
 	// or overwritten by a twin with this cluster's id, come back.
 	Drift time.Duration
+	// Withdrawal, when requested (clustermap uninstall), withdraws every
+	// export and lets go of its ServiceExport, which stays.
+	Withdrawal *withdraw.Signal
 }
 
 // DefaultDrift republishes each export every 10 minutes, give or take a
@@ -103,22 +107,25 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	specOrDeletion := predicate.Or[client.Object](predicate.GenerationChangedPredicate{},
 		predicate.NewPredicateFuncs(func(o client.Object) bool { return !o.GetDeletionTimestamp().IsZero() }))
 	b := ctrl.NewControllerManagedBy(mgr)
+	every := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		var list mcsv1beta1.ServiceExportList
+		if err := r.Client.List(ctx, &list); err != nil {
+			log.FromContext(ctx).Error(err, "listing ServiceExports to look at them again")
+			return nil
+		}
+		var out []reconcile.Request
+		for _, se := range list.Items {
+			if r.Namespaces(se.Namespace) {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&se)})
+			}
+		}
+		return out
+	})
 	if r.Republish != nil {
-		every := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-			var list mcsv1beta1.ServiceExportList
-			if err := r.Client.List(ctx, &list); err != nil {
-				log.FromContext(ctx).Error(err, "listing ServiceExports to publish them again")
-				return nil
-			}
-			var out []reconcile.Request
-			for _, se := range list.Items {
-				if r.Namespaces(se.Namespace) {
-					out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&se)})
-				}
-			}
-			return out
-		})
 		b = b.WatchesRawSource(source.Channel(r.Republish, every))
+	}
+	if r.Withdrawal != nil {
+		b = b.WatchesRawSource(source.Channel(r.Withdrawal.Started(), every))
 	}
 	if r.Orphans != nil {
 		b = b.WatchesRawSource(source.Channel(r.Orphans, &handler.EnqueueRequestForObject{}))
@@ -156,6 +163,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	key := registry.Key{Namespace: se.Namespace, Name: se.Name}
 	// Conditions unchanged from what was read are not written again.
 	before := se.Status.DeepCopy()
+	if r.Withdrawal.Requested() {
+		return r.withdrawn(ctx, se, before, reg)
+	}
 	if !se.DeletionTimestamp.IsZero() {
 		if !controllerutil.ContainsFinalizer(se, Finalizer) {
 			return reconcile.Result{}, nil
@@ -223,6 +233,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonExported,
 		fmt.Sprintf("exported to clusterset %s with %d endpoint records (%d ready)", id.ClusterSet, len(e.Endpoints), ready))
 	return reconcile.Result{RequeueAfter: r.driftAfter()}, r.updateStatus(ctx, se, before)
+}
+
+// ReasonWithdrawn is the Ready reason of an export withdrawn because
+// clustermap uninstall asked for it.
+const ReasonWithdrawn mcsv1beta1.ServiceExportConditionReason = "Withdrawn"
+
+// withdrawn takes the export's records out of the registry and lets go of
+// the ServiceExport (its finalizer), which is the user's and stays.
+func (r *Reconciler) withdrawn(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus, reg registry.Registry) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(se, Finalizer) {
+		return reconcile.Result{}, nil // never published, or let go already
+	}
+	key := registry.Key{Namespace: se.Namespace, Name: se.Name}
+	if err := reg.Withdraw(ctx, key); err != nil {
+		return r.retry(ctx, se, before, err)
+	}
+	controllerutil.RemoveFinalizer(se, Finalizer)
+	if err := r.Client.Update(ctx, se); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	log.FromContext(ctx).Info("export withdrawn for clustermap uninstall; the ServiceExport stays", "service", key.String())
+	if !se.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, ReasonWithdrawn,
+		"clustermap uninstall withdrew this export from Cloud Map; the ServiceExport is yours and stays (a clustermap controller started after the Lease "+withdraw.LeaseName+" in its namespace is gone publishes it again)")
+	return reconcile.Result{}, client.IgnoreNotFound(r.updateStatus(ctx, se, before))
 }
 
 // zoneIDs reads the zone id label of the nodes the endpoints are on (node

@@ -211,3 +211,70 @@ func TestSilentClusterIsDrainedNotDropped(t *testing.T) {
 		t.Errorf("event %q", e)
 	}
 }
+
+// On an API server that drops spec.trafficDistribution (Kubernetes before
+// 1.31), an import that asks for local-first routing says so with the
+// TrafficDistributionIgnored condition and a Warning Event; on one that
+// keeps it, or when nothing is asked, the condition is absent.
+func TestLocalityOnAnOlderAPIServerIsReported(t *testing.T) {
+	dropping := true
+	drop := func(obj client.Object) {
+		if svc, ok := obj.(*corev1.Service); ok && dropping {
+			svc.Spec.TrafficDistribution = nil
+		}
+	}
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
+		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				drop(obj)
+				return cl.Create(ctx, obj, opts...)
+			},
+			Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				drop(obj)
+				return cl.Update(ctx, obj, opts...)
+			},
+		}).Build()
+	gate := &clusterid.Gate{}
+	gate.Open(clusterid.Identity{ClusterID: "here", ClusterSet: "set"}, nil)
+	view := NewView()
+	view.Synced()
+	events := record.NewFakeRecorder(100)
+	r := &Reconciler{Client: c, Gate: gate, View: view, Recorder: events, Namespaces: func(string) bool { return true }, Region: "us-east-1"}
+	key := registry.Key{Namespace: "ns", Name: "web"}
+	ignored := func(ask bool) *metav1.Condition {
+		t.Helper()
+		e := exportWith("far", mcsv1beta1.ClusterSetIP, "10.2.0.1")
+		if ask {
+			e.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferClose)
+		}
+		view.Set(key, []registry.Export{e})
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey(key)}); err != nil {
+			t.Fatal(err)
+		}
+		si := &mcsv1beta1.ServiceImport{}
+		if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil {
+			t.Fatal(err)
+		}
+		return meta.FindStatusCondition(si.Status.Conditions, ConditionTrafficDistributionIgnored)
+	}
+	if got := ignored(false); got != nil {
+		t.Fatalf("nothing asked: %+v", got)
+	}
+	if got := ignored(true); got == nil || got.Status != metav1.ConditionTrue || !strings.Contains(got.Message, "1.31") {
+		t.Fatalf("asked, and dropped: %+v, want the condition naming Kubernetes 1.31", got)
+	}
+	warned := 0
+	for len(events.Events) > 0 {
+		if e := <-events.Events; strings.Contains(e, ConditionTrafficDistributionIgnored) {
+			warned++
+		}
+	}
+	if got := ignored(true); got == nil || warned != 1 || len(events.Events) != 0 {
+		t.Fatalf("asked again: %+v, %d Warning Events then %d more; want the condition kept and one Event", got, warned, len(events.Events))
+	}
+	dropping = false
+	if got := ignored(true); got != nil {
+		t.Fatalf("kept by the API server: %+v", got)
+	}
+}

@@ -324,6 +324,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	ips := si.Spec.IPs
+	localDropped := false
 	if err := checkPorts(d.Service); err != nil {
 		// Merged from several clusters' exports: what the API server
 		// would refuse is said, not sent.
@@ -333,6 +334,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		failed("derived Service", err)
 		if err == nil {
 			ips = svc.Spec.ClusterIPs
+			localDropped = d.Service.Spec.TrafficDistribution != nil && svc.Spec.TrafficDistribution == nil
 		}
 	} else {
 		failed("derived Service", r.deleteDerived(ctx, key))
@@ -369,6 +371,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	meta.RemoveStatusCondition(&status.Conditions, ConditionRemovalHeld)
 	r.reportDrained(si, key, m.Exports, floored, status)
 	setCapped(si, m.Exports, status)
+	r.reportLocalityDropped(si, localDropped, status)
 	if err := errors.Join(errs...); !errorsIsConflict(err) {
 		// A conflict is retried at once: no flip of Ready for it.
 		meta.SetStatusCondition(&status.Conditions, readyCondition(si.Generation, err))
@@ -741,6 +744,27 @@ func setCapped(si *mcsv1beta1.ServiceImport, exports []registry.Export, status *
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionEndpointsCapped, Status: metav1.ConditionTrue,
 		Reason: "MaxImportEndpoints", Message: strings.Join(msgs, "; "), ObservedGeneration: si.Generation})
+}
+
+// ConditionTrafficDistributionIgnored says, on a ServiceImport whose
+// exports ask for local-first routing, that this cluster's API server
+// dropped the derived Service's spec.trafficDistribution (Kubernetes
+// before 1.31, or 1.30 without its feature gate): requests go evenly over
+// every cluster. Absent otherwise.
+const ConditionTrafficDistributionIgnored = "TrafficDistributionIgnored"
+
+// reportLocalityDropped sets or clears TrafficDistributionIgnored, with a
+// Warning Event when it is set.
+func (r *Reconciler) reportLocalityDropped(si *mcsv1beta1.ServiceImport, dropped bool, status *mcsv1beta1.ServiceImportStatus) {
+	if !dropped {
+		meta.RemoveStatusCondition(&status.Conditions, ConditionTrafficDistributionIgnored)
+		return
+	}
+	msg := "the exports ask for local-first routing, and this cluster's API server dropped the derived Service's spec.trafficDistribution (Kubernetes before 1.31, or 1.30 without the ServiceTrafficDistribution gate): requests go evenly over every cluster's endpoints; upgrade this cluster to Kubernetes 1.31 or later"
+	if meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionTrafficDistributionIgnored, Status: metav1.ConditionTrue,
+		Reason: "NotSupportedByCluster", Message: msg, ObservedGeneration: si.Generation}) {
+		r.Recorder.Event(si, corev1.EventTypeWarning, ConditionTrafficDistributionIgnored, msg)
+	}
 }
 
 // ConditionClustersDrained names, on a ServiceImport, the exporting

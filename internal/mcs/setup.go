@@ -30,6 +30,7 @@ import (
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/internal/registry/multi"
 	"github.com/clustermap/clustermap/internal/telemetry"
+	"github.com/clustermap/clustermap/internal/withdraw"
 )
 
 // Options of the MCS mode.
@@ -63,6 +64,9 @@ type Options struct {
 	// the quotas (exports past one are refused whole).
 	Usage      *cloudmap.Usage
 	Namespaces func(string) bool
+	// Withdrawal, when requested, withdraws every export (clustermap
+	// uninstall).
+	Withdrawal *withdraw.Signal
 	Recorder   record.EventRecorder
 	// OnIdentity hears the identity once it is valid; OnRead how each read
 	// of the registry went (the status Lease reports both).
@@ -133,7 +137,7 @@ func Setup(mgr manager.Manager, o Options) error {
 		return err
 	}
 	if err := (&export.Reconciler{Client: mgr.GetClient(), Gate: gate, Recorder: o.Recorder, Namespaces: o.Namespaces, Republish: republish,
-		Orphans: orphans.Orphans, Orphaned: orphans.Orphaned, APIReader: mgr.GetAPIReader(), Rewrites: rewrites}).SetupWithManager(mgr); err != nil {
+		Orphans: orphans.Orphans, Orphaned: orphans.Orphaned, APIReader: mgr.GetAPIReader(), Rewrites: rewrites, Withdrawal: o.Withdrawal}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	region := ""

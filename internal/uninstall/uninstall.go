@@ -1,8 +1,9 @@
 // Package uninstall takes clustermap out of clusters without leaving
-// anything behind: first the running controllers withdraw what they
-// published (Withdraw), then, with the controllers stopped (Stop), what
-// they made in each cluster goes (Cleanup). Nothing is left holding a
-// finalizer, so the CRDs can go after.
+// anything behind and without touching what users own: first the running
+// controllers withdraw what they published (Withdraw), then, with the
+// controllers stopped (Stop), what they made in each cluster goes
+// (Cleanup). ServiceExports and annotated Services stay; nothing is left
+// holding a clustermap finalizer, so the CRDs can go after.
 package uninstall
 
 import (
@@ -18,6 +19,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +31,7 @@ import (
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/internal/statuslease"
+	"github.com/clustermap/clustermap/internal/withdraw"
 )
 
 // Cluster is one cluster to take clustermap out of.
@@ -44,40 +47,20 @@ const ControllerLabel = controllerLabelKey + "=" + controllerLabelValue
 const controllerLabelKey, controllerLabelValue = "app.kubernetes.io/name", "clustermap-controller"
 
 // Withdraw asks the running controller to withdraw everything it
-// published: every ServiceExport is deleted (its records leave Cloud Map,
-// then its finalizer goes), and every Service registered in Cloud Map DNS
-// loses its registration annotations (its instances are deregistered, then
-// its finalizer goes). It waits until no clustermap finalizer is left, or
-// returns what is still holding one.
-func Withdraw(ctx context.Context, c Cluster, timeout time.Duration, out io.Writer) error {
-	exports := &mcsv1beta1.ServiceExportList{}
-	if err := c.Client.List(ctx, exports); err != nil && !meta.IsNoMatchError(err) {
-		return err
+// published, touching nothing users own: it creates the Lease
+// withdraw.LeaseName in the controller's namespace, on which the
+// controller takes every export's records out of Cloud Map and every
+// Cloud Map DNS registration back, and removes its finalizers. The
+// ServiceExports and the annotated Services stay as they are. It waits
+// until no clustermap finalizer is left, or returns what is still holding
+// one.
+func Withdraw(ctx context.Context, c Cluster, namespace string, timeout time.Duration, out io.Writer) error {
+	req := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: withdraw.LeaseName,
+		Labels: map[string]string{statuslease.ManagedByLabel: statuslease.ManagedBy}}}
+	if err := c.Client.Create(ctx, req); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%s: asking the controller to withdraw (Lease %s/%s): %w", c.Name, namespace, withdraw.LeaseName, err)
 	}
-	for i := range exports.Items {
-		se := &exports.Items[i]
-		if err := c.Client.Delete(ctx, se); client.IgnoreNotFound(err) != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s: ServiceExport %s/%s deleted: its Cloud Map records are withdrawn\n", c.Name, se.Namespace, se.Name)
-	}
-	svcs := &corev1.ServiceList{}
-	if err := c.Client.List(ctx, svcs); err != nil {
-		return err
-	}
-	for i := range svcs.Items {
-		s := &svcs.Items[i]
-		if _, ok := s.Annotations[cloudmapdns.AnnotationHostname]; !ok && !controllerutil.ContainsFinalizer(s, cloudmapdns.Finalizer) {
-			continue
-		}
-		base := s.DeepCopy()
-		delete(s.Annotations, cloudmapdns.AnnotationNamespace)
-		delete(s.Annotations, cloudmapdns.AnnotationHostname)
-		if err := c.Client.Patch(ctx, s, client.MergeFrom(base)); client.IgnoreNotFound(err) != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s: Service %s/%s: Cloud Map DNS annotations removed: its instances are deregistered\n", c.Name, s.Namespace, s.Name)
-	}
+	fmt.Fprintf(out, "%s: the controller is asked to withdraw what it published (Lease %s/%s); ServiceExports and annotated Services stay\n", c.Name, namespace, withdraw.LeaseName)
 	var left []string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
@@ -87,6 +70,9 @@ func Withdraw(ctx context.Context, c Cluster, timeout time.Duration, out io.Writ
 	if err != nil && len(left) > 0 {
 		return fmt.Errorf("%s: still waiting for the controller to withdraw %s (is it running? it must be, to take records out of Cloud Map; --force drops the finalizers and leaves the records)",
 			c.Name, strings.Join(left, ", "))
+	}
+	if err == nil {
+		fmt.Fprintf(out, "%s: every export and Cloud Map DNS registration withdrawn\n", c.Name)
 	}
 	return err
 }
@@ -98,8 +84,10 @@ func finalized(ctx context.Context, cl client.Client) ([]string, error) {
 	if err := cl.List(ctx, exports); err != nil && !meta.IsNoMatchError(err) {
 		return nil, err
 	}
-	for _, se := range exports.Items {
-		left = append(left, "ServiceExport "+se.Namespace+"/"+se.Name)
+	for i := range exports.Items {
+		if controllerutil.ContainsFinalizer(&exports.Items[i], export.Finalizer) {
+			left = append(left, "ServiceExport "+exports.Items[i].Namespace+"/"+exports.Items[i].Name)
+		}
 	}
 	svcs := &corev1.ServiceList{}
 	if err := cl.List(ctx, svcs); err != nil {
@@ -204,12 +192,16 @@ func Cleanup(ctx context.Context, c Cluster, statusNamespace string, force bool,
 			}
 		}
 	}
-	lease := &coordinationv1.Lease{}
-	lease.Namespace, lease.Name = statusNamespace, statuslease.LeaseName
-	if err := c.Client.Delete(ctx, lease); err == nil {
-		n++
-	} else if !apierrors.IsNotFound(err) {
-		return n, err
+	// The status Lease, and the withdrawal request: a later install
+	// publishes again.
+	for _, name := range []string{statuslease.LeaseName, withdraw.LeaseName} {
+		lease := &coordinationv1.Lease{}
+		lease.Namespace, lease.Name = statusNamespace, name
+		if err := c.Client.Delete(ctx, lease); err == nil {
+			n++
+		} else if !apierrors.IsNotFound(err) {
+			return n, err
+		}
 	}
 	fmt.Fprintf(out, "%s: %d objects clustermap made deleted\n", c.Name, n)
 	return n, nil
@@ -221,6 +213,9 @@ func dropFinalizers(ctx context.Context, c Cluster, out io.Writer) error {
 		return err
 	}
 	for i := range exports.Items {
+		if !controllerutil.ContainsFinalizer(&exports.Items[i], export.Finalizer) {
+			continue
+		}
 		if err := drop(ctx, c.Client, &exports.Items[i], export.Finalizer); err != nil {
 			return err
 		}

@@ -102,11 +102,11 @@ func TestChartCRDs(t *testing.T) {
 	// docs/install.md's upgrade that turns crds.enabled on.
 	step := codeBlock(t, "../../docs/install.md", "--take-ownership")
 	set, ns := helmFlags(t, step)
-	if ns != releaseNS || !strings.Contains(step, "--reuse-values") || fmt.Sprint(set) != "map[crds:map[enabled:true]]" {
+	if ns != releaseNS || !strings.Contains(step, "--reset-then-reuse-values") || fmt.Sprint(set) != "map[crds:map[enabled:true]]" {
 		t.Fatalf("docs/install.md's crds.enabled upgrade changed (%s): bring this test to it", step)
 	}
 	up := action.NewUpgrade(cfg)
-	up.Namespace, up.ReuseValues, up.TakeOwnership = ns, true, true
+	up.Namespace, up.ResetThenReuseValues, up.TakeOwnership = ns, true, true
 	_, err = up.RunWithContext(ctx, release, real, set)
 	harness.Must(t, err)
 	if d, owner := description(); strings.Contains(d, marker) || owner != release {

@@ -13,12 +13,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -26,8 +28,9 @@ import (
 // (the lab's data plane runs the chart's image as clustermap, with the
 // pod's service account): helm test runs `clustermap status` in the
 // cluster and passes; helm uninstall first runs `clustermap uninstall`,
-// which withdraws the export from Cloud Map while the controller still
-// runs, so that nothing is left holding a finalizer and no record stays.
+// which has the export withdrawn from Cloud Map while the controller still
+// runs, so that nothing is left holding a finalizer and no record stays,
+// and leaves the user's ServiceExport where it is.
 // The controller runs on the host; the chart's Deployment stands for it
 // (its pods are simulated: only the hooks' pods run), and the hook scales
 // it down all the same.
@@ -86,10 +89,19 @@ func TestChartHooks(t *testing.T) {
 	if _, err := un.Run(release); err != nil {
 		t.Fatalf("helm uninstall: %v", err)
 	}
+	// The user's ServiceExport stays, let go of and saying why.
 	exports := &mcsv1beta1.ServiceExportList{}
 	harness.Must(t, cl.List(ctx, exports))
+	if len(exports.Items) != 1 {
+		t.Errorf("%d ServiceExports after helm uninstall, want the user's shop/web kept", len(exports.Items))
+	}
 	for _, se := range exports.Items {
-		t.Errorf("ServiceExport %s/%s left (finalizers %v)", se.Namespace, se.Name, se.Finalizers)
+		if len(se.Finalizers) > 0 {
+			t.Errorf("ServiceExport %s/%s keeps finalizers %v", se.Namespace, se.Name, se.Finalizers)
+		}
+		if c := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady)); c == nil || c.Reason != string(export.ReasonWithdrawn) {
+			t.Errorf("ServiceExport %s/%s Ready %+v, want False/%s", se.Namespace, se.Name, c, export.ReasonWithdrawn)
+		}
 	}
 	svcs := &corev1.ServiceList{}
 	harness.Must(t, cl.List(ctx, svcs))
