@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/withdraw"
 )
 
@@ -123,20 +124,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Withdrawal != nil {
 		// Every Service that holds or asks for a registration, looked at
 		// again when a withdrawal starts.
-		annotated := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-			var list corev1.ServiceList
-			if err := r.Client.List(ctx, &list); err != nil {
-				log.FromContext(ctx).Error(err, "listing Services to withdraw or register them again")
-				return nil
-			}
-			var out []reconcile.Request
-			for i := range list.Items {
-				svc := &list.Items[i]
-				if _, asks := svc.Annotations[AnnotationHostname]; asks || controllerutil.ContainsFinalizer(svc, Finalizer) {
-					out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)})
-				}
-			}
-			return out
+		annotated := kube.EnqueueEvery(r.Client, func() client.ObjectList { return &corev1.ServiceList{} }, func(o client.Object) bool {
+			_, asks := o.GetAnnotations()[AnnotationHostname]
+			return asks || controllerutil.ContainsFinalizer(o, Finalizer)
 		})
 		b = b.WatchesRawSource(source.Channel(r.Withdrawal.Started(), annotated))
 	}

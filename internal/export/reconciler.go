@@ -32,6 +32,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/conditions"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/locality"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/withdraw"
@@ -107,20 +108,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	specOrDeletion := predicate.Or[client.Object](predicate.GenerationChangedPredicate{},
 		predicate.NewPredicateFuncs(func(o client.Object) bool { return !o.GetDeletionTimestamp().IsZero() }))
 	b := ctrl.NewControllerManagedBy(mgr)
-	every := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		var list mcsv1beta1.ServiceExportList
-		if err := r.Client.List(ctx, &list); err != nil {
-			log.FromContext(ctx).Error(err, "listing ServiceExports to look at them again")
-			return nil
-		}
-		var out []reconcile.Request
-		for _, se := range list.Items {
-			if r.Namespaces(se.Namespace) {
-				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&se)})
-			}
-		}
-		return out
-	})
+	every := kube.EnqueueEvery(r.Client, func() client.ObjectList { return &mcsv1beta1.ServiceExportList{} },
+		func(o client.Object) bool { return r.Namespaces(o.GetNamespace()) })
 	if r.Republish != nil {
 		b = b.WatchesRawSource(source.Channel(r.Republish, every))
 	}
@@ -163,19 +152,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	key := registry.Key{Namespace: se.Namespace, Name: se.Name}
 	// Conditions unchanged from what was read are not written again.
 	before := se.Status.DeepCopy()
-	if r.Withdrawal.Requested() {
-		return r.withdrawn(ctx, se, before, reg)
-	}
-	if !se.DeletionTimestamp.IsZero() {
-		if !controllerutil.ContainsFinalizer(se, Finalizer) {
-			return reconcile.Result{}, nil
-		}
-		if err := reg.Withdraw(ctx, key); err != nil {
-			return r.retry(ctx, se, before, err)
-		}
-		controllerutil.RemoveFinalizer(se, Finalizer)
-		logger.Info("export withdrawn", "service", key.String())
-		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, se))
+	if !se.DeletionTimestamp.IsZero() || r.Withdrawal.Requested() {
+		return r.letGo(ctx, se, before, reg)
 	}
 	if !controllerutil.ContainsFinalizer(se, Finalizer) {
 		controllerutil.AddFinalizer(se, Finalizer)
@@ -239,9 +217,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // clustermap uninstall asked for it.
 const ReasonWithdrawn mcsv1beta1.ServiceExportConditionReason = "Withdrawn"
 
-// withdrawn takes the export's records out of the registry and lets go of
-// the ServiceExport (its finalizer), which is the user's and stays.
-func (r *Reconciler) withdrawn(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus, reg registry.Registry) (reconcile.Result, error) {
+// letGo takes the export's records out of the registry and removes its
+// finalizer: the ServiceExport is being deleted, or clustermap uninstall
+// asked for a withdrawal, and then it is the user's and stays, saying so.
+func (r *Reconciler) letGo(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus, reg registry.Registry) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(se, Finalizer) {
 		return reconcile.Result{}, nil // never published, or let go already
 	}
@@ -253,10 +232,11 @@ func (r *Reconciler) withdrawn(ctx context.Context, se *mcsv1beta1.ServiceExport
 	if err := r.Client.Update(ctx, se); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	log.FromContext(ctx).Info("export withdrawn for clustermap uninstall; the ServiceExport stays", "service", key.String())
 	if !se.DeletionTimestamp.IsZero() {
+		log.FromContext(ctx).Info("export withdrawn", "service", key.String())
 		return reconcile.Result{}, nil
 	}
+	log.FromContext(ctx).Info("export withdrawn for clustermap uninstall; the ServiceExport stays", "service", key.String())
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, ReasonWithdrawn,
 		"clustermap uninstall withdrew this export from Cloud Map; the ServiceExport is yours and stays (a clustermap controller started after the Lease "+withdraw.LeaseName+" in its namespace is gone publishes it again)")
 	return reconcile.Result{}, client.IgnoreNotFound(r.updateStatus(ctx, se, before))

@@ -1,6 +1,6 @@
 // Package kube is what every mode and command shares to reach a cluster:
-// the Scheme, client configuration, the namespace filter, and explicit
-// metric registration.
+// the Scheme, client configuration, the namespace filter, explicit metric
+// registration, and the event mappers reconcilers share.
 package kube
 
 import (

@@ -1,0 +1,34 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// EnqueueEvery maps any event (a channel source's: publish everything
+// again, withdraw everything) to a request for every object of newList's
+// kind that keep accepts, read from c.
+func EnqueueEvery(c client.Reader, newList func() client.ObjectList, keep func(client.Object) bool) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		list := newList()
+		if err := c.List(ctx, list); err != nil {
+			log.FromContext(ctx).Error(err, "listing every object to look at it again", "list", fmt.Sprintf("%T", list))
+			return nil
+		}
+		var out []reconcile.Request
+		_ = meta.EachListItem(list, func(o runtime.Object) error {
+			if obj, ok := o.(client.Object); ok && keep(obj) {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+			}
+			return nil
+		})
+		return out
+	})
+}
