@@ -183,6 +183,11 @@ func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
 	return w.Start(ctx)
 }
 
+// ConfirmWrites asks how this cluster's writes ended until ctx ends, for a
+// Backend that publishes without watching: a watcher's change feed tells
+// it otherwise. A write that failed later is reported to OnWriteFailed.
+func (b *Backend) ConfirmWrites(ctx context.Context) { b.confirmOwnOps(ctx) }
+
 // reread asks the watcher to read a service again now, and tells the
 // other accounts through the change record.
 func (b *Backend) reread(key registry.Key) {
