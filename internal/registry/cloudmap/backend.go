@@ -102,8 +102,9 @@ type Backend struct {
 	keys       map[string]registry.Key // Cloud Map service id -> key
 	created    map[string]bool         // Cloud Map service refs this controller created: ours, no need to ask
 	// ownOps are operations this cluster started, so that the change feed
-	// knows their service without asking, or, in a shared namespace,
-	// confirmOwnOps asks how they ended; entries never seen end expire.
+	// knows their service without asking, or, in a shared namespace (and
+	// under ConfirmWrites), confirmOwnOps asks how they ended; entries
+	// never seen end expire.
 	ownOps map[string]ownOp
 	// changed are services this cluster published or withdrew: the watcher
 	// reads them again at once.
