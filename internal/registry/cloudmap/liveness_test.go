@@ -199,9 +199,13 @@ func TestForgedProofRestoresNobody(t *testing.T) {
 				t.Fatal(err)
 			}
 			westCtx, stopWest := context.WithCancel(ctx)
+			started := time.Now()
 			west := newMember(t, westCtx, srv, "AKIDMEMBER", memberAccount, "west", fastLiveness)
 			waitUntil(t, "west's export", func() bool { return publish(ctx, west.b, export("west", web, "10.2.0.1")) == nil })
 			waitUntil(t, "east imports both", func() bool { return len(east.clusters(web)) == 2 })
+			// A cluster that never wrote a record is never drained: west
+			// stops once east has read one of its.
+			waitUntil(t, "west's proof read", func() bool { return east.proved("west", started) })
 			stopWest()
 			waitWithin(t, drainWithin, "west drained", func() bool { return slices.Equal(east.drained(web), []string{"west"}) })
 
