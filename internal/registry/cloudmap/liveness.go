@@ -22,8 +22,8 @@ import (
 // a writer's slow clock, or a record rewritten with an old time, drains
 // no one, and a record first seen counts as moved then. Only on positive
 // knowledge: right after a read of the records that answered, and only
-// while some record is fresh (this cluster's own included), so that an
-// outage or a quiet clusterset drains nobody. A cluster that never wrote
+// against another record that kept moving (this cluster's own included),
+// so that an outage or a quiet clusterset drains nobody. A cluster that never wrote
 // a record (an older release, the AWS controller) is never drained, nor
 // is this one.
 
@@ -101,18 +101,22 @@ func (l *liveness) forget(cluster string) {
 	delete(l.marks, cluster)
 }
 
-// judge drains and restores clusters from the proofs as last read, at now;
-// it returns the clusters whose state changed.
-func (l *liveness) judge(now time.Time) []string {
-	fresh := false
+// judge drains and restores clusters from the proofs as last read; it
+// returns the clusters whose state changed. A cluster is silent when its
+// record has not moved for the TTL while another's did: measured against
+// the newest proof, not the clock, so that when every record stops at
+// once (Cloud Map refusing writes, an expired role shared by all) nobody
+// is drained, however long it lasts.
+func (l *liveness) judge() []string {
+	var newest time.Time
 	for _, at := range l.proofs {
-		if now.Sub(at) <= l.ttl {
-			fresh = true
+		if at.After(newest) {
+			newest = at
 		}
 	}
 	var changed []string
 	for cluster, at := range l.proofs {
-		drain := l.ttl > 0 && fresh && cluster != l.self && now.Sub(at) > l.ttl
+		drain := l.ttl > 0 && cluster != l.self && newest.Sub(at) > l.ttl
 		_, was := l.silent[cluster]
 		switch {
 		case drain && !was:
@@ -177,7 +181,7 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 			w.alive.forget(cluster)
 		}
 	}
-	changed := w.alive.judge(now)
+	changed := w.alive.judge()
 	for _, cluster := range changed {
 		since, silent := w.alive.silent[cluster]
 		if silent {
