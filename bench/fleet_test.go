@@ -302,7 +302,7 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 	publishAll(ctx, b, s, ms[last:], 0)
 	published := time.Since(bulkStart)
 	bulkCalls, _ := controlPlane(diffMap(before, ms[last].calls.Snapshot()))
-	bulkDone := waitHeard(b, s, ms[:last], lastName, 0, 15*time.Minute)
+	bulkDone := waitHeard(ctx, b, srv, s, ms[:last], lastName, 0, 15*time.Minute)
 	r := fleetResult{bulk: bulkDone.Sub(bulkStart)}
 
 	// Idle: every cluster's calls over a window, once the bulk settled.
@@ -439,8 +439,10 @@ func publishRetrying(ctx context.Context, publish func(context.Context, registry
 }
 
 // waitHeard waits until every member heard every service of cluster in
-// full, and returns when the last was heard.
-func waitHeard(b testing.TB, s fleetShape, ms []*fleetMember, cluster string, extra int, within time.Duration) time.Time {
+// full, and returns when the last was heard. It prints how many are left
+// each minute, and when it gives up, how many and what Cloud Map holds of
+// the first: whether a change is slow or lost.
+func waitHeard(ctx context.Context, b testing.TB, srv *cloudmaptest.Emulator, s fleetShape, ms []*fleetMember, cluster string, extra int, within time.Duration) time.Time {
 	var c int
 	fmt.Sscanf(cluster, "cluster-%d", &c)
 	want := make([]int, s.services)
@@ -448,32 +450,36 @@ func waitHeard(b testing.TB, s fleetShape, ms []*fleetMember, cluster string, ex
 		want[i] = len(s.export(c, i, extra).Endpoints)
 	}
 	var last time.Time
-	var missing string
-	deadline := time.Now().Add(within)
+	start := time.Now()
+	deadline, report := start.Add(within), start.Add(time.Minute)
 	for {
-		missing = ""
+		left, first, firstKey := 0, "", registry.Key{}
 		for _, m := range ms {
 			for i := range s.services {
 				at, ok := m.has(s.key(i), cluster, want[i])
 				if !ok {
-					m.mu.Lock()
-					missing = fmt.Sprintf("%s has not heard %s's %d endpoints of %s: it last heard %v", m.Cluster(), cluster, want[i], s.key(i), m.seen[s.key(i)])
-					m.mu.Unlock()
-					break
+					if left == 0 {
+						m.mu.Lock()
+						first, firstKey = fmt.Sprintf("%s has not heard %s's %d endpoints of %s: it last heard %v", m.Cluster(), cluster, want[i], s.key(i), m.seen[s.key(i)]), s.key(i)
+						m.mu.Unlock()
+					}
+					left++
+					continue
 				}
 				last = maxTime(last, at)
 			}
-			if missing != "" {
-				break
-			}
 		}
-		if missing == "" {
+		if left == 0 {
 			return last
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("not every export of %s heard everywhere within %v: %s", cluster, within, missing)
+		if now := time.Now(); now.After(deadline) {
+			b.Fatalf("not every export of %s heard everywhere within %v: %d of %d left; %s; Cloud Map holds %v",
+				cluster, within, left, len(ms)*s.services, first, holds(ctx, b, srv, firstKey))
+		} else if now.After(report) {
+			fmt.Printf("fleet: %v after the bulk export, %d of %d imports of it left\n", now.Sub(start).Round(time.Second), left, len(ms)*s.services)
+			report = report.Add(time.Minute)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(time.Second)
 	}
 }
 

@@ -289,3 +289,25 @@ func TestWriteStallDrainsNobody(t *testing.T) {
 		}
 	}
 }
+
+// A write of this cluster's that no one saw end is written again when it
+// is forgotten: the export's service through the exporter, the change
+// record at once; one seen to end is not.
+func TestUnseenWriteIsWrittenAgain(t *testing.T) {
+	var again []registry.Key
+	b := New(nil, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard(), OnWriteFailed: func(k registry.Key) { again = append(again, k) }})
+	web, record := registry.Key{Namespace: "apps", Name: "web"}, registry.Key{Namespace: ChangesNamespace("set"), Name: ChangesService}
+	b.feed.alive()
+	b.feed.due(time.Now(), time.Hour, "c1", "set")
+	b.ownOp(aws.String("op-web"), web)
+	b.ownOp(aws.String("op-record"), record)
+	b.ownOp(aws.String("op-seen"), registry.Key{Namespace: "apps", Name: "api"})
+	b.takeOwnOp("op-seen")
+	b.expireOwnOps(time.Now().Add(time.Second))
+	if !slices.Equal(again, []registry.Key{web}) {
+		t.Errorf("written again: %v, want %v", again, web)
+	}
+	if _, due := b.feed.due(time.Now(), time.Hour, "c1", "set"); !due {
+		t.Error("the change record whose write was not seen to end is not written again")
+	}
+}
