@@ -97,7 +97,7 @@ func drainRound(b *testing.B, m model, set string, clusters, stopped int) []time
 				}
 			}})
 		go func() { _ = mb.b.Watch(mctx, registry.SinkFuncs{}) }()
-		e := s.export(c, 0, 0)
+		e := s.export(c, 3, 0) // a small service (the shape's first three have 2,000 pods)
 		e.ClusterSet = set
 		if err := publishRetrying(ctx, mb.b.Publish, e); err != nil {
 			b.Fatal(err)
