@@ -39,13 +39,15 @@ func ParseAnswer(s string) (cluster string, err error) {
 func Serve(ctx context.Context, port int, cluster, pod string) error {
 	addr := fmt.Sprintf(":%d", port)
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
+	// UDP first: whoever sees the TCP port listen may send datagrams at
+	// once (a clean-clone run's test was refused on UDP in between).
+	pc, err := lc.ListenPacket(ctx, "udp", addr)
 	if err != nil {
 		return err
 	}
-	pc, err := lc.ListenPacket(ctx, "udp", addr)
+	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		ln.Close()
+		pc.Close()
 		return err
 	}
 	answer := []byte(Answer(cluster, pod))
