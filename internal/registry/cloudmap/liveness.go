@@ -23,9 +23,9 @@ import (
 // no one, and a record first seen counts as moved then. Only on positive
 // knowledge: right after a read of the records that answered, and only
 // against another record that kept moving (this cluster's own included),
-// so that an outage or a quiet clusterset drains nobody. A cluster that never wrote
-// a record (an older release, the AWS controller) is never drained, nor
-// is this one.
+// so that an outage or a quiet clusterset drains nobody. A cluster that
+// never wrote a record (an older release, the AWS controller) is never
+// drained, nor is this one.
 
 // DefaultSilentAfter is four of the quickest heartbeats: a controller
 // restart or upgrade of a minute drains nobody, and a cluster that dies
