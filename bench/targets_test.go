@@ -87,13 +87,16 @@ func (m model) sharedChangeWhy() string {
 }
 
 // idleControl is the most control-plane calls a minute an idle cluster
-// makes with namespaces of services: a poll each PollInterval (one page:
-// the AWS profile's other tenants finish 1 operation a second, a page holds
-// 100), a list each ListInterval (the namespaces, then each one's
-// services, the change records' namespace included) and one call a minute
-// for the rest (a heartbeat, a retry).
+// of a two-cluster clusterset makes with namespaces of services: a poll
+// each PollInterval (one page: the AWS profile's other tenants finish 1
+// operation a second, a page holds 100), a list each ListInterval (the
+// namespaces, then each one's services, the change records' namespace
+// included), its heartbeats or its lookups of the other's (one call
+// each) and one call a minute for the rest (a retry).
 func (m model) idleControl(namespaces int) (float64, string) {
 	polls := time.Minute.Seconds() / m.watch.PollInterval.Seconds()
 	lists := time.Minute.Seconds() / m.watch.ListInterval.Seconds() * float64(2+namespaces)
-	return polls + lists + 1, fmt.Sprintf("%.0f polls of one page + %.1f list calls (%d namespaces every %v) + 1", polls, lists, namespaces+1, m.watch.ListInterval)
+	beats := time.Minute.Seconds() / cloudmap.MinHeartbeat.Seconds()
+	return polls + lists + beats + 1, fmt.Sprintf("%.0f polls of one page + %.1f list calls (%d namespaces every %v) + %.0f heartbeats + 1",
+		polls, lists, namespaces+1, m.watch.ListInterval, beats)
 }

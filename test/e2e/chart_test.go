@@ -222,7 +222,8 @@ func badValues(t *testing.T, ch *chart.Chart) {
 		{"an owner account that is no account", func(v map[string]any) { v["cloudMap"] = map[string]any{"ownerAccount": "1234"} }, "ownerAccount"},
 		{"a Region list with no Region", func(v map[string]any) { v["cloudMap"] = map[string]any{"regions": []any{"Ireland"}} }, "regions"},
 		{"a bad TTL", func(v map[string]any) { v["cloudMap"] = map[string]any{"silentClusterTTL": "a day"} }, "silentClusterTTL"},
-		{"a TTL under three heartbeats, which the controller refuses", func(v map[string]any) { v["cloudMap"] = map[string]any{"silentClusterTTL": "10m"} }, "silentClusterTTL"},
+		{"a TTL under three heartbeats, which the controller refuses", func(v map[string]any) { v["cloudMap"] = map[string]any{"silentClusterTTL": "1m"} }, "silentClusterTTL"},
+		{"a TTL of 80 s, under three heartbeats", func(v map[string]any) { v["cloudMap"] = map[string]any{"silentClusterTTL": "80s"} }, "silentClusterTTL"},
 		{"the budget of old (minAvailable blocked every eviction at one replica)", func(v map[string]any) {
 			v["podDisruptionBudget"] = map[string]any{"minAvailable": 1}
 		}, "minAvailable"},
@@ -247,7 +248,7 @@ func badValues(t *testing.T, ch *chart.Chart) {
 
 // goodTTLs render: every TTL the controller takes.
 func goodTTLs(t *testing.T, ch *chart.Chart) {
-	for _, ttl := range []string{"", "0s", "30m", "45m30s", "1h", "2h30m", "1800s"} {
+	for _, ttl := range []string{"", "0s", "90s", "1m30s", "2m", "30m", "45m30s", "1h", "2h30m", "1800s"} {
 		v := modeValues(true, false, false, false)
 		v["cloudMap"] = map[string]any{"silentClusterTTL": ttl}
 		if _, err := render(ch, v); err != nil {

@@ -70,7 +70,7 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 				continue // another's, or misfiled under another id: proves nothing
 			}
 			alive := o.SilentAfter > 0 && !o.Force
-			if r, ok := parseRecord(in.Attributes); ok && alive && time.Since(r.updated) <= o.SilentAfter {
+			if r, ok := parseRecord(in.Attributes); ok && alive && time.Since(r.updated) <= max(o.SilentAfter, silentBeats*r.beat) {
 				return 0, &AliveError{Cluster: o.Cluster, Last: r.updated}
 			}
 			if m := recordMark(in.Attributes); alive && mark != "" && m != mark {

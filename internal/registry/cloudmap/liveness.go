@@ -23,35 +23,45 @@ import (
 // no one, and a record first seen counts as moved then. Only on positive
 // knowledge: right after a read of the records that answered, and only
 // against another record that kept moving (this cluster's own included),
-// so that an outage or a quiet clusterset drains nobody. A cluster that never wrote
-// a record (an older release, the AWS controller) is never drained, nor
-// is this one.
+// so that an outage or a quiet clusterset drains nobody. A cluster that
+// never wrote a record (an older release, the AWS controller) is never
+// drained, nor is this one.
 
-// DefaultSilentAfter is three heartbeats: a controller upgrade or a
-// registry outage of several minutes drains nobody.
-const DefaultSilentAfter = 3 * DefaultHeartbeat
+// DefaultSilentAfter is four of the quickest heartbeats: a controller
+// restart or upgrade of a minute drains nobody, and a cluster that dies
+// whole leaves every other's path within 3 minutes (docs/traffic.md). A
+// registry outage drains nobody whatever its length (judge). A cluster
+// that declares a slower beat is given four of its own.
+const DefaultSilentAfter = 4 * MinHeartbeat
+
+// silentBeats is how many of its declared heartbeats a cluster's record
+// may stand still before it is drained, when that is past the TTL.
+const silentBeats = 4
 
 // DefaultProofReadInterval spaces the reads of the records in one account
 // (one DiscoverInstancesRevision, a data-plane call, and a DiscoverInstances
 // when they changed; another cluster's heartbeat asks for one sooner);
 // across accounts they are read at every poll anyway.
-const DefaultProofReadInterval = time.Minute
+const DefaultProofReadInterval = 10 * time.Second
 
 // liveness holds every cluster's last proof (when its record was seen to
-// move, and how it read then) and who is drained.
+// move, how it read then and the beat it declared) and who is drained.
 type liveness struct {
 	self   string
 	ttl    time.Duration // <= 0: never drain
 	proofs map[string]time.Time
 	marks  map[string]string
+	beats  map[string]time.Duration
 	silent map[string]time.Time
+	// lastRead is when the records were last read.
+	lastRead time.Time
 	// blind is when reads of the registry began to fail (zero: they do
 	// not).
 	blind time.Time
 }
 
 func newLiveness(self string, ttl time.Duration) *liveness {
-	return &liveness{self: self, ttl: ttl, proofs: map[string]time.Time{}, marks: map[string]string{}, silent: map[string]time.Time{}}
+	return &liveness{self: self, ttl: ttl, proofs: map[string]time.Time{}, marks: map[string]string{}, beats: map[string]time.Duration{}, silent: map[string]time.Time{}}
 }
 
 // failed notes that a read of the registry failed at now.
@@ -68,12 +78,42 @@ func (l *liveness) failed(now time.Time) {
 // move nothing.)
 func (l *liveness) reading(now time.Time) {
 	if !l.blind.IsZero() {
-		for cluster, at := range l.proofs {
-			if _, drained := l.silent[cluster]; !drained {
-				l.proofs[cluster] = at.Add(now.Sub(l.blind))
-			}
-		}
+		l.pause(now.Sub(l.blind))
 		l.blind = time.Time{}
+	}
+}
+
+// pause moves the proofs of the clusters not drained on by d: time that
+// proves nobody silent.
+func (l *liveness) pause(d time.Duration) {
+	for cluster, at := range l.proofs {
+		if _, drained := l.silent[cluster]; !drained {
+			l.proofs[cluster] = at.Add(d)
+		}
+	}
+}
+
+// stalled notes, before the proofs of a read in which a record moved,
+// how long reads had found no record moving (until the read before this
+// one: reads only far apart prove no stall): past two of the quickest
+// beats declared by clusters not drained, every record had stopped at
+// once (Cloud Map refusing writes, a role all clusters share revoked),
+// and that time proves nobody silent either; else the first cluster to
+// write again would drain every other until its next beat.
+func (l *liveness) stalled() {
+	var newest time.Time
+	quickest := MaxHeartbeat
+	for cluster, at := range l.proofs {
+		if _, drained := l.silent[cluster]; drained {
+			continue
+		}
+		if at.After(newest) {
+			newest = at
+		}
+		quickest = min(quickest, l.beats[cluster])
+	}
+	if gap := l.lastRead.Sub(newest) - 2*quickest; !newest.IsZero() && gap > 0 {
+		l.pause(gap)
 	}
 }
 
@@ -81,8 +121,16 @@ func (l *liveness) reading(now time.Time) {
 // new) since the last read.
 func (l *liveness) saw(cluster string, attrs map[string]string, now time.Time) {
 	if l.moved(cluster, attrs) {
-		l.marks[cluster], l.proofs[cluster] = recordMark(attrs), now
+		l.marks[cluster], l.proofs[cluster], l.beats[cluster] = recordMark(attrs), now, declaredBeat(attrs)
 	}
+}
+
+// silentAfter is how long cluster's record may stand still while others
+// move: the TTL, or silentBeats of the beats it declares when longer (a
+// large clusterset in one account beats slower; releases before beats
+// were declared, every 10 minutes).
+func (l *liveness) silentAfter(cluster string) time.Duration {
+	return max(l.ttl, silentBeats*l.beats[cluster])
 }
 
 // moved says whether cluster's record reads otherwise than last time.
@@ -99,6 +147,7 @@ func recordMark(attrs map[string]string) string {
 func (l *liveness) forget(cluster string) {
 	delete(l.proofs, cluster)
 	delete(l.marks, cluster)
+	delete(l.beats, cluster)
 }
 
 // judge drains and restores clusters from the proofs as last read; it
@@ -116,7 +165,7 @@ func (l *liveness) judge() []string {
 	}
 	var changed []string
 	for cluster, at := range l.proofs {
-		drain := l.ttl > 0 && cluster != l.self && newest.Sub(at) > l.ttl
+		drain := l.ttl > 0 && cluster != l.self && newest.Sub(at) > l.silentAfter(cluster)
 		_, was := l.silent[cluster]
 		switch {
 		case drain && !was:
@@ -165,6 +214,12 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 	}
 	w.records, w.recordRev = instances, rev
 	w.alive.reading(now)
+	for _, in := range instances {
+		if cluster, ok := w.b.recordOf(in); ok && !distrusted[cluster] && w.alive.moved(cluster, in.Attributes) {
+			w.alive.stalled()
+			break
+		}
+	}
 	seen := map[string]bool{}
 	for _, in := range instances {
 		cluster, ok := w.b.recordOf(in)
@@ -181,12 +236,14 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 			w.alive.forget(cluster)
 		}
 	}
+	w.b.feed.heard(len(seen))
+	w.alive.lastRead = now
 	changed := w.alive.judge()
 	for _, cluster := range changed {
 		since, silent := w.alive.silent[cluster]
 		if silent {
 			w.b.o.Log.Info("draining a silent cluster: its endpoints stay imported, not routed to, until it proves alive again (or clustermap forget-cluster)",
-				"cluster", cluster, "lastProof", since, "silentAfter", w.alive.ttl)
+				"cluster", cluster, "lastProof", since, "silentAfter", w.alive.silentAfter(cluster))
 		} else {
 			w.b.o.Log.Info("a drained cluster proved alive again (or its record went); routing to it again", "cluster", cluster)
 		}

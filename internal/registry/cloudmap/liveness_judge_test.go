@@ -77,11 +77,11 @@ func TestLivenessJudge(t *testing.T) {
 func TestMisfiledRecordsProveNothing(t *testing.T) {
 	start := time.Unix(10_000, 0)
 	ttl := 30 * time.Minute
-	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl),
+	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}, feed: newChangeLog()}, alive: newLiveness("self", ttl),
 		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
 	rec := func(id, cluster string, seq int, at time.Time) types.HttpInstanceSummary {
 		return types.HttpInstanceSummary{InstanceId: aws.String(id), Attributes: map[string]string{
-			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: strconv.FormatInt(at.Unix(), 10)}}
+			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: strconv.FormatInt(at.Unix(), 10), attrBeat: "30"}}
 	}
 	rev := int64(0)
 	read := func(now time.Time, records ...types.HttpInstanceSummary) {
@@ -164,11 +164,11 @@ func TestNoRecordDueWaitsForAnExport(t *testing.T) {
 func TestOutageDrainsNobody(t *testing.T) {
 	start := time.Unix(10_000, 0)
 	ttl := 30 * time.Minute
-	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}}, alive: newLiveness("self", ttl),
+	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}, feed: newChangeLog()}, alive: newLiveness("self", ttl),
 		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
 	rec := func(cluster string, seq int) types.HttpInstanceSummary {
 		return types.HttpInstanceSummary{InstanceId: aws.String(cluster), Attributes: map[string]string{
-			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: "0"}}
+			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: "0", attrBeat: "30"}}
 	}
 	rev := int64(0)
 	read := func(at time.Duration, records ...types.HttpInstanceSummary) {
@@ -198,6 +198,95 @@ func TestOutageDrainsNobody(t *testing.T) {
 	read(112*time.Minute, rec("self", 112), rec("b", 1))
 	if w.alive.silentSince("b").IsZero() {
 		t.Error("slow reads kept b from draining")
+	}
+}
+
+// A cluster beats every 30 s, slower in a large one-account clusterset so
+// that the importers' GetOperation lookups of the heartbeats stay within
+// 5 a second for the account; across accounts the records are read at
+// every poll anyway.
+func TestHeartbeatFor(t *testing.T) {
+	for _, c := range []struct {
+		clusters int
+		shared   bool
+		want     time.Duration
+	}{
+		{0, false, MinHeartbeat}, {2, false, MinHeartbeat}, {12, false, MinHeartbeat},
+		{20, false, 76 * time.Second}, {50, false, 490 * time.Second}, {200, false, MaxHeartbeat},
+		{50, true, MinHeartbeat},
+	} {
+		if got := heartbeatFor(c.clusters, c.shared); got != c.want {
+			t.Errorf("heartbeatFor(%d, shared %v) = %v, want %v", c.clusters, c.shared, got, c.want)
+		}
+	}
+	for n := 2; n <= 55; n++ {
+		if rate := float64(n*(n-1)) / heartbeatFor(n, false).Seconds(); rate > heartbeatLookups {
+			t.Errorf("%d clusters in one account: their heartbeats cost %.1f GetOperation a second", n, rate)
+		}
+	}
+}
+
+// A record declares its writer's beat; a cluster is drained after the TTL
+// or four of its declared beats, whichever is longer: one that beats
+// every 8 minutes is not drained after the 2-minute TTL, a record that
+// declares no beat (an older release's, every 10 minutes) after 40.
+func TestDrainedAfterItsOwnBeats(t *testing.T) {
+	l := newChangeLog()
+	l.alive()
+	attrs, _ := l.due(time.Now(), 490*time.Second, "slow", "set")
+	if got := declaredBeat(attrs); got != 490*time.Second {
+		t.Fatalf("a record written every 490 s declares %v", got)
+	}
+	start := time.Unix(10_000, 0)
+	lv := newLiveness("self", DefaultSilentAfter)
+	old := map[string]string{attrEpoch: "e", attrSeq: "1"}
+	lv.saw("slow", attrs, start)
+	lv.saw("old", old, start)
+	for m := 1; m <= 45; m++ {
+		now := start.Add(time.Duration(m) * time.Minute)
+		lv.saw("self", map[string]string{attrEpoch: "e", attrSeq: strconv.Itoa(m)}, now)
+		lv.judge()
+		if slow := !lv.silentSince("slow").IsZero(); slow != (m > 4*490/60) {
+			t.Errorf("minute %d: slow drained %v", m, slow)
+		}
+		if old := !lv.silentSince("old").IsZero(); old != (m > 40) {
+			t.Errorf("minute %d: old drained %v", m, old)
+		}
+	}
+}
+
+// Every record stopping at once for 10 minutes (Cloud Map failing every
+// write while reads answer) drains nobody when the writes come back,
+// though this cluster's record moves first: the stall proves nobody
+// silent. A cluster that stays silent afterwards is drained a TTL later.
+func TestWriteStallDrainsNobody(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}, feed: newChangeLog()}, alive: newLiveness("self", DefaultSilentAfter),
+		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
+	rec := func(cluster string, seq int) types.HttpInstanceSummary {
+		return types.HttpInstanceSummary{InstanceId: aws.String(cluster), Attributes: map[string]string{
+			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: "0", attrBeat: "30"}}
+	}
+	rev := int64(0)
+	// Read every 10 s; self writes at each whole half minute, a 10 s
+	// later, until minute 5; then nobody writes until minute 15, when
+	// both write again, a twice only (its last read at 15:40).
+	selfSeq, aSeq := 0, 0
+	for s := 0; s <= 20*60; s += 10 {
+		writes := s < 5*60 || s >= 15*60
+		if writes && s%30 == 0 {
+			selfSeq++
+		}
+		if writes && s%30 == 10 && s <= 15*60+40 {
+			aSeq++
+		}
+		rev++
+		w.proved(start.Add(time.Duration(s)*time.Second), []types.HttpInstanceSummary{rec("self", selfSeq), rec("a", aSeq)}, rev, nil)
+		// Drained at the first move of self's record more than the TTL
+		// (2 min) after a's last: at 18:00.
+		if drained, want := !w.alive.silentSince("a").IsZero(), s >= 18*60; drained != want {
+			t.Fatalf("second %d: a drained %v, want %v", s, drained, want)
+		}
 	}
 }
 

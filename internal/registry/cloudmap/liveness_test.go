@@ -245,3 +245,68 @@ func TestForgedProofRestoresNobody(t *testing.T) {
 		})
 	}
 }
+
+// A controller restart, a registry outage and Cloud Map failing every
+// write, each longer than the TTL where it can be, drain nobody: west's
+// controller stops and a new one starts 5 s later; then every call fails
+// for two TTLs; then every operation fails for two TTLs while reads
+// answer. Each is followed by a TTL of normal running. (A 2 s heartbeat
+// and a 30 s TTL: the shipped 30 s and 2 minutes would make it take 15
+// minutes; the TTL leaves a restarted controller, slowed by a loaded
+// machine, 25 s to prove alive, as the shipped one leaves a minute and a
+// half.)
+func TestRestartAndOutagesDrainNobody(t *testing.T) {
+	t.Parallel()
+	liveness := cloudmap.WatchOptions{Heartbeat: 2 * time.Second, SilentAfter: 30 * time.Second, ProofReadInterval: time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
+	web := registry.Key{Namespace: "apps", Name: "web"}
+	east := newCluster(t, ctx, srv, "AKIDEAST", "", "", "east", liveness)
+	if err := publish(ctx, east.b, export("east", web, "10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	startWest := func() (*member, context.CancelFunc) {
+		westCtx, stop := context.WithCancel(ctx)
+		started := time.Now()
+		west := newCluster(t, westCtx, srv, "AKIDWEST", "", "", "west", liveness)
+		waitUntil(t, "west's export", func() bool { return publish(ctx, west.b, export("west", web, "10.2.0.1")) == nil })
+		waitUntil(t, "west's proof read", func() bool { return east.proved("west", started) })
+		return west, stop
+	}
+	west, stopWest := startWest()
+	waitUntil(t, "east imports both", func() bool { return len(east.clusters(web)) == 2 })
+	quiet := func(what string) {
+		t.Helper()
+		for _, m := range []*member{east, west} {
+			m.mu.Lock()
+			events := slices.Clone(m.silentEvents)
+			m.mu.Unlock()
+			if len(events) > 0 {
+				t.Fatalf("after %s: drain events %v", what, events)
+			}
+		}
+	}
+
+	stopWest()
+	time.Sleep(5 * time.Second)
+	west, stopWest = startWest()
+	defer stopWest()
+	time.Sleep(liveness.SilentAfter)
+	quiet("a controller restart")
+
+	srv.SetFaults(cloudmaplocal.Faults{Outage: true})
+	time.Sleep(2 * liveness.SilentAfter)
+	srv.SetFaults(cloudmaplocal.Faults{})
+	time.Sleep(liveness.SilentAfter)
+	quiet("a registry outage of two TTLs")
+
+	srv.SetFaults(cloudmaplocal.Faults{OperationFailureRate: 1})
+	time.Sleep(2 * liveness.SilentAfter)
+	srv.SetFaults(cloudmaplocal.Faults{})
+	time.Sleep(liveness.SilentAfter)
+	quiet("two TTLs of every write failing")
+	if got := east.clusters(web); len(got) != 2 {
+		t.Errorf("east imports %v after it all, want both", got)
+	}
+}

@@ -19,12 +19,12 @@ func TestChangeRecord(t *testing.T) {
 		l.note(key(i))
 	}
 	l.note(key(2)) // seq 6: key 2 once, at its latest
-	attrs, due := l.due(time.Now(), DefaultHeartbeat, "c1", "set")
+	attrs, due := l.due(time.Now(), MinHeartbeat, "c1", "set")
 	if !due {
 		t.Fatal("unsent changes are not due")
 	}
 	l.sent(time.Now())
-	if _, again := l.due(time.Now(), DefaultHeartbeat, "c1", "set"); again {
+	if _, again := l.due(time.Now(), MinHeartbeat, "c1", "set"); again {
 		t.Fatal("a sent record is due again before its heartbeat")
 	}
 	r, ok := parseRecord(attrs)
@@ -60,7 +60,7 @@ func TestChangeRecord(t *testing.T) {
 	for i := 10; i < 10+changeSlots+5; i++ {
 		l.note(key(i))
 	}
-	attrs, _ = l.due(time.Now(), DefaultHeartbeat, "c1", "set")
+	attrs, _ = l.due(time.Now(), MinHeartbeat, "c1", "set")
 	total := 0
 	for k, v := range attrs {
 		total += len(k) + len(v)

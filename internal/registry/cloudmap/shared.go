@@ -93,14 +93,51 @@ const (
 	// ChangeWriteInterval spaces a cluster's change-record writes: a
 	// change alone is written at once, a burst once per interval.
 	ChangeWriteInterval = 2 * time.Second
-	// DefaultHeartbeat rewrites an idle record, so that its time says
-	// the cluster still has access (WatchOptions.Heartbeat).
-	DefaultHeartbeat = 10 * time.Minute
+	// MinHeartbeat is how often an exporting cluster rewrites an idle
+	// record, its proof of life, unless the clusterset is too large in
+	// one account for that (heartbeatFor; WatchOptions.Heartbeat sets
+	// it).
+	MinHeartbeat = 30 * time.Second
+	// MaxHeartbeat is the slowest beat, and the beat of a record that
+	// declares none (a release before beats were declared wrote every 10
+	// minutes) or more.
+	MaxHeartbeat = 10 * time.Minute
+	// heartbeatLookups is the GetOperation calls a second that the
+	// heartbeats of a one-account clusterset may cost its importers
+	// together: a tenth of the profile's assumed 50/s per account.
+	heartbeatLookups = 5
 
 	attrEpoch   = "epoch"
 	attrSeq     = "seq"
 	attrUpdated = "updated"
+	// attrBeat declares the writer's heartbeat in seconds: an importer
+	// drains a cluster only after several of them (liveness.go).
+	attrBeat = "beat"
 )
+
+// heartbeatFor is the beat of a cluster among clusters that write records
+// (its own included). In one account every importer attributes each
+// other cluster's write with one GetOperation: C(C-1)/beat calls a second
+// for the account, held to heartbeatLookups (30 s up to 12 clusters, 8
+// minutes at 50; the cap binds past 55). Across accounts the records are
+// read at every poll anyway, on the data plane.
+func heartbeatFor(clusters int, shared bool) time.Duration {
+	if shared || clusters < 2 {
+		return MinHeartbeat
+	}
+	beat := time.Duration(clusters*(clusters-1)) * time.Second / heartbeatLookups
+	return min(max(beat, MinHeartbeat), MaxHeartbeat)
+}
+
+// declaredBeat is the heartbeat a record declares, from a second (tests
+// beat every few) to MaxHeartbeat; none or unreadable: MaxHeartbeat.
+func declaredBeat(attrs map[string]string) time.Duration {
+	s, err := strconv.Atoi(attrs[attrBeat])
+	if err != nil || s <= 0 {
+		return MaxHeartbeat
+	}
+	return min(max(time.Duration(s)*time.Second, time.Second), MaxHeartbeat)
+}
 
 type change struct {
 	seq int64
@@ -117,6 +154,8 @@ type changeLog struct {
 	unsent  bool
 	written time.Time
 	wake    chan struct{}
+	// clusters is how many clusters' records the watcher last read.
+	clusters int
 }
 
 func newChangeLog() *changeLog {
@@ -151,6 +190,7 @@ func (l *changeLog) due(now time.Time, heartbeat time.Duration, cluster, cluster
 	attrs := map[string]string{
 		AttrClusterID: cluster, AttrClusterSetID: clusterSet,
 		attrEpoch: l.epoch, attrSeq: strconv.FormatInt(l.seq, 10), attrUpdated: strconv.FormatInt(now.Unix(), 10),
+		attrBeat: strconv.Itoa(int(max(heartbeat, time.Second).Seconds())),
 	}
 	for i, c := range l.recent {
 		attrs[fmt.Sprintf("c%02d", i)] = strconv.FormatInt(c.seq, 10) + " " + c.key.String()
@@ -206,6 +246,25 @@ func (l *changeLog) failed() {
 	}
 }
 
+// heard notes how many clusters' records the watcher read.
+func (l *changeLog) heard(clusters int) {
+	l.mu.Lock()
+	l.clusters = clusters
+	l.mu.Unlock()
+}
+
+// heartbeat is this cluster's beat: the one set, else heartbeatFor the
+// clusters last read.
+func (b *Backend) heartbeat(set time.Duration) time.Duration {
+	if set > 0 {
+		return set
+	}
+	b.feed.mu.Lock()
+	n := b.feed.clusters
+	b.feed.mu.Unlock()
+	return heartbeatFor(n, b.shared())
+}
+
 func (l *changeLog) sent(now time.Time) {
 	l.mu.Lock()
 	l.written = now
@@ -223,7 +282,8 @@ func (b *Backend) writeChanges(ctx context.Context) {
 		// record (retireRecord) may run meanwhile, and a write decided
 		// before it would bring the record back after it.
 		b.recordMu.Lock()
-		attrs, ok := b.feed.due(time.Now(), opts.Heartbeat, b.o.Cluster, b.o.ClusterSet)
+		beat := b.heartbeat(opts.Heartbeat)
+		attrs, ok := b.feed.due(time.Now(), beat, b.o.Cluster, b.o.ClusterSet)
 		var err error
 		if ok {
 			err = b.writeRecord(ctx, attrs)
@@ -253,7 +313,7 @@ func (b *Backend) writeChanges(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-b.feed.wake:
-		case <-time.After(b.feed.nextBeat(time.Now(), opts.Heartbeat)):
+		case <-time.After(b.feed.nextBeat(time.Now(), beat)):
 		}
 	}
 }
@@ -308,10 +368,11 @@ type record struct {
 	oldest  int64 // the oldest slot's sequence; 0 without slots
 	changes []change
 	updated time.Time
+	beat    time.Duration // declaredBeat
 }
 
 func parseRecord(attrs map[string]string) (record, bool) {
-	r := record{epoch: attrs[attrEpoch]}
+	r := record{epoch: attrs[attrEpoch], beat: declaredBeat(attrs)}
 	seq, err := strconv.ParseInt(attrs[attrSeq], 10, 64)
 	if err != nil || r.epoch == "" {
 		return r, false

@@ -50,9 +50,11 @@ type WatchOptions struct {
 	// a longer gap is caught up instead.
 	MaxLookback time.Duration
 	// Heartbeat is how often an exporting cluster rewrites its change
-	// record, its proof of life; SilentAfter drains the exports of a
-	// cluster whose proof is older than that (liveness.go) until it
-	// proves alive again: at least three heartbeats; negative: never.
+	// record, its proof of life (zero: heartbeatFor the clusterset);
+	// SilentAfter drains the exports of a cluster whose record stood
+	// still that long, or four of the heartbeats it declares if longer,
+	// while others moved (liveness.go), until it proves alive again: at
+	// least three heartbeats; negative: never.
 	Heartbeat, SilentAfter time.Duration
 	// ProofReadInterval spaces the reads of the proofs in one account.
 	ProofReadInterval time.Duration
@@ -76,8 +78,12 @@ type WatchOptions struct {
 // Validate says what is wrong with the options a user set.
 func (o WatchOptions) Validate() error {
 	o.defaults()
-	if o.SilentAfter > 0 && o.SilentAfter < 3*o.Heartbeat {
-		return fmt.Errorf("a silent-cluster TTL of %v is under three heartbeats (%v): a cluster that is only quiet would be drained", o.SilentAfter, 3*o.Heartbeat)
+	beat := o.Heartbeat
+	if beat == 0 {
+		beat = MinHeartbeat
+	}
+	if o.SilentAfter > 0 && o.SilentAfter < 3*beat {
+		return fmt.Errorf("a silent-cluster TTL of %v is under three heartbeats (%v): a cluster that is only quiet would be drained", o.SilentAfter, 3*beat)
 	}
 	return nil
 }
@@ -145,9 +151,6 @@ func (o *WatchOptions) defaults() {
 	}
 	if o.MaxLookback == 0 {
 		o.MaxLookback = time.Hour
-	}
-	if o.Heartbeat == 0 {
-		o.Heartbeat = DefaultHeartbeat
 	}
 	if o.SilentAfter == 0 {
 		o.SilentAfter = DefaultSilentAfter
