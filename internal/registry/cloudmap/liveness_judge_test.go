@@ -77,8 +77,7 @@ func TestLivenessJudge(t *testing.T) {
 func TestMisfiledRecordsProveNothing(t *testing.T) {
 	start := time.Unix(10_000, 0)
 	ttl := 30 * time.Minute
-	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}, feed: newChangeLog()}, alive: newLiveness("self", ttl),
-		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
+	w := judgedWatcher(ttl)
 	rec := func(id, cluster string, seq int, at time.Time) types.HttpInstanceSummary {
 		return types.HttpInstanceSummary{InstanceId: aws.String(id), Attributes: map[string]string{
 			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: strconv.FormatInt(at.Unix(), 10), attrBeat: "30"}}
@@ -164,12 +163,8 @@ func TestNoRecordDueWaitsForAnExport(t *testing.T) {
 func TestOutageDrainsNobody(t *testing.T) {
 	start := time.Unix(10_000, 0)
 	ttl := 30 * time.Minute
-	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}, feed: newChangeLog()}, alive: newLiveness("self", ttl),
-		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
-	rec := func(cluster string, seq int) types.HttpInstanceSummary {
-		return types.HttpInstanceSummary{InstanceId: aws.String(cluster), Attributes: map[string]string{
-			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: "0", attrBeat: "30"}}
-	}
+	w := judgedWatcher(ttl)
+	rec := beatRecord
 	rev := int64(0)
 	read := func(at time.Duration, records ...types.HttpInstanceSummary) {
 		rev++
@@ -261,12 +256,8 @@ func TestDrainedAfterItsOwnBeats(t *testing.T) {
 // silent. A cluster that stays silent afterwards is drained a TTL later.
 func TestWriteStallDrainsNobody(t *testing.T) {
 	start := time.Unix(10_000, 0)
-	w := &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}, feed: newChangeLog()}, alive: newLiveness("self", DefaultSilentAfter),
-		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
-	rec := func(cluster string, seq int) types.HttpInstanceSummary {
-		return types.HttpInstanceSummary{InstanceId: aws.String(cluster), Attributes: map[string]string{
-			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: "0", attrBeat: "30"}}
-	}
+	w := judgedWatcher(DefaultSilentAfter)
+	rec := beatRecord
 	rev := int64(0)
 	// Read every 10 s; self writes at each whole half minute, a 10 s
 	// later, until minute 5; then nobody writes until minute 15, when
@@ -310,4 +301,17 @@ func TestUnseenWriteIsWrittenAgain(t *testing.T) {
 	if _, due := b.feed.due(time.Now(), time.Hour, "c1", "set"); !due {
 		t.Error("the change record whose write was not seen to end is not written again")
 	}
+}
+
+// judgedWatcher is cluster "self"'s watcher with only what judging
+// proofs uses, at ttl.
+func judgedWatcher(ttl time.Duration) *Watcher {
+	return &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}, feed: newChangeLog()}, alive: newLiveness("self", ttl),
+		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
+}
+
+// beatRecord is cluster's record at seq, beating every 30 s.
+func beatRecord(cluster string, seq int) types.HttpInstanceSummary {
+	return types.HttpInstanceSummary{InstanceId: aws.String(cluster), Attributes: map[string]string{
+		AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: "0", attrBeat: "30"}}
 }
