@@ -1044,10 +1044,8 @@ func (b *Backend) WriteFailure(key registry.Key) error {
 // end, and has what they wrote written again: one may have failed after
 // Cloud Map accepted it (a change feed that fell behind, a catch-up that
 // read past it, questions refused), and a publish or withdrawal that
-// finds its records as they should be writes nothing. Before, such a
-// failure was lost until the next change or the 10-minute republish
-// (seen: 9 of a bulk export's 1,000 services never imported in
-// BenchmarkFleet).
+// finds its records as they should be writes nothing. Without it, such a
+// failure would wait for the next change or the 10-minute republish.
 func (b *Backend) expireOwnOps(cutoff time.Time) {
 	b.mu.Lock()
 	expired := map[registry.Key]bool{}

@@ -127,13 +127,16 @@ func (f *operationsFeed) readProofs(ctx context.Context, now time.Time) {
 // Cloud Map pages before it filters, over every operation of the account
 // (ECS's and other tools' too), so no filter bounds a poll; the order does.
 // Operations come newest first by creation, so a poll reads pages until one
-// holds an operation seen by an earlier poll at least an Overlap ago:
-// everything after it was created before it, and finished long enough ago
-// to have been read then (an operation pending longer than Overlap, and
-// created before one already seen, is left to the listing and the sweep).
+// holds an operation that an earlier poll, at least an Overlap after the
+// operation was first seen, read past: everything after it was created
+// before it, so had ended by then (Overlap bounds how long an operation
+// runs; one that runs longer is left to the listing and the sweep), and
+// was read then. Measured from the last poll, not the clock: after a gap
+// in polling (throttled calls, a long catch-up) the polls before it may
+// have passed over an operation still running, which only this one lists.
 // Past MaxPollPages without one, it asks for a catch-up instead.
 func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign []string, err error) {
-	now := f.clock.Now
+	now, last := f.clock.Now, f.clock.LastPoll
 	pages := sd.NewListOperationsPaginator(f.b.c, &sd.ListOperationsInput{Filters: []types.OperationFilter{
 		{Name: types.OperationFilterNameStatus, Condition: types.FilterConditionIn, Values: []string{
 			string(types.OperationStatusSuccess), string(types.OperationStatusFail)}},
@@ -146,7 +149,7 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 	// marks as before, and find an operation created before them that was
 	// still running then. After a gap, or at the first listing, what the
 	// catch-up marks is where they stop.
-	recent := baseline && !f.clock.LastPoll.IsZero() && now.Sub(f.clock.LastPoll) <= f.opts.MaxLookback
+	recent := baseline && !last.IsZero() && now.Sub(last) <= f.opts.MaxLookback
 	if recent {
 		maps.Copy(seen, f.seen)
 	}
@@ -166,7 +169,7 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 		for _, op := range page.Operations {
 			id := aws.ToString(op.Id)
 			first, known := f.seen[id]
-			if known && now.Sub(first) >= f.opts.Overlap {
+			if known && last.Sub(first) >= f.opts.Overlap {
 				seen[id], found = first, true
 				break
 			}

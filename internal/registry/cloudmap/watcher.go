@@ -25,7 +25,10 @@ type WatchOptions struct {
 	PollInterval  time.Duration
 	ListInterval  time.Duration
 	SweepInterval time.Duration
-	// Overlap re-reads the end of the previous window, for clock skew.
+	// Overlap is how long an operation is taken to run at most: polls
+	// read past an operation until one that came at least Overlap after
+	// it was first seen did, for those created before it and still
+	// running when it was seen.
 	Overlap time.Duration
 	// After a poll that saw changes, polls come every FastInterval for
 	// ActiveWindow: changes come in bursts (a pod registered not ready,
