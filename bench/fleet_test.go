@@ -101,7 +101,9 @@ func (s fleetShape) export(c, i, extra int) registry.Export {
 // fleetMember is one cluster's registry side, as its controller runs it.
 type fleetMember struct {
 	*cloudmap.Backend
-	calls *cloudmapclient.Calls
+	// calls are its calls by operation, throttled those Cloud Map refused
+	// for the account's quota.
+	calls, throttled *cloudmapclient.Calls
 	mu    sync.Mutex
 	// seen is, per service, each exporting cluster's endpoint count as
 	// last heard, and when each (service, cluster, count) was first heard.
@@ -266,9 +268,14 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 	srv := cloudmaptest.Start(b, cloudmaplocal.Options{Profile: &m.profile})
 	var ms []*fleetMember
 	for c := range s.clusters {
-		m := &fleetMember{calls: &cloudmapclient.Calls{}, seen: map[registry.Key]map[string]int{}, heard: map[string]time.Time{}, published: map[registry.Key]registry.Export{}, publishing: map[registry.Key]*sync.Mutex{}}
+		m := &fleetMember{calls: &cloudmapclient.Calls{}, throttled: &cloudmapclient.Calls{}, seen: map[registry.Key]map[string]int{}, heard: map[string]time.Time{}, published: map[registry.Key]registry.Export{}, publishing: map[registry.Key]*sync.Mutex{}}
 		co := srv.Shipped()
-		co.OnCall = m.calls.Record
+		co.OnCall = func(op string, err error) {
+			m.calls.Record(op, err)
+			if cloudmapclient.ErrorKind(err) == cloudmapclient.KindThrottled {
+				m.throttled.Record(op, err)
+			}
+		}
 		cl := srv.Client(b, co)
 		name := fmt.Sprintf("cluster-%02d", c)
 		formats := &cloudmap.Formats{Cluster: name}
@@ -383,6 +390,23 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 			fmt.Printf("    %-28s %8.2f/s (%.2f per cluster per minute)  %s\n", op, idle[op], 60*idle[op]/float64(s.clusters), share)
 		}
 	}
+	calls, throttled := map[string]float64{}, map[string]float64{}
+	for _, m := range ms {
+		for op, n := range m.calls.Snapshot() {
+			calls[op] += n
+		}
+		for op, n := range m.throttled.Snapshot() {
+			throttled[op] += n
+		}
+	}
+	fmt.Printf("  throttled by the account's quotas over the whole run (all clusters):")
+	if len(throttled) == 0 {
+		fmt.Printf(" none")
+	}
+	for _, op := range sortedKeys(throttled) {
+		fmt.Printf(" %s %.0f of %.0f calls (%.2f%%);", op, throttled[op], calls[op], 100*throttled[op]/calls[op])
+	}
+	fmt.Println()
 	atMost(b, "instances in the fullest service", float64(perService), cloudmap.MaxInstances, "Cloud Map's fixed quota per service")
 	atMost(b, "instances in the fullest namespace", float64(perNamespace), cloudmap.DefaultNamespaceQuota, "the default quota per namespace")
 	fmt.Printf("  %d namespaces of 50\n", s.namespaces)

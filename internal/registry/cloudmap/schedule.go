@@ -36,6 +36,9 @@ type clock struct {
 	// one by one; LastCatchUp is when the last catch-up ran.
 	CatchUpWanted bool
 	LastCatchUp   time.Time
+	// Pollers is how many clusters poll ListOperations in this account
+	// (none across accounts): their polls share its quota.
+	Pollers int
 	// ResweepAt is when to compare the revisions again after a catch-up:
 	// its reads may not show what changed just before it (ReadLag).
 	// ResweepAgainAt is the sweep after that one, for an operation still
@@ -67,20 +70,35 @@ func nextStep(c clock, o WatchOptions) step {
 }
 
 // nextWait is how long to wait before the next step: fast while changes
-// come in bursts, or until a wanted catch-up may run.
+// come in bursts, or until a wanted catch-up may run; never so fast that
+// the clusters polling in the account together pass pollCalls.
 func nextWait(c clock, o WatchOptions) time.Duration {
-	wait := o.PollInterval
+	fast := max(o.FastInterval, time.Duration(min(c.Pollers, maxPollers))*time.Second/pollCalls)
+	wait := max(o.PollInterval, fast)
 	if c.Now.Sub(c.LastChange) < o.ActiveWindow {
-		wait = o.FastInterval
+		wait = fast
 	}
 	if c.CatchUpWanted {
-		wait = min(wait, max(c.LastCatchUp.Add(o.CatchUpInterval).Sub(c.Now), o.FastInterval))
+		wait = min(wait, max(c.LastCatchUp.Add(o.CatchUpInterval).Sub(c.Now), fast))
 	}
 	if !c.ResweepAt.IsZero() {
 		wait = min(wait, max(c.ResweepAt.Sub(c.Now), 0))
 	}
 	return wait
 }
+
+// pollCalls is the ListOperations calls a second that the clusters of a
+// one-account clusterset may make together: four fifths of the profile's
+// assumed 50/s per operation and account (AWS publishes none), the rest
+// left to catch-ups and other tools. A change makes every importer poll
+// fast at once: 49 importers every 300 ms would make 163 calls a second.
+// Polls slow down past 12 clusters in a burst (1.25 s at 50), past 60
+// when idle.
+const pollCalls = 40
+
+// maxPollers bounds the clusters counted: forged records slow polls to 5 s
+// at worst.
+const maxPollers = 200
 
 // readResult is what the watcher does after reading one service.
 type readResult int

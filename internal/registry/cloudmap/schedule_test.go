@@ -51,6 +51,14 @@ func TestNextWait(t *testing.T) {
 		{"in a burst", clock{Now: t0, LastChange: t0.Add(-time.Second)}, o.FastInterval},
 		{"until a wanted catch-up may run", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-o.CatchUpInterval + time.Second)}, time.Second},
 		{"a wanted catch-up that may run now", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour)}, o.FastInterval},
+		// The account's ListOperations calls: 12 clusters poll at the
+		// shipped rhythm, 50 slower in a burst, 100 slower always.
+		{"in a burst, 12 clusters in one account", clock{Now: t0, LastChange: t0.Add(-time.Second), Pollers: 12}, o.FastInterval},
+		{"in a burst, 50 clusters in one account", clock{Now: t0, LastChange: t0.Add(-time.Second), Pollers: 50}, 1250 * time.Millisecond},
+		{"idle, 50 clusters in one account", clock{Now: t0, LastChange: t0.Add(-time.Minute), Pollers: 50}, o.PollInterval},
+		{"idle, 100 clusters in one account", clock{Now: t0, LastChange: t0.Add(-time.Minute), Pollers: 100}, 2500 * time.Millisecond},
+		{"idle, 1,000 records in one account", clock{Now: t0, LastChange: t0.Add(-time.Minute), Pollers: 1000}, 5 * time.Second},
+		{"a wanted catch-up, 50 clusters in one account", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour), Pollers: 50}, 1250 * time.Millisecond},
 	} {
 		if got := nextWait(tc.c, o); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)

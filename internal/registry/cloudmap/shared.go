@@ -265,6 +265,18 @@ func (b *Backend) heartbeat(set time.Duration) time.Duration {
 	return heartbeatFor(n, b.shared())
 }
 
+// pollers is how many clusters poll ListOperations in this account: the
+// clusters whose records were last read (those that export), none across
+// accounts, where the change feed lists no operations.
+func (b *Backend) pollers() int {
+	if b.shared() {
+		return 0
+	}
+	b.feed.mu.Lock()
+	defer b.feed.mu.Unlock()
+	return b.feed.clusters
+}
+
 func (l *changeLog) sent(now time.Time) {
 	l.mu.Lock()
 	l.written = now

@@ -263,7 +263,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 			w.sink.Synced()
 			w.synced = true
 		}
-		w.clock.Now = time.Now()
+		w.clock.Now, w.clock.Pollers = time.Now(), w.b.pollers()
 		select {
 		case <-ctx.Done():
 			return nil
