@@ -24,7 +24,10 @@ exported to), then its proof-of-life record: every importer then drops it.
 It refuses a cluster that proved alive within --silent-cluster-ttl (--force
 to forget it anyway). Across accounts run it as the owner account
 (--cloudmap-owner-account): only the owner may deregister another
-account's records. AWS credentials come from the standard chain.`,
+account's records. --only-clustermap keeps the records another controller
+wrote under the cluster's id (going back to the AWS Cloud Map MCS
+controller: docs/migrate-from-aws-controller.md). AWS credentials come from
+the standard chain.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.ClusterSet == "" {
@@ -48,6 +51,7 @@ account's records. AWS credentials come from the standard chain.`,
 	f.StringVar(&o.Owner, "cloudmap-owner-account", "", "across accounts: the account owning the clusterset's namespaces (run as it)")
 	f.DurationVar(&o.SilentAfter, "silent-cluster-ttl", cloudmap.DefaultSilentAfter, "refuse a cluster that proved alive more recently than this")
 	f.BoolVar(&o.Force, "force", false, "forget the cluster even if it proved alive recently")
+	f.BoolVar(&o.OnlyClustermap, "only-clustermap", false, "deregister only the records clustermap wrote (and its proof of life), keeping another controller's under the same cluster id: the way back to the AWS Cloud Map MCS controller")
 	f.StringVar(&co.Region, "region", "", "the AWS Region whose records to remove (default: AWS_REGION, the shared config)")
 	f.StringVar(&co.Endpoint, "cloudmap-endpoint", "", "Cloud Map endpoint URL (default: the AWS endpoint of the Region)")
 	return cmd

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -25,6 +26,10 @@ type ForgetOptions struct {
 	// unless Force.
 	SilentAfter time.Duration
 	Force       bool
+	// OnlyClustermap keeps the records another controller wrote under the
+	// cluster's id (the AWS controller's, on the way back from a
+	// migration): only clustermap's, and its proof of life, go.
+	OnlyClustermap bool
 }
 
 // AliveError refuses to forget a cluster that proved alive recently.
@@ -107,7 +112,7 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 					return n, err
 				}
 				for _, s := range sp.Services {
-					gone, err := b.forgetIn(ctx, name, aws.ToString(s.Name), b.ref(s.Id, s.Arn))
+					gone, err := b.forgetIn(ctx, name, aws.ToString(s.Name), b.ref(s.Id, s.Arn), o.OnlyClustermap)
 					n += gone
 					if err != nil {
 						return n, err
@@ -117,15 +122,15 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 		}
 	}
 	if recordSvc != "" {
-		gone, err := b.forgetIn(ctx, ChangesNamespace(o.ClusterSet), ChangesService, "")
+		gone, err := b.forgetIn(ctx, ChangesNamespace(o.ClusterSet), ChangesService, "", false)
 		return n + gone, err
 	}
 	return n, nil
 }
 
 // forgetIn deregisters the cluster's records of one service (svcRef ""
-// finds the service by name).
-func (b *Backend) forgetIn(ctx context.Context, ns, svc, svcRef string) (int, error) {
+// finds the service by name), with onlyClustermap those clustermap wrote.
+func (b *Backend) forgetIn(ctx context.Context, ns, svc, svcRef string, onlyClustermap bool) (int, error) {
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(ns), ServiceName: aws.String(svc), HealthStatus: types.HealthStatusFilterAll, OwnerAccount: b.ownerAccount(),
 		QueryParameters: map[string]string{AttrClusterID: b.o.Cluster, AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(MaxInstances),
@@ -143,6 +148,9 @@ func (b *Backend) forgetIn(ctx context.Context, ns, svc, svcRef string) (int, er
 	}
 	n := 0
 	for _, in := range out.Instances {
+		if onlyClustermap && !strings.HasPrefix(in.Attributes[AttrController], "clustermap") {
+			continue
+		}
 		_, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcRef), InstanceId: in.InstanceId})
 		var missing *types.InstanceNotFound
 		if err != nil && !errors.As(err, &missing) {
