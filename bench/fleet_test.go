@@ -104,7 +104,7 @@ type fleetMember struct {
 	// calls are its calls by operation, throttled those Cloud Map refused
 	// for the account's quota.
 	calls, throttled *cloudmapclient.Calls
-	mu    sync.Mutex
+	mu               sync.Mutex
 	// seen is, per service, each exporting cluster's endpoint count as
 	// last heard, and when each (service, cluster, count) was first heard.
 	seen   map[registry.Key]map[string]int
@@ -355,8 +355,14 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 					m.mu.Lock()
 					seen := m.seen[e.Key]
 					m.mu.Unlock()
-					b.Fatalf("change %d of %s (%d endpoints of %s) not heard by cluster-%02d in 2 minutes; it last heard %v; Cloud Map holds %v",
-						n, e.Key, len(e.Endpoints), e.Cluster, j, seen, holds(ctx, b, srv, e.Key))
+					heard := 0
+					for k, o := range ms {
+						if _, ok := o.has(e.Key, e.Cluster, len(e.Endpoints)); ok && k != c {
+							heard++
+						}
+					}
+					b.Fatalf("change %d of %s (%d endpoints of %s) not heard by cluster-%02d in 2 minutes (%d of the %d others heard it); it last heard %v; Cloud Map holds %v",
+						n, e.Key, len(e.Endpoints), e.Cluster, j, heard, len(ms)-1, seen, holds(ctx, b, srv, e.Key))
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -518,18 +524,25 @@ func benchLog(cluster string) logr.Logger {
 	}, funcr.Options{})
 }
 
-// holds is what Cloud Map holds of a service, instances by cluster.
-func holds(ctx context.Context, b testing.TB, srv *cloudmaptest.Emulator, key registry.Key) map[string]int {
+// holds is what Cloud Map holds of a service: instances and the endpoints
+// they decode to, by cluster.
+func holds(ctx context.Context, b testing.TB, srv *cloudmaptest.Emulator, key registry.Key) map[string]string {
 	out, err := srv.Client(b, cloudmapclient.Options{}).DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), MaxResults: aws.Int32(1000)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	n := map[string]int{}
+	var records []cloudmap.Instance
 	for _, i := range out.Instances {
 		n[i.Attributes[cloudmap.AttrClusterID]]++
+		records = append(records, cloudmap.Instance{ID: aws.ToString(i.InstanceId), Attrs: i.Attributes})
 	}
-	return n
+	held := map[string]string{}
+	for _, e := range cloudmap.Decode(key, records) {
+		held[e.Cluster] = fmt.Sprintf("%d instances, %d endpoints", n[e.Cluster], len(e.Endpoints))
+	}
+	return held
 }
 
 func waitAll(b testing.TB, what string, within time.Duration, ok func() bool) {

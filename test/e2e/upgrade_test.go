@@ -19,6 +19,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -50,6 +51,13 @@ func TestUpgradeFromPreviousChart(t *testing.T) {
 	cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
 	harness.Must(t, err)
 
+	// A cluster as v0.1.0's install found it: no ClusterProperties yet
+	// (that chart makes them, and refuses ones it does not hold).
+	for _, name := range []string{"cluster.clusterset.k8s.io", "clusterset.k8s.io"} {
+		p := &aboutv1alpha1.ClusterProperty{}
+		p.Name = name
+		harness.Must(t, client.IgnoreNotFound(cl.Delete(ctx, p)))
+	}
 	install := codeBlock(t, "../../docs/install.md", "helm install clustermap oci://")
 	values, ns := helmFlags(t, install)
 	cfg := helmAction(t, env, c, ns)
@@ -84,12 +92,12 @@ func TestUpgradeFromPreviousChart(t *testing.T) {
 	// This chart's new defaults are taken: the controller's priority class
 	// and its PodDisruptionBudget's maxUnavailable (v0.1.0 had neither).
 	d := &appsv1.Deployment{}
-	harness.Must(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: release}, d))
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: release + "-controller"}, d))
 	if p := d.Spec.Template.Spec.PriorityClassName; p != "system-cluster-critical" {
 		t.Errorf("the controller's priority class after the upgrade: %q, want this chart's default", p)
 	}
 	pdb := &policyv1.PodDisruptionBudget{}
-	harness.Must(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: release}, pdb))
+	harness.Must(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: release + "-controller"}, pdb))
 	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MinAvailable != nil {
 		t.Errorf("the PodDisruptionBudget after the upgrade: %+v, want this chart's maxUnavailable", pdb.Spec)
 	}
