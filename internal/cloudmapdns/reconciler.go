@@ -27,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -109,14 +108,8 @@ type Reconciler struct {
 // EndpointSlices' changes, drift ticks and released claims.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.init()
-	bySlice := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		name := o.GetLabels()[discoveryv1.LabelServiceName]
-		if name == "" {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: ktypes.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
-	})
-	inScope := predicate.NewPredicateFuncs(func(o client.Object) bool { return r.Namespaces(o.GetNamespace()) })
+	bySlice := kube.EnqueueByLabel(discoveryv1.LabelServiceName)
+	inScope := kube.InScope(r.Namespaces)
 	if err := mgr.Add(manager.RunnableFunc(r.drift)); err != nil {
 		return err
 	}

@@ -93,17 +93,8 @@ func (r *Reconciler) driftAfter() time.Duration {
 // SetupWithManager watches ServiceExports and the Services and
 // EndpointSlices they export.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetName()}}}
-	})
-	ofService := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		name := o.GetLabels()[discoveryv1.LabelServiceName]
-		if name == "" {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
-	})
-	inScope := predicate.NewPredicateFuncs(func(o client.Object) bool { return r.Namespaces(o.GetNamespace()) })
+	sameName, ofService := kube.EnqueueSameName, kube.EnqueueByLabel(discoveryv1.LabelServiceName)
+	inScope := kube.InScope(r.Namespaces)
 	// Our own status updates need no new reconcile (and no Cloud Map call).
 	specOrDeletion := predicate.Or[client.Object](predicate.GenerationChangedPredicate{},
 		predicate.NewPredicateFuncs(func(o client.Object) bool { return !o.GetDeletionTimestamp().IsZero() }))

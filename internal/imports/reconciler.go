@@ -34,6 +34,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/conditions"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/locality"
 	"github.com/clustermap/clustermap/internal/merge"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -176,9 +177,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 	})
-	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
-	})
+	sameName := kube.EnqueueSameName
 	namespaceImports := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		var reqs []reconcile.Request
 		for _, k := range r.View.InNamespace(o.GetName()) {
@@ -201,7 +200,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-	inScope := predicate.NewPredicateFuncs(func(o client.Object) bool { return r.Namespaces(o.GetNamespace()) })
+	inScope := kube.InScope(r.Namespaces)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("serviceimport").
 		// Our own status writes need no new reconcile.

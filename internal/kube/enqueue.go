@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -31,4 +32,28 @@ func EnqueueEvery(c client.Reader, newList func() client.ObjectList, keep func(c
 		})
 		return out
 	})
+}
+
+// EnqueueSameName maps an object to the request of the same namespace and
+// name (a Service to its ServiceExport or ServiceImport).
+var EnqueueSameName = handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
+})
+
+// EnqueueByLabel maps an object to the request in its namespace named by
+// its label (an EndpointSlice to its Service: discovery.k8s.io's or
+// multicluster's service-name label); none without the label.
+func EnqueueByLabel(label string) handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		name := o.GetLabels()[label]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+	})
+}
+
+// InScope passes the objects of the namespaces a mode serves.
+func InScope(namespaces func(string) bool) predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool { return namespaces(o.GetNamespace()) })
 }

@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -28,6 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 var writes = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -75,12 +76,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 	}
 	r.Peers.OnChange = func() { r.resyncAll(context.Background()) }
-	byServiceName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if name := o.GetLabels()[discoveryv1.LabelServiceName]; name != "" {
-			return []reconcile.Request{{NamespacedName: ktypes.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
-		}
-		return nil
-	})
+	byServiceName := kube.EnqueueByLabel(discoveryv1.LabelServiceName)
 	// A pod change concerns the Services of its namespace that select it.
 	byPod := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		svcs := &corev1.ServiceList{}
