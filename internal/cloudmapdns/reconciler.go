@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -128,10 +127,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&corev1.Service{}).
 		Watches(&discoveryv1.EndpointSlice{}, bySlice, builder.WithPredicates(inScope)).
 		WatchesRawSource(source.Channel(r.kick, &handler.EnqueueRequestForObject{})).
-		// Failures retry at most 10 s apart (the default backoff reaches
-		// minutes), so that a Cloud Map or peer outage ends in seconds.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 8,
-			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 10*time.Second)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 8, RateLimiter: kube.RetrySoon()}).
 		Complete(r)
 }
 

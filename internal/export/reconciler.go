@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -115,12 +114,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return b.
 		Named("serviceexport").
-		// Failed publishes retry at most 10 s apart, so that exports catch up
-		// soon after a Cloud Map outage (the default backoff reaches minutes).
 		// Several exports at once, so that the Cloud Map budget, not one
 		// export's round trips in turn, bounds a bulk export.
-		WithOptions(controller.Options{MaxConcurrentReconciles: exportWorkers,
-			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 10*time.Second)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: exportWorkers, RateLimiter: kube.RetrySoon()}).
 		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(inScope, specOrDeletion)).
 		Watches(&corev1.Service{}, sameName, builder.WithPredicates(inScope)).
 		Watches(&discoveryv1.EndpointSlice{}, ofService, builder.WithPredicates(inScope)).

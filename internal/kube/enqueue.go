@@ -3,9 +3,11 @@ package kube
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -56,4 +58,12 @@ func EnqueueByLabel(label string) handler.EventHandler {
 // InScope passes the objects of the namespaces a mode serves.
 func InScope(namespaces func(string) bool) predicate.Predicate {
 	return predicate.NewPredicateFuncs(func(o client.Object) bool { return namespaces(o.GetNamespace()) })
+}
+
+// RetrySoon is the work queue backoff of the reconcilers that write to
+// another system (Cloud Map, a peer cluster): failures retry at most 10 s
+// apart, so that an outage of it ends in seconds, not in the default
+// backoff's minutes.
+func RetrySoon() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 10*time.Second)
 }

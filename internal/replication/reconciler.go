@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -111,10 +110,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&discoveryv1.EndpointSlice{}, byServiceName).
 		Watches(&corev1.Pod{}, byPod).
 		WatchesRawSource(source.Channel(r.kick, &handler.EnqueueRequestForObject{})).
-		// Failures retry at most 10 s apart (the default backoff reaches
-		// minutes), so that a Cloud Map or peer outage ends in seconds.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 8,
-			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 10*time.Second)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 8, RateLimiter: kube.RetrySoon()}).
 		Complete(r)
 }
 
