@@ -17,6 +17,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // The annotation keys are those of the CloudMap Kubernetes Controller, so
@@ -118,7 +120,7 @@ func Desired(cluster string, svc *corev1.Service, slices []discoveryv1.EndpointS
 		}
 		port := slicePort(svc, s)
 		for _, ep := range s.Endpoints {
-			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+			if !kube.EndpointReady(ep.Conditions) {
 				continue
 			}
 			for _, ip := range ep.Addresses {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/imports"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/statuslease"
 )
 
@@ -269,7 +270,7 @@ func readyByImport(slices []discoveryv1.EndpointSlice) map[string]map[string]int
 			out[key] = map[string]int{}
 		}
 		for _, e := range s.Endpoints {
-			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+			if kube.EndpointReady(e.Conditions) {
 				out[key][string(s.AddressType)] += len(e.Addresses)
 			}
 		}

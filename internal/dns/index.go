@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/locality"
 )
 
@@ -191,7 +192,7 @@ func (b *builder) headless(svcName string, slices []discoveryv1.EndpointSlice) {
 	for _, s := range slices {
 		cluster := s.Labels[mcsv1beta1.LabelSourceCluster]
 		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+			if !kube.EndpointReady(e.Conditions) {
 				continue
 			}
 			named := e.Hints == nil || locality.Used(zoneNames(e.Hints))

@@ -11,6 +11,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
@@ -84,7 +85,7 @@ func Build(id clusterid.Identity, se *mcsv1beta1.ServiceExport, svc *corev1.Serv
 			}
 			proto := ptr.Deref(sp.Protocol, corev1.ProtocolTCP)
 			for _, ep := range s.Endpoints {
-				ready := ptr.Deref(ep.Conditions.Ready, true)
+				ready := kube.EndpointReady(ep.Conditions)
 				for _, ip := range ep.Addresses {
 					k := addrPort{ip, *sp.Port, proto}
 					if seen[k] {

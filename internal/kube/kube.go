@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -99,4 +100,10 @@ func MetricsServing(addr string, secure bool) metricsserver.Options {
 		o.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return o
+}
+
+// EndpointReady says whether an EndpointSlice endpoint is ready: unless it
+// says it is not, as the EndpointSlice API reads a missing condition.
+func EndpointReady(c discoveryv1.EndpointConditions) bool {
+	return c.Ready == nil || *c.Ready
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
 func TestNamespaceFilter(t *testing.T) {
@@ -44,5 +46,18 @@ current-context: one
 	}
 	if cfg.QPS >= 0 || cfg.RateLimiter != nil {
 		t.Errorf("QPS %v, rate limiter %v: want none (QPS < 0), as in a cluster", cfg.QPS, cfg.RateLimiter)
+	}
+}
+
+// An endpoint is ready unless it says it is not.
+func TestEndpointReady(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		ready *bool
+		want  bool
+	}{{nil, true}, {&yes, true}, {&no, false}} {
+		if got := EndpointReady(discoveryv1.EndpointConditions{Ready: tc.ready}); got != tc.want {
+			t.Errorf("Ready %v: %v, want %v", tc.ready, got, tc.want)
+		}
 	}
 }

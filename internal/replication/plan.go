@@ -27,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 const (
@@ -316,7 +318,7 @@ func othersReady(slices []discoveryv1.EndpointSlice, us string) bool {
 
 func hasReady(s discoveryv1.EndpointSlice) bool {
 	for _, e := range s.Endpoints {
-		if e.Conditions.Ready == nil || *e.Conditions.Ready {
+		if kube.EndpointReady(e.Conditions) {
 			return true
 		}
 	}

@@ -329,7 +329,7 @@ func imported(ctx context.Context, m *member, ns string, want []string) bool {
 		have := map[string]bool{}
 		for _, s := range list.Items {
 			for _, e := range s.Endpoints {
-				if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				if !kube.EndpointReady(e.Conditions) {
 					continue
 				}
 				for _, a := range e.Addresses {
