@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -75,7 +76,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 	}
 	r.Peers.OnChange = func() { r.resyncAll(context.Background()) }
-	byServiceName := kube.EnqueueByLabel(discoveryv1.LabelServiceName)
+	byServiceName, inScope := kube.EnqueueByLabel(discoveryv1.LabelServiceName), kube.InScope(r.Namespaces)
 	// A pod change concerns the Services of its namespace that select it.
 	byPod := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		svcs := &corev1.ServiceList{}
@@ -106,9 +107,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("syndicate").
-		For(&corev1.Service{}).
-		Watches(&discoveryv1.EndpointSlice{}, byServiceName).
-		Watches(&corev1.Pod{}, byPod).
+		// Only what the mode serves: Reconcile does nothing elsewhere.
+		For(&corev1.Service{}, builder.WithPredicates(inScope)).
+		Watches(&discoveryv1.EndpointSlice{}, byServiceName, builder.WithPredicates(inScope)).
+		Watches(&corev1.Pod{}, byPod, builder.WithPredicates(inScope)).
 		WatchesRawSource(source.Channel(r.kick, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8, RateLimiter: kube.RetrySoon()}).
 		Complete(r)
