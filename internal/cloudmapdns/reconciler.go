@@ -22,8 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -95,7 +93,7 @@ type Reconciler struct {
 	mu      sync.Mutex
 	entries map[ktypes.NamespacedName]*entry
 	waiting map[Target]map[ktypes.NamespacedName]*Claim // losers of a claim, with the claim they read
-	kick    chan event.GenericEvent
+	kick    kube.Kick
 	nsCache map[string]cachedNamespace
 	// leading is when this process first reconciled, as leader: the
 	// previous leader's registrations may run until OperationRun after.
@@ -126,7 +124,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("cloudmapdns").
 		For(&corev1.Service{}).
 		Watches(&discoveryv1.EndpointSlice{}, bySlice, builder.WithPredicates(inScope)).
-		WatchesRawSource(source.Channel(r.kick, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(r.kick.Source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8, RateLimiter: kube.RetrySoon()}).
 		Complete(r)
 }
@@ -135,7 +133,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *Reconciler) init() {
 	r.entries = map[ktypes.NamespacedName]*entry{}
 	r.waiting = map[Target]map[ktypes.NamespacedName]*Claim{}
-	r.kick = make(chan event.GenericEvent, 1024)
+	r.kick = kube.NewKick(1024)
 	r.nsCache = map[string]cachedNamespace{}
 	if r.DriftPeriod <= 0 {
 		r.DriftPeriod = time.Minute
@@ -170,13 +168,7 @@ func (r *Reconciler) drift(ctx context.Context) error {
 	}
 }
 
-func (r *Reconciler) enqueue(ctx context.Context, k ktypes.NamespacedName) {
-	o := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
-	select {
-	case r.kick <- event.GenericEvent{Object: o}:
-	case <-ctx.Done():
-	}
-}
+func (r *Reconciler) enqueue(ctx context.Context, k ktypes.NamespacedName) { r.kick.Enqueue(ctx, k) }
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	r.leadOnce.Do(func() { r.leading = time.Now() })

@@ -6,13 +6,16 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // EnqueueEvery maps any event (a channel source's: publish everything
@@ -66,4 +69,24 @@ func InScope(namespaces func(string) bool) predicate.Predicate {
 // backoff's minutes.
 func RetrySoon() workqueue.TypedRateLimiter[reconcile.Request] {
 	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](200*time.Millisecond, 10*time.Second)
+}
+
+// Kick asks a controller to reconcile objects by key, from outside its
+// watches (peers changed, a drift tick, a claim released).
+type Kick chan event.GenericEvent
+
+// NewKick is a kick holding up to n keys not yet taken.
+func NewKick(n int) Kick { return make(Kick, n) }
+
+// Source is the kick as a controller's source.
+func (k Kick) Source() source.Source {
+	return source.Channel(k, &handler.EnqueueRequestForObject{})
+}
+
+// Enqueue asks for key, waiting while the kick is full until ctx ends.
+func (k Kick) Enqueue(ctx context.Context, key client.ObjectKey) {
+	select {
+	case k <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
+	case <-ctx.Done():
+	}
 }

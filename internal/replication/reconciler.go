@@ -21,12 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/clustermap/clustermap/internal/kube"
 )
@@ -55,7 +53,7 @@ type Reconciler struct {
 	// stay (DefaultGrace when zero).
 	Grace time.Duration
 
-	kick   chan event.GenericEvent
+	kick   kube.Kick
 	absent map[string]time.Time // source clusters of local replicas that are not peers
 	// heldSaid is the sources whose replicas were last kept (holdGone).
 	heldSaid string
@@ -68,7 +66,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Zero is "not set", never "delete at once".
 		r.Grace = DefaultGrace
 	}
-	r.kick = make(chan event.GenericEvent, 4096)
+	r.kick = kube.NewKick(4096)
 	r.absent = map[string]time.Time{}
 	r.Peers.OnObject = func(ns, name string) {
 		if r.Namespaces(ns) {
@@ -111,13 +109,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&corev1.Service{}, builder.WithPredicates(inScope)).
 		Watches(&discoveryv1.EndpointSlice{}, byServiceName, builder.WithPredicates(inScope)).
 		Watches(&corev1.Pod{}, byPod, builder.WithPredicates(inScope)).
-		WatchesRawSource(source.Channel(r.kick, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(r.kick.Source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8, RateLimiter: kube.RetrySoon()}).
 		Complete(r)
 }
 
 func (r *Reconciler) enqueue(ns, name string) {
-	r.kick <- event.GenericEvent{Object: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+	r.kick.Enqueue(context.Background(), client.ObjectKey{Namespace: ns, Name: name})
 }
 
 // resyncAll reconciles every local Service and every name a peer holds.
