@@ -6,6 +6,7 @@ package cloudmaplocal
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -102,24 +103,14 @@ type region struct {
 
 // New loads any saved state and starts the server's background work.
 func New(opts Options) (*Server, error) {
-	if opts.Region == "" {
-		opts.Region = "us-east-1"
-	}
-	if opts.Account == "" {
-		opts.Account = "123456789012"
-	}
-	if opts.MaxNamespaces == 0 {
-		opts.MaxNamespaces = 50
-	}
-	if opts.MaxInstancesPerNamespace == 0 {
-		opts.MaxInstancesPerNamespace = 2000
-	}
+	opts.Region = cmp.Or(opts.Region, "us-east-1")
+	opts.Account = cmp.Or(opts.Account, "123456789012")
+	opts.MaxNamespaces = cmp.Or(opts.MaxNamespaces, 50)
+	opts.MaxInstancesPerNamespace = cmp.Or(opts.MaxInstancesPerNamespace, 2000)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.MaxOperations == 0 {
-		opts.MaxOperations = 10000
-	}
+	opts.MaxOperations = cmp.Or(opts.MaxOperations, 10000)
 	states := map[string]*state{}
 	if opts.DataDir != "" {
 		var err error

@@ -6,6 +6,7 @@
 package devenv
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -112,24 +113,16 @@ type state struct {
 }
 
 func (o *Options) defaults() error {
-	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
-	}
-	if o.ClusterSet == "" {
-		o.ClusterSet = DefaultClusterSet
-	}
-	if o.Nodes == 0 {
-		o.Nodes = DefaultNodes
-	}
+	o.Prefix = cmp.Or(o.Prefix, DefaultPrefix)
+	o.ClusterSet = cmp.Or(o.ClusterSet, DefaultClusterSet)
+	o.Nodes = cmp.Or(o.Nodes, DefaultNodes)
 	if o.Nodes < 1 || o.Nodes > MaxNodes {
 		return fmt.Errorf("--nodes must be between 1 and %d, got %d", MaxNodes, o.Nodes)
 	}
 	if o.AllPods && !o.Dataplane {
 		return errors.New("--all-pods runs pods in the data plane: add --dataplane")
 	}
-	if o.IPFamily == "" {
-		o.IPFamily = DualStack
-	}
+	o.IPFamily = cmp.Or(o.IPFamily, DualStack)
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -140,9 +133,7 @@ func (o *Options) defaults() error {
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
 		return err
 	}
-	if o.Kubeconfig == "" {
-		o.Kubeconfig = filepath.Join(o.StateDir, "kubeconfig")
-	}
+	o.Kubeconfig = cmp.Or(o.Kubeconfig, filepath.Join(o.StateDir, "kubeconfig"))
 	if o.Kubeconfig, err = filepath.Abs(o.Kubeconfig); err != nil {
 		return err
 	}

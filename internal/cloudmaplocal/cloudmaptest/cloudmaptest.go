@@ -6,6 +6,7 @@
 package cloudmaptest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http/httptest"
@@ -56,12 +57,8 @@ func (e *Emulator) Shipped() cloudmapclient.Options {
 // that only arranges a test need not wait on them.
 func (e *Emulator) Client(t testing.TB, o cloudmapclient.Options) *sd.Client {
 	t.Helper()
-	if o.Endpoint == "" {
-		o.Endpoint = e.URL
-	}
-	if o.Region == "" {
-		o.Region = Region
-	}
+	o.Endpoint = cmp.Or(o.Endpoint, e.URL)
+	o.Region = cmp.Or(o.Region, Region)
 	if o.Credentials == nil {
 		o.Credentials = cloudmapclient.LocalCredentials
 	}

@@ -1,6 +1,7 @@
 package cloudmap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,61 +119,27 @@ func (o WatchOptions) rereadAfter(reads int) time.Duration {
 }
 
 func (o *WatchOptions) defaults() {
-	if o.PollInterval == 0 {
-		o.PollInterval = 1500 * time.Millisecond
-	}
-	if o.ListInterval == 0 {
-		o.ListInterval = 5 * time.Minute
-	}
-	if o.SweepInterval == 0 {
-		// Only a safety net: gaps are read back from the operations, so
-		// the sweep (a call per known service) can be rare.
-		o.SweepInterval = 6 * time.Hour
-	}
-	if o.Overlap == 0 {
-		o.Overlap = 10 * time.Second
-	}
-	if o.FastInterval == 0 {
-		o.FastInterval = 300 * time.Millisecond
-	}
-	if o.ActiveWindow == 0 {
-		o.ActiveWindow = 5 * time.Second
-	}
-	if o.ConfirmAbsence == 0 {
-		o.ConfirmAbsence = 5 * time.Second
-	}
+	o.PollInterval = cmp.Or(o.PollInterval, 1500*time.Millisecond)
+	o.ListInterval = cmp.Or(o.ListInterval, 5*time.Minute)
+	// Only a safety net: gaps are read back from the operations, so
+	// the sweep (a call per known service) can be rare.
+	o.SweepInterval = cmp.Or(o.SweepInterval, 6*time.Hour)
+	o.Overlap = cmp.Or(o.Overlap, 10*time.Second)
+	o.FastInterval = cmp.Or(o.FastInterval, 300*time.Millisecond)
+	o.ActiveWindow = cmp.Or(o.ActiveWindow, 5*time.Second)
+	o.ConfirmAbsence = cmp.Or(o.ConfirmAbsence, 5*time.Second)
 	// A quarter of the shipped control-plane budget: enough for a steady
 	// stream of ordinary changes elsewhere, not for a bulk export.
-	if o.MaxGetOperations == 0 {
-		o.MaxGetOperations = 20
-	}
-	if o.GetOperationRate == 0 {
-		o.GetOperationRate = 5
-	}
-	if o.CatchUpInterval == 0 {
-		o.CatchUpInterval = 3 * time.Second
-	}
-	if o.MaxLookback == 0 {
-		o.MaxLookback = time.Hour
-	}
-	if o.SilentAfter == 0 {
-		o.SilentAfter = DefaultSilentAfter
-	}
-	if o.ProofReadInterval == 0 {
-		o.ProofReadInterval = DefaultProofReadInterval
-	}
-	if o.MaxPollPages == 0 {
-		o.MaxPollPages = 5
-	}
-	if o.ReadLag == 0 {
-		o.ReadLag = DefaultReadLag
-	}
-	if o.StaleRetry == 0 {
-		o.StaleRetry = 500 * time.Millisecond
-	}
-	if o.OperationWait == 0 {
-		o.OperationWait = DefaultOperationWait
-	}
+	o.MaxGetOperations = cmp.Or(o.MaxGetOperations, 20)
+	o.GetOperationRate = cmp.Or(o.GetOperationRate, 5)
+	o.CatchUpInterval = cmp.Or(o.CatchUpInterval, 3*time.Second)
+	o.MaxLookback = cmp.Or(o.MaxLookback, time.Hour)
+	o.SilentAfter = cmp.Or(o.SilentAfter, DefaultSilentAfter)
+	o.ProofReadInterval = cmp.Or(o.ProofReadInterval, DefaultProofReadInterval)
+	o.MaxPollPages = cmp.Or(o.MaxPollPages, 5)
+	o.ReadLag = cmp.Or(o.ReadLag, DefaultReadLag)
+	o.StaleRetry = cmp.Or(o.StaleRetry, 500*time.Millisecond)
+	o.OperationWait = cmp.Or(o.OperationWait, DefaultOperationWait)
 }
 
 // DefaultOperationWait is WatchOptions.OperationWait.
