@@ -272,37 +272,20 @@ func (r *Reconciler) invalid(ctx context.Context, se *mcsv1beta1.ServiceExport, 
 }
 
 // retry reports a registry failure on the export and tries again later:
-// quota errors wait for a change, the rest back off.
+// as the registry says for what it refuses, backing off for the rest.
 func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, before *mcsv1beta1.ServiceExportStatus, err error) (reconcile.Result, error) {
-	var limit *registry.LimitError
-	var notShared *registry.NotSharedError
-	var late *registry.LateFailureError
+	var refused registry.Refused
 	switch {
 	case errors.Is(err, registry.ErrPending):
 		return reconcile.Result{RequeueAfter: time.Second}, nil
-	case errors.As(err, &late):
-		// Written again already; published again until a write succeeds
-		// (the registry says so, and this export is queued at once).
-		msg := late.Reason + "; written again, waiting for a write to succeed"
-		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonPending, msg) {
-			r.Recorder.Event(se, corev1.EventTypeWarning, "CloudMapWriteFailed", msg)
+	case errors.As(err, &refused):
+		f := refused.Refusal()
+		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, f.Reason, f.Message) {
+			r.Recorder.Event(se, corev1.EventTypeWarning, f.Event, f.Message)
+			log.FromContext(ctx).Info("the registry refuses the export for now", "serviceexport", client.ObjectKeyFromObject(se).String(),
+				"reason", f.Event, "message", f.Message, "fix", cmp.Or(f.Fix, "none needed: it is tried again"), "retryIn", f.Retry)
 		}
-		return reconcile.Result{RequeueAfter: LateFailureRetry}, r.updateStatus(ctx, se, before)
-	case errors.As(err, &notShared):
-		// Only the owner account's RAM share fixes this: nothing is
-		// touched meanwhile, and the export is tried again now and then.
-		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, ReasonNamespaceNotShared, notShared.Error()) {
-			r.Recorder.Event(se, corev1.EventTypeWarning, string(ReasonNamespaceNotShared), notShared.Error())
-		}
-		log.FromContext(ctx).Info("the export's Cloud Map namespace is not shared with this account", "serviceexport", client.ObjectKeyFromObject(se).String(),
-			"owner", notShared.Owner, "account", notShared.Account, "fix", "add the namespace to the owner's AWS RAM resource share")
-		return reconcile.Result{RequeueAfter: NotSharedRetry}, r.updateStatus(ctx, se, before)
-	case errors.As(err, &limit):
-		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, limit.Reason) {
-			r.Recorder.Event(se, corev1.EventTypeWarning, "CloudMapQuota", limit.Reason)
-		}
-		log.FromContext(ctx).Info("export exceeds a Cloud Map quota", "serviceexport", client.ObjectKeyFromObject(se).String(), "reason", limit.Reason)
-		return reconcile.Result{RequeueAfter: time.Minute}, r.updateStatus(ctx, se, before)
+		return reconcile.Result{RequeueAfter: f.Retry}, r.updateStatus(ctx, se, before)
 	default:
 		msg := "publishing to Cloud Map failed, retrying: " + err.Error()
 		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonPending, msg) {
@@ -316,21 +299,6 @@ func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, be
 // calls run 8 at a time (cloudmapclient.FanOut) but its steps one after
 // another, and at 20 calls/s four keep the budget busy.
 const exportWorkers = 4
-
-// LateFailureRetry is how often an export whose write failed after Cloud
-// Map accepted it is written again until a write succeeds: about an
-// operation's time.
-const LateFailureRetry = 5 * time.Second
-
-// ReasonNamespaceNotShared is the Ready reason (and Event reason) of an
-// export whose Cloud Map namespace another account owns and has not shared
-// with this one.
-const ReasonNamespaceNotShared mcsv1beta1.ServiceExportConditionReason = "NamespaceNotShared"
-
-// NotSharedRetry is how often an export waiting for a share is tried
-// again; the registry asks Cloud Map at most every few seconds for all of
-// them together.
-const NotSharedRetry = 10 * time.Second
 
 // updateStatus applies Valid and Ready, when they changed, as the export
 // side's own conditions (the import side owns Conflict).

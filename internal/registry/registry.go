@@ -158,6 +158,23 @@ type Sink interface {
 // come back soon.
 var ErrPending = errors.New("waiting for the registry to finish deregistering")
 
+// Refusal is how the registry refuses an export for now: what the
+// export's Ready condition and its Warning Event say, when to publish
+// again, and what fixes it (empty: it fixes itself).
+type Refusal struct {
+	Reason  mcsv1beta1.ServiceExportConditionReason
+	Event   string
+	Message string
+	Retry   time.Duration
+	Fix     string
+}
+
+// Refused is an error that says how the registry refuses the export.
+type Refused interface {
+	error
+	Refusal() Refusal
+}
+
 // LateFailureError says a write of the export was accepted by the registry
 // and failed later: it was written again, and the export is not whole
 // until a later write succeeds.
@@ -165,17 +182,52 @@ type LateFailureError struct{ Reason string }
 
 func (e *LateFailureError) Error() string { return e.Reason }
 
+// Refusal: published again about an operation's time apart until a write
+// succeeds (the export is queued at once when one does).
+func (e *LateFailureError) Refusal() Refusal {
+	return Refusal{Reason: mcsv1beta1.ServiceExportReasonPending, Event: "CloudMapWriteFailed",
+		Message: e.Reason + "; written again, waiting for a write to succeed", Retry: LateFailureRetry}
+}
+
+// LateFailureRetry is how often an export whose write failed after the
+// registry accepted it is written again until a write succeeds: about a
+// Cloud Map operation's time.
+const LateFailureRetry = 5 * time.Second
+
 // LimitError reports an export the registry cannot hold (a quota); it
 // stays refused until the export changes.
 type LimitError struct{ Reason string }
 
 func (e *LimitError) Error() string { return e.Reason }
 
+// Refusal: looked at again each minute; the export's change fixes it.
+func (e *LimitError) Refusal() Refusal {
+	return Refusal{Reason: mcsv1beta1.ServiceExportReasonFailed, Event: "CloudMapQuota", Message: e.Reason, Retry: time.Minute,
+		Fix: "fewer endpoints, or a quota raised where Cloud Map allows (docs/scale.md)"}
+}
+
 // NotSharedError says a namespace the export needs belongs to another AWS
 // account and is not shared with this cluster's account (not yet, or no
 // longer): only the owner's AWS RAM share can fix it.
 type NotSharedError struct {
 	Namespace, Owner, Account string
+}
+
+// ReasonNamespaceNotShared is the Ready reason (and Event reason) of an
+// export whose Cloud Map namespace another account owns and has not shared
+// with this one.
+const ReasonNamespaceNotShared mcsv1beta1.ServiceExportConditionReason = "NamespaceNotShared"
+
+// NotSharedRetry is how often an export waiting for a share is tried
+// again; the registry asks Cloud Map at most every few seconds for all of
+// them together.
+const NotSharedRetry = 10 * time.Second
+
+// Refusal: only the owner account's RAM share fixes it; nothing is touched
+// meanwhile, and the export is tried again now and then.
+func (e *NotSharedError) Refusal() Refusal {
+	return Refusal{Reason: ReasonNamespaceNotShared, Event: string(ReasonNamespaceNotShared), Message: e.Error(), Retry: NotSharedRetry,
+		Fix: "account " + e.Owner + " adds namespace " + e.Namespace + " to the clusterset's AWS RAM resource share"}
 }
 
 func (e *NotSharedError) Error() string {

@@ -83,7 +83,7 @@ func (m *member) Publish(ctx context.Context, e registry.Export) error {
 		case err == nil, errors.As(err, &limit):
 			return err
 		case errors.As(err, &late):
-			wait = 5 * time.Second // export.LateFailureRetry
+			wait = registry.LateFailureRetry
 		}
 		if time.Now().After(deadline) {
 			return err
