@@ -112,10 +112,10 @@ type Backend struct {
 	// checks are services this cluster imports that the watcher is asked
 	// to read as known exports (Check).
 	checks chan registry.Key
-	// feed is this cluster's change record: its changes across accounts,
+	// record is this cluster's change record: its changes across accounts,
 	// and its proof of life in every mode (liveness.go); recordMu keeps a
 	// write of it and its retirement apart.
-	feed     *changeLog
+	record   *changeLog
 	recordMu sync.Mutex
 	// exporting are the services this cluster published and did not
 	// withdraw since it started.
@@ -163,7 +163,7 @@ func New(c *sd.Client, o Options) *Backend {
 		c: c, o: o, owner: owner,
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
-		feed: newChangeLog(), unshared: map[string]time.Time{}, exporting: map[registry.Key]bool{},
+		record: newChangeLog(), unshared: map[string]time.Time{}, exporting: map[registry.Key]bool{},
 		failed: map[registry.Key]lateFailure{}, recent: map[registry.Key]map[string]recentWrite{},
 		registering: map[registry.Key]registrations{}, tried: map[registry.Key][]string{},
 	}
@@ -193,7 +193,7 @@ func (b *Backend) ConfirmWrites(ctx context.Context) { b.confirmOwnOps(ctx) }
 // other accounts through the change record.
 func (b *Backend) reread(key registry.Key) {
 	if b.shared() {
-		b.feed.note(key)
+		b.record.note(key)
 	}
 	select {
 	case b.changed <- key:
@@ -233,7 +233,7 @@ func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 		if !b.shared() {
 			// In one account the record proves an exporting cluster alive;
 			// a withdrawal must not bring it back (retireRecord).
-			b.feed.alive()
+			b.record.alive()
 		}
 		b.reread(e.Key)
 		err = b.WriteFailure(e.Key)
@@ -985,7 +985,7 @@ func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, s
 			b.mu.Lock()
 			delete(b.recent, key) // not there: a withdrawal reads the truth
 			b.mu.Unlock()
-			b.feed.failed()
+			b.record.failed()
 			b.o.Log.Error(nil, "Cloud Map accepted a write of this cluster's change record, then failed it; it is written again", "operation", id)
 		}
 		return
@@ -1061,7 +1061,7 @@ func (b *Backend) expireOwnOps(cutoff time.Time) {
 	}
 	for key := range expired {
 		if key.Namespace == ChangesNamespace(b.o.ClusterSet) {
-			b.feed.failed()
+			b.record.failed()
 			continue
 		}
 		if b.o.OnWriteFailed != nil {

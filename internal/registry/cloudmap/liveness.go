@@ -236,7 +236,7 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 			w.alive.forget(cluster)
 		}
 	}
-	w.b.feed.heard(len(seen))
+	w.b.record.heard(len(seen))
 	w.alive.lastRead = now
 	changed := w.alive.judge()
 	for _, cluster := range changed {
@@ -282,7 +282,7 @@ func (b *Backend) retireRecord(ctx context.Context, key registry.Key) error {
 	}
 	b.recordMu.Lock()
 	defer b.recordMu.Unlock()
-	b.feed.retire()
+	b.record.retire()
 	rec := registry.Key{Namespace: ChangesNamespace(b.o.ClusterSet), Name: ChangesService}
 	for range 20 {
 		if err := b.withdraw(ctx, rec); !errors.Is(err, ErrPending) {

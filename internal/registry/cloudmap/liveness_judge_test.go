@@ -288,8 +288,8 @@ func TestUnseenWriteIsWrittenAgain(t *testing.T) {
 	var again []registry.Key
 	b := New(nil, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard(), OnWriteFailed: func(k registry.Key) { again = append(again, k) }})
 	web, record := registry.Key{Namespace: "apps", Name: "web"}, registry.Key{Namespace: ChangesNamespace("set"), Name: ChangesService}
-	b.feed.alive()
-	b.feed.due(time.Now(), time.Hour, "c1", "set")
+	b.record.alive()
+	b.record.due(time.Now(), time.Hour, "c1", "set")
 	b.ownOp(aws.String("op-web"), web)
 	b.ownOp(aws.String("op-record"), record)
 	b.ownOp(aws.String("op-seen"), registry.Key{Namespace: "apps", Name: "api"})
@@ -298,7 +298,7 @@ func TestUnseenWriteIsWrittenAgain(t *testing.T) {
 	if !slices.Equal(again, []registry.Key{web}) {
 		t.Errorf("written again: %v, want %v", again, web)
 	}
-	if _, due := b.feed.due(time.Now(), time.Hour, "c1", "set"); !due {
+	if _, due := b.record.due(time.Now(), time.Hour, "c1", "set"); !due {
 		t.Error("the change record whose write was not seen to end is not written again")
 	}
 }
@@ -306,7 +306,7 @@ func TestUnseenWriteIsWrittenAgain(t *testing.T) {
 // judgedWatcher is cluster "self"'s watcher with only what judging
 // proofs uses, at ttl.
 func judgedWatcher(ttl time.Duration) *Watcher {
-	return &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}, feed: newChangeLog()}, alive: newLiveness("self", ttl),
+	return &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}, record: newChangeLog()}, alive: newLiveness("self", ttl),
 		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
 }
 

@@ -259,9 +259,9 @@ func (b *Backend) heartbeat(set time.Duration) time.Duration {
 	if set > 0 {
 		return set
 	}
-	b.feed.mu.Lock()
-	n := b.feed.clusters
-	b.feed.mu.Unlock()
+	b.record.mu.Lock()
+	n := b.record.clusters
+	b.record.mu.Unlock()
 	return heartbeatFor(n, b.shared())
 }
 
@@ -272,9 +272,9 @@ func (b *Backend) pollers() int {
 	if b.shared() {
 		return 0
 	}
-	b.feed.mu.Lock()
-	defer b.feed.mu.Unlock()
-	return b.feed.clusters
+	b.record.mu.Lock()
+	defer b.record.mu.Unlock()
+	return b.record.clusters
 }
 
 func (l *changeLog) sent(now time.Time) {
@@ -295,7 +295,7 @@ func (b *Backend) writeChanges(ctx context.Context) {
 		// before it would bring the record back after it.
 		b.recordMu.Lock()
 		beat := b.heartbeat(opts.Heartbeat)
-		attrs, ok := b.feed.due(time.Now(), beat, b.o.Cluster, b.o.ClusterSet)
+		attrs, ok := b.record.due(time.Now(), beat, b.o.Cluster, b.o.ClusterSet)
 		var err error
 		if ok {
 			err = b.writeRecord(ctx, attrs)
@@ -305,12 +305,12 @@ func (b *Backend) writeChanges(ctx context.Context) {
 			var busy *types.DuplicateRequest
 			switch {
 			case errors.As(err, &busy):
-				b.feed.failed() // the last write still runs: this one comes after it
+				b.record.failed() // the last write still runs: this one comes after it
 			case err != nil:
-				b.feed.failed()
+				b.record.failed()
 				b.o.Log.Error(err, "writing this cluster's change record failed; other accounts see its changes later", "retryIn", ChangeWriteInterval)
 			default:
-				b.feed.sent(time.Now())
+				b.record.sent(time.Now())
 			}
 			select {
 			case <-ctx.Done():
@@ -324,8 +324,8 @@ func (b *Backend) writeChanges(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-b.feed.wake:
-		case <-time.After(b.feed.nextBeat(time.Now(), beat)):
+		case <-b.record.wake:
+		case <-time.After(b.record.nextBeat(time.Now(), beat)):
 		}
 	}
 }
