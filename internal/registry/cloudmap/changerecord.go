@@ -1,0 +1,389 @@
+package cloudmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// The change record. Each cluster keeps one instance, named after it, in
+// the service ChangesService of the namespace ChangesNamespace(clusterset),
+// which the owner account creates and shares like the others. Its
+// attributes carry an epoch (the writer's start), a sequence number and the
+// last changeSlots changes ("<seq> <namespace>/<name>"). Importers watch
+// the service's revision (one DiscoverInstancesRevision per poll, whatever
+// the number of services), read the records when it moves, and read the
+// services named since the sequence they last saw; a record whose oldest
+// slot is newer than that (or a new epoch) asks for a catch-up instead.
+
+// ChangesService names the change record's service; a Kubernetes Service
+// name never starts with an underscore.
+const ChangesService = "_changes"
+
+// ChangesNamespace names the Cloud Map namespace of a clusterset's change
+// records; a Kubernetes namespace name has no dots, so no export lands there.
+func ChangesNamespace(clusterSet string) string { return "clustermap." + clusterSet }
+
+const (
+	// changeSlots recent changes fit Cloud Map's 30 custom attributes and
+	// 5,000 characters with the cluster, clusterset, epoch, seq and time
+	// beside them (24 x ~150 characters at most).
+	changeSlots = 24
+	// ChangeWriteInterval spaces a cluster's change-record writes: a
+	// change alone is written at once, a burst once per interval.
+	ChangeWriteInterval = 2 * time.Second
+	// MinHeartbeat is how often an exporting cluster rewrites an idle
+	// record, its proof of life, unless the clusterset is too large in
+	// one account for that (heartbeatFor; WatchOptions.Heartbeat sets
+	// it).
+	MinHeartbeat = 30 * time.Second
+	// MaxHeartbeat is the slowest beat, and the beat of a record that
+	// declares none (a release before beats were declared wrote every 10
+	// minutes) or more.
+	MaxHeartbeat = 10 * time.Minute
+	// heartbeatLookups is the GetOperation calls a second that the
+	// heartbeats of a one-account clusterset may cost its importers
+	// together: a tenth of the profile's assumed 50/s per account.
+	heartbeatLookups = 5
+
+	attrEpoch   = "epoch"
+	attrSeq     = "seq"
+	attrUpdated = "updated"
+	// attrBeat declares the writer's heartbeat in seconds: an importer
+	// drains a cluster only after several of them (liveness.go).
+	attrBeat = "beat"
+)
+
+// heartbeatFor is the beat of a cluster among clusters that write records
+// (its own included). In one account every importer attributes each
+// other cluster's write with one GetOperation: C(C-1)/beat calls a second
+// for the account, held to heartbeatLookups (30 s up to 12 clusters, 8
+// minutes at 50; the cap binds past 55). Across accounts the records are
+// read at every poll anyway, on the data plane.
+func heartbeatFor(clusters int, shared bool) time.Duration {
+	if shared || clusters < 2 {
+		return MinHeartbeat
+	}
+	beat := time.Duration(clusters*(clusters-1)) * time.Second / heartbeatLookups
+	return min(max(beat, MinHeartbeat), MaxHeartbeat)
+}
+
+// declaredBeat is the heartbeat a record declares, from a second (tests
+// beat every few) to MaxHeartbeat; none or unreadable: MaxHeartbeat.
+func declaredBeat(attrs map[string]string) time.Duration {
+	s, err := strconv.Atoi(attrs[attrBeat])
+	if err != nil || s <= 0 {
+		return MaxHeartbeat
+	}
+	return min(max(time.Duration(s)*time.Second, time.Second), MaxHeartbeat)
+}
+
+type change struct {
+	seq int64
+	key registry.Key
+}
+
+// changeLog is what this cluster's change record says, and whether the
+// record is behind it.
+type changeLog struct {
+	mu      sync.Mutex
+	epoch   string
+	seq     int64
+	recent  []change // oldest first; one entry per key
+	unsent  bool
+	written time.Time
+	wake    chan struct{}
+	// clusters is how many clusters' records the watcher last read.
+	clusters int
+}
+
+func newChangeLog() *changeLog {
+	return &changeLog{epoch: strconv.FormatInt(time.Now().UnixNano(), 36), wake: make(chan struct{}, 1)}
+}
+
+// note records a change of key; the writer sends it soon.
+func (l *changeLog) note(key registry.Key) {
+	l.mu.Lock()
+	l.seq++
+	l.recent = slices.DeleteFunc(l.recent, func(c change) bool { return c.key == key })
+	l.recent = append(l.recent, change{l.seq, key})
+	if len(l.recent) > changeSlots {
+		l.recent = l.recent[len(l.recent)-changeSlots:]
+	}
+	l.unsent = true
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// due returns the record's attributes when it must be written: changes
+// unsent, or a heartbeat due.
+func (l *changeLog) due(now time.Time, heartbeat time.Duration, cluster, clusterSet string) (map[string]string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seq == 0 || !l.unsent && now.Sub(l.written) < heartbeat {
+		return nil, false // nothing exported yet (or a Region this cluster only reads), or nothing new
+	}
+	attrs := map[string]string{
+		AttrClusterID: cluster, AttrClusterSetID: clusterSet,
+		attrEpoch: l.epoch, attrSeq: strconv.FormatInt(l.seq, 10), attrUpdated: strconv.FormatInt(now.Unix(), 10),
+		attrBeat: strconv.Itoa(int(max(heartbeat, time.Second).Seconds())),
+	}
+	for i, c := range l.recent {
+		attrs[fmt.Sprintf("c%02d", i)] = strconv.FormatInt(c.seq, 10) + " " + c.key.String()
+	}
+	l.unsent = false
+	return attrs, true
+}
+
+// alive says this cluster exports, in one account, where its record only
+// proves it alive (liveness.go): the record is written, then rewritten
+// every heartbeat.
+func (l *changeLog) alive() {
+	l.mu.Lock()
+	if l.seq == 0 {
+		l.seq, l.unsent = 1, true
+	}
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// retire stops the writes until this cluster exports again.
+func (l *changeLog) retire() {
+	l.mu.Lock()
+	l.seq, l.recent, l.unsent = 0, nil, false
+	l.mu.Unlock()
+}
+
+// nextBeat is how long until the record is due again by the heartbeat.
+// With nothing exported no record is due: a heartbeat's wait, and the
+// first export wakes the writer (without this, a cluster that only
+// imports spun a core on waits of zero).
+func (l *changeLog) nextBeat(now time.Time, heartbeat time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seq == 0 {
+		return heartbeat
+	}
+	return max(0, l.written.Add(heartbeat).Sub(now))
+}
+
+// failed puts a write that did not happen back, and wakes the writer (a
+// write that failed after it was accepted is heard of while it waits).
+func (l *changeLog) failed() {
+	l.mu.Lock()
+	l.unsent = true
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// heard notes how many clusters' records the watcher read.
+func (l *changeLog) heard(clusters int) {
+	l.mu.Lock()
+	l.clusters = clusters
+	l.mu.Unlock()
+}
+
+// heartbeat is this cluster's beat: the one set, else heartbeatFor the
+// clusters last read.
+func (b *Backend) heartbeat(set time.Duration) time.Duration {
+	if set > 0 {
+		return set
+	}
+	b.record.mu.Lock()
+	n := b.record.clusters
+	b.record.mu.Unlock()
+	return heartbeatFor(n, b.shared())
+}
+
+// pollers is how many clusters poll ListOperations in this account: the
+// clusters whose records were last read (those that export), none across
+// accounts, where the change feed lists no operations.
+func (b *Backend) pollers() int {
+	if b.shared() {
+		return 0
+	}
+	b.record.mu.Lock()
+	defer b.record.mu.Unlock()
+	return b.record.clusters
+}
+
+func (l *changeLog) sent(now time.Time) {
+	l.mu.Lock()
+	l.written = now
+	l.mu.Unlock()
+}
+
+// writeChanges keeps this cluster's change record up to date until ctx
+// ends: at once after a quiet spell, then at most once per
+// ChangeWriteInterval while changes come.
+func (b *Backend) writeChanges(ctx context.Context) {
+	opts := b.o.Watch
+	opts.defaults()
+	for {
+		// What is due is decided under the lock too: a withdrawal of the
+		// record (retireRecord) may run meanwhile, and a write decided
+		// before it would bring the record back after it.
+		b.recordMu.Lock()
+		beat := b.heartbeat(opts.Heartbeat)
+		attrs, ok := b.record.due(time.Now(), beat, b.o.Cluster, b.o.ClusterSet)
+		var err error
+		if ok {
+			err = b.writeRecord(ctx, attrs)
+		}
+		b.recordMu.Unlock()
+		if ok {
+			var busy *types.DuplicateRequest
+			switch {
+			case errors.As(err, &busy):
+				b.record.failed() // the last write still runs: this one comes after it
+			case err != nil:
+				b.record.failed()
+				b.o.Log.Error(err, "writing this cluster's change record failed; other accounts see its changes later", "retryIn", ChangeWriteInterval)
+			default:
+				b.record.sent(time.Now())
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(ChangeWriteInterval):
+			}
+			continue
+		}
+		// Due a heartbeat after the last write (a ticker started before
+		// it skipped every other beat).
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.record.wake:
+		case <-time.After(b.record.nextBeat(time.Now(), beat)):
+		}
+	}
+}
+
+// writeRecord registers this cluster's change record (a re-registration
+// replaces its attributes).
+func (b *Backend) writeRecord(ctx context.Context, attrs map[string]string) error {
+	ns := ChangesNamespace(b.o.ClusterSet)
+	nsRef, err := b.ensureNamespace(ctx, ns)
+	if err != nil {
+		return err
+	}
+	key := registry.Key{Namespace: ns, Name: ChangesService}
+	svc, err := b.ensureService(ctx, nsRef, key)
+	if err != nil {
+		return err
+	}
+	out, err := b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(b.o.Cluster), Attributes: attrs})
+	if isNotFound(err) {
+		b.forget(key)
+	}
+	if err == nil {
+		// Laid over reads, so that a withdrawal right after (retireRecord)
+		// sees the record its lagging read does not show yet; a write
+		// that fails later goes again (opFinished).
+		b.ownOp(out.OperationId, key)
+		b.wrote(key, b.o.Cluster, attrs, aws.ToString(out.OperationId))
+	}
+	return err
+}
+
+// recordOf is the cluster a change record proves and announces changes
+// of: the one its CLUSTER_ID names, when its instance id is that name, as
+// every writer's is. A record under another id is forged or corrupt and
+// counts for no one; reported says so, once a while.
+func (b *Backend) recordOf(in types.HttpInstanceSummary) (string, bool) {
+	c, id := in.Attributes[AttrClusterID], aws.ToString(in.InstanceId)
+	if c == "" || id != c {
+		if c != "" && b.due("misfiled record "+id) {
+			b.o.Log.Error(nil, "ignored a liveness and change record whose instance id is not its cluster's: forged or corrupt; it drains, restores and announces no one: deregister it",
+				"instance", id, "cluster", c, "service", ChangesNamespace(b.o.ClusterSet)+"/"+ChangesService)
+		}
+		return "", false
+	}
+	return c, true
+}
+
+// record is one cluster's change record, as read.
+type record struct {
+	epoch   string
+	seq     int64
+	oldest  int64 // the oldest slot's sequence; 0 without slots
+	changes []change
+	updated time.Time
+	beat    time.Duration // declaredBeat
+}
+
+func parseRecord(attrs map[string]string) (record, bool) {
+	r := record{epoch: attrs[attrEpoch], beat: declaredBeat(attrs)}
+	seq, err := strconv.ParseInt(attrs[attrSeq], 10, 64)
+	if err != nil || r.epoch == "" {
+		return r, false
+	}
+	r.seq = seq
+	if t, err := strconv.ParseInt(attrs[attrUpdated], 10, 64); err == nil {
+		r.updated = time.Unix(t, 0)
+	}
+	for i := range changeSlots {
+		v, ok := attrs[fmt.Sprintf("c%02d", i)]
+		if !ok {
+			continue
+		}
+		seqText, keyText, _ := strings.Cut(v, " ")
+		ns, name, ok := strings.Cut(keyText, "/")
+		s, err := strconv.ParseInt(seqText, 10, 64)
+		if !ok || err != nil {
+			return r, false
+		}
+		r.changes = append(r.changes, change{s, registry.Key{Namespace: ns, Name: name}})
+		if r.oldest == 0 || s < r.oldest {
+			r.oldest = s
+		}
+	}
+	return r, true
+}
+
+// since is what changed after seq, and whether the record still holds all
+// of it (else the reader catches up).
+func (r record) since(epoch string, seq int64) ([]registry.Key, bool) {
+	if epoch != r.epoch {
+		// A new writer (a restart): its first changes may be gone from
+		// the slots already, unless it made no more than fit.
+		if r.oldest > 1 {
+			return nil, false
+		}
+		seq = 0
+	}
+	if r.seq <= seq {
+		return nil, true
+	}
+	if r.oldest == 0 || seq < r.oldest-1 {
+		return nil, false
+	}
+	var keys []registry.Key
+	for _, c := range r.changes {
+		if c.seq > seq {
+			keys = append(keys, c.key)
+		}
+	}
+	return keys, true
+}
