@@ -9,7 +9,7 @@ import (
 )
 
 // recordsFeed is the change feed across accounts: each other cluster's
-// change record (shared.go), read when their service's revision moves.
+// change record (changerecord.go), read when their service's revision moves.
 type recordsFeed struct {
 	*Watcher
 	// rev is the records' service revision last read; marks each other

@@ -14,7 +14,7 @@ import (
 )
 
 // Liveness. Every cluster that exports proves it is alive with its change
-// record (shared.go), rewritten at least every heartbeat, in one account
+// record (changerecord.go), rewritten at least every heartbeat, in one account
 // as across accounts. An importer drains the exports of a cluster whose
 // record it has not seen move for SilentAfter: they stay imported, not
 // routed to (registry.Export.Silent). Proofs are on the importer's own

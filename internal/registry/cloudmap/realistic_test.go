@@ -260,7 +260,7 @@ func changeSeq(t *testing.T, m *member) int {
 	}
 	for _, in := range out.Instances {
 		if aws.ToString(in.InstanceId) == m.b.Cluster() {
-			n, _ := strconv.Atoi(in.Attributes["seq"]) // the record's sequence attribute (shared.go)
+			n, _ := strconv.Atoi(in.Attributes["seq"]) // the record's sequence attribute (changerecord.go)
 			return n
 		}
 	}
