@@ -10,7 +10,7 @@ import (
 
 // A clusterset across AWS accounts (Backend.Owner set) lives in namespaces
 // the owner account creates and shares through AWS RAM. Cloud Map then
-// changes three things (spec: cloudmap-sharing.md):
+// changes three things (docs/accounts-and-regions.md):
 //   - another account's namespaces and services are named by ARN, and
 //     Discover* calls name the owner (OwnerAccount);
 //   - nothing in a shared namespace takes tags: what clustermap created is
