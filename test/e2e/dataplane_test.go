@@ -95,8 +95,10 @@ func TestDataplaneIPv6Only(t *testing.T) {
 	if got := d.lookup(t, "dig", "A", host); len(got) != 0 {
 		t.Errorf("dig A %s in an IPv6-only clusterset: %v", host, got)
 	}
-	// The apiserver over IPv6, as the pod's service account.
-	out, err := d.exec("HOME=/nonexistent kubectl auth whoami -o jsonpath='{.status.userInfo.username}'")
+	// The apiserver over IPv6, as the pod's service account (a HOME of
+	// its own: no kubeconfig but the in-cluster one, and kubectl's cache
+	// kept in the test's directory, not the host's).
+	out, err := d.exec("HOME=" + t.TempDir() + " kubectl auth whoami -o jsonpath='{.status.userInfo.username}'")
 	if err != nil || out != "system:serviceaccount:dp6:default" {
 		t.Errorf("kubectl in an IPv6-only pod: %q %v", out, err)
 	}
@@ -501,7 +503,7 @@ func (d *dpWorld) serviceAccount(t *testing.T) {
 	if out := logs("no-token", corev1.PodFailed); strings.Contains(out, "token") || strings.Contains(out, "system:serviceaccount") {
 		t.Errorf("a pod without automounted token printed %q", out)
 	}
-	out, err := d.exec("HOME=/nonexistent kubectl auth whoami -o jsonpath='{.status.userInfo.username}'")
+	out, err := d.exec("HOME=" + t.TempDir() + " kubectl auth whoami -o jsonpath='{.status.userInfo.username}'")
 	if err != nil || out != "system:serviceaccount:dp:default" {
 		t.Errorf("kubectl in an exec session of the client pod: %q %v", out, err)
 	}
