@@ -20,6 +20,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
@@ -59,13 +60,7 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	op, err := c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("test-namespace"), Vpc: aws.String("vpc-1")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := cloudmapclient.WaitOperation(ctx, c, op.OperationId); err != nil {
-		b.Fatal(err)
-	}
+	cloudmaptest.DNSNamespace(b, c, "test-namespace", "vpc-1")
 	wait := env.StartControllers(ctx, cm.URL, func(*devenv.Cluster) logr.Logger { return logr.Discard() }, func(o *controller.Options) {
 		o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, drift
 	})

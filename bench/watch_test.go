@@ -52,13 +52,7 @@ func BenchmarkWatcherStorm(b *testing.B) {
 	populate := func(nsPrefix, set string, n, perNS int) {
 		for i := 0; i < n; i++ {
 			if i%perNS == 0 {
-				op, err := setup.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(fmt.Sprintf("%s-%d", nsPrefix, i/perNS))})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := cloudmapclient.WaitOperation(ctx, setup, op.OperationId); err != nil {
-					b.Fatal(err)
-				}
+				cloudmaptest.Namespace(b, setup, fmt.Sprintf("%s-%d", nsPrefix, i/perNS))
 			}
 		}
 		nss, _ := setup.ListNamespaces(ctx, &sd.ListNamespacesInput{})
@@ -349,15 +343,7 @@ func BenchmarkEmulatorOperations(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	op, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("ops")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	o, err := cloudmapclient.WaitOperation(ctx, c, op.OperationId)
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("svc"), NamespaceId: aws.String(o.Targets["NAMESPACE"])})
+	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("svc"), NamespaceId: aws.String(cloudmaptest.Namespace(b, c, "ops"))})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -96,13 +96,7 @@ func TestCloudMapDNS(t *testing.T) {
 // Cloud Map: a private DNS namespace, an A-record service, task instances.
 func (d *dnsWorld) ecsNamespace(t *testing.T) {
 	ctx := context.Background()
-	d.privateNS = cloudmaptest.Written(t, d.c, func(ctx context.Context) (*string, error) {
-		out, err := d.c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("test-namespace"), Vpc: aws.String("vpc-0example")})
-		if err != nil {
-			return nil, err
-		}
-		return out.OperationId, nil
-	})["NAMESPACE"]
+	d.privateNS = cloudmaptest.DNSNamespace(t, d.c, "test-namespace", "vpc-0example")
 	d.httpNS = cloudmaptest.Namespace(t, d.c, "http-ns")
 	// One the controllers are not allowed to register in.
 	d.notAllowedNS = cloudmaptest.Namespace(t, d.c, "not-allowed-ns")

@@ -28,10 +28,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/supervise"
@@ -232,10 +232,7 @@ func start(t *testing.T, s settings) *fleet {
 		OnCall: func(op string, _ error) { f.ownMu.Lock(); f.ownCalls[op]++; f.ownMu.Unlock() }})
 	harness.Must(t, err)
 	f.sd = c
-	op, err := c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String(dnsNamespace), Vpc: aws.String("vpc-soak")})
-	harness.Must(t, err)
-	_, err = cloudmapclient.WaitOperation(ctx, c, op.OperationId)
-	harness.Must(t, err)
+	cloudmaptest.DNSNamespace(t, c, dnsNamespace, "vpc-soak")
 
 	// The controllers: the real binary, every mode, at the shipped
 	// defaults (call budgets, drift period, grace period), two replicas

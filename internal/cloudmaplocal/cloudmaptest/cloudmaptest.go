@@ -81,6 +81,19 @@ func Namespace(t testing.TB, c *sd.Client, name string) string {
 	})["NAMESPACE"]
 }
 
+// DNSNamespace creates a private DNS namespace of vpc with c and returns
+// its id.
+func DNSNamespace(t testing.TB, c *sd.Client, name, vpc string) string {
+	t.Helper()
+	return Written(t, c, func(ctx context.Context) (*string, error) {
+		out, err := c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String(name), Vpc: aws.String(vpc)})
+		if err != nil {
+			return nil, err
+		}
+		return out.OperationId, nil
+	})["NAMESPACE"]
+}
+
 // Written makes an asynchronous write to Cloud Map (write returns its
 // operation id) and waits for it to succeed, making it again when Cloud Map
 // refuses it as a duplicate of one still running or fails it late, as the

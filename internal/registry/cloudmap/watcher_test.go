@@ -333,17 +333,10 @@ func TestDNSRegistrationsAreLookedUpOnce(t *testing.T) {
 	w := newWatched(t, 1, 0)
 	w.start(t)
 	ctx := context.Background()
-	op, err := w.setup.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String("dns.local"), Vpc: aws.String("vpc-1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := cloudmapclient.WaitOperation(ctx, w.setup, op.OperationId)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nsID := cloudmaptest.DNSNamespace(t, w.setup, "dns.local", "vpc-1")
 	var ids []string
 	for i := range 3 {
-		s, err := w.setup.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(fmt.Sprintf("web-%d", i)), NamespaceId: aws.String(o.Targets["NAMESPACE"]),
+		s, err := w.setup.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(fmt.Sprintf("web-%d", i)), NamespaceId: aws.String(nsID),
 			DnsConfig: &types.DnsConfig{DnsRecords: []types.DnsRecord{{Type: types.RecordTypeA, TTL: aws.Int64(10)}}}})
 		if err != nil {
 			t.Fatal(err)
