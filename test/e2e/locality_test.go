@@ -5,9 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -241,12 +238,9 @@ func (d *nearWorld) silent(t *testing.T) {
 	// As an operator would for a cluster gone for good, without waiting
 	// out its TTL (forget-cluster refusing a live cluster is
 	// cloudmap.Forget's test).
-	forget := exec.Command(filepath.Join(devenv.BinDir(), "clustermap"), "forget-cluster", "cluster-1",
-		"--clusterset", devenv.DefaultClusterSet, "--region", "us-east-1", "--cloudmap-endpoint", d.cm.URL, "--force")
-	forget.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "AWS_EC2_METADATA_DISABLED=true")
-	out, err := forget.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "cluster cluster-1 forgotten") {
-		t.Fatalf("clustermap forget-cluster: %v\n%s", err, out)
+	out := runCLI(t, "forget-cluster", "cluster-1", "--clusterset", devenv.DefaultClusterSet, "--region", "us-east-1", "--cloudmap-endpoint", d.cm.URL, "--force")
+	if !strings.Contains(out, "cluster cluster-1 forgotten") {
+		t.Fatalf("clustermap forget-cluster said:\n%s", out)
 	}
 	t.Logf("%s", out)
 	for i, cl := range d.clients[1:] {

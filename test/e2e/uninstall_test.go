@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -38,9 +39,13 @@ import (
 	"github.com/clustermap/clustermap/test/harness"
 )
 
+// runCLI runs the clustermap CLI, with the local emulator's credentials
+// for the commands that call Cloud Map.
 func runCLI(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(devenv.BinDir(), "clustermap"), args...).CombinedOutput()
+	cmd := exec.Command(filepath.Join(devenv.BinDir(), "clustermap"), args...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "AWS_EC2_METADATA_DISABLED=true")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("clustermap %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

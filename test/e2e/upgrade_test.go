@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
@@ -85,7 +86,7 @@ func TestUpgradeFromPreviousChart(t *testing.T) {
 	}
 	// The values set at install are kept.
 	for key, want := range map[string]string{"region": "us-west-2", "clusterProperties.clusterId": "cls1"} {
-		if got := lookup(rel.Config, key); got != want {
+		if got, _, _ := unstructured.NestedString(rel.Config, strings.Split(key, ".")...); got != want {
 			t.Errorf("%s after the upgrade: %q, want %q as installed", key, got, want)
 		}
 	}
@@ -117,18 +118,4 @@ func TestUpgradeFromPreviousChart(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// lookup reads a dotted key of Helm values as a string.
-func lookup(values map[string]any, key string) string {
-	var v any = values
-	for _, k := range strings.Split(key, ".") {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return ""
-		}
-		v = m[k]
-	}
-	s, _ := v.(string)
-	return s
 }

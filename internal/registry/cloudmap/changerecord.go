@@ -203,16 +203,20 @@ func (l *changeLog) heard(clusters int) {
 	l.mu.Unlock()
 }
 
+// clustersHeard is how many clusters' records the watcher last read.
+func (l *changeLog) clustersHeard() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.clusters
+}
+
 // heartbeat is this cluster's beat: the one set, else heartbeatFor the
 // clusters last read.
 func (b *Backend) heartbeat(set time.Duration) time.Duration {
 	if set > 0 {
 		return set
 	}
-	b.record.mu.Lock()
-	n := b.record.clusters
-	b.record.mu.Unlock()
-	return heartbeatFor(n, b.shared())
+	return heartbeatFor(b.record.clustersHeard(), b.shared())
 }
 
 // pollers is how many clusters poll ListOperations in this account: the
@@ -222,9 +226,7 @@ func (b *Backend) pollers() int {
 	if b.shared() {
 		return 0
 	}
-	b.record.mu.Lock()
-	defer b.record.mu.Unlock()
-	return b.record.clusters
+	return b.record.clustersHeard()
 }
 
 func (l *changeLog) sent(now time.Time) {

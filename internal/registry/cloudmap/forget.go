@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -148,7 +147,7 @@ func (b *Backend) forgetIn(ctx context.Context, ns, svc, svcRef string, onlyClus
 	}
 	n := 0
 	for _, in := range out.Instances {
-		if onlyClustermap && !strings.HasPrefix(in.Attributes[AttrController], "clustermap") {
+		if onlyClustermap && !writtenByClustermap(in.Attributes) {
 			continue
 		}
 		_, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcRef), InstanceId: in.InstanceId})

@@ -133,6 +133,10 @@ func ServiceRecordID(clusterSet, cluster string) string {
 // Attrs is one instance's attributes.
 type Attrs = map[string]string
 
+// writtenByClustermap says a record names clustermap as its writer (the
+// AWS Cloud Map MCS controller names itself there too).
+func writtenByClustermap(a Attrs) bool { return strings.HasPrefix(a[AttrController], "clustermap") }
+
 // LimitError reports an export Cloud Map cannot hold.
 type LimitError = registry.LimitError
 

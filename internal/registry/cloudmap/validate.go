@@ -159,7 +159,7 @@ func idMismatch(id string, a Attrs) string {
 		return fmt.Sprintf("a service record of cluster %q under instance id %q, which is not that cluster's", a[AttrClusterID], id)
 	case a[AttrRecord] == chunkRecord && chunkIndex(id, a[AttrClusterSetID], a[AttrClusterID]) < 0:
 		return fmt.Sprintf("packed endpoints of cluster %q under instance id %q, which is not one of that cluster's", a[AttrClusterID], id)
-	case a[AttrRecord] != recordValue && strings.HasPrefix(a[AttrController], "clustermap") && !strings.HasSuffix(id, "-"+tag):
+	case a[AttrRecord] != recordValue && writtenByClustermap(a) && !strings.HasSuffix(id, "-"+tag):
 		return fmt.Sprintf("an endpoint record of cluster %q under instance id %q, which does not end in that cluster's tag %q", a[AttrClusterID], id, tag)
 	}
 	return ""
