@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -287,6 +288,13 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.removeChecked(ctx, key)
 	}
 	r.heldSaid.Delete(key)
+	have := &mcsv1beta1.ServiceImport{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, have); apierrors.IsNotFound(err) {
+		have = nil
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	exports, joined := joinedExporters(have, exports, r.View.synced.Load(), time.Now())
 	exports = capEndpoints(exports, cmp.Or(r.MaxEndpoints, registry.DefaultMaxImportEndpoints))
 	exports, floored := drainFloor(exports)
 	m := merge.Merge(exports)
@@ -355,6 +363,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	if fromAWS {
 		annotations = withAWSMark(si, annotations)
 	}
+	annotations = maps.Clone(annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[JoinedAnnotation] = joined
 	if !reflect.DeepEqual(si.Spec, spec) || !reflect.DeepEqual(si.Labels, d.Import.Labels) || !reflect.DeepEqual(si.Annotations, annotations) {
 		si.Spec, si.Labels, si.Annotations = spec, d.Import.Labels, annotations
 		err := r.Client.Update(ctx, si)

@@ -587,6 +587,13 @@ func (b *Backend) withdraw(ctx context.Context, key registry.Key) error {
 	if err != nil {
 		return err
 	}
+	if b.otherWriter(maps.Values(current)) != "" {
+		// A twin (another installation under this cluster's id) wrote
+		// these records last: they are its export, not this one's to
+		// withdraw. Reported as a duplicate id.
+		b.checkWriter(key, maps.Values(current))
+		return nil
+	}
 	svcID, err := b.serviceID(ctx, key)
 	if err != nil || svcID == "" {
 		return err

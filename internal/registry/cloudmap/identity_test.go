@@ -81,6 +81,46 @@ func TestDuplicateClusterIDReportedOnBoth(t *testing.T) {
 	}
 }
 
+// A twin that withdraws a Service (its ServiceExport deleted) leaves the
+// records the other installation wrote under their shared id: they are
+// the other's export. It reports the duplicate instead.
+func TestTwinWithdrawLeavesTheOthersRecords(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
+	reported := make(chan string, 10)
+	start := func(uid string) *cloudmap.Backend {
+		return cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
+			Writer: cloudmap.WriterMark(uid), OnDuplicate: func(key registry.Key, other string) { reported <- other }})
+	}
+	a, b := start("uid-a"), start("uid-b")
+	key := registry.Key{Namespace: "web", Name: "api"}
+	if err := publish(ctx, a, export("c1", key, "10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Client(t, srv.Shipped())
+	awaitWritten(t, c, key)
+	before := len(listed(ctx, c, key))
+	if err := b.Withdraw(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case other := <-reported:
+		if other != cloudmap.WriterMark("uid-a") {
+			t.Errorf("the duplicate is reported as written by %s, want A's mark %s", other, cloudmap.WriterMark("uid-a"))
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the twin's withdrawal reported no duplicate")
+	}
+	// Any deregistration would have finished by the profile's slowest
+	// operation.
+	time.Sleep(cloudmaplocal.AWS().OperationTime.Max + time.Second)
+	if after := len(listed(ctx, c, key)); after != before || before == 0 {
+		t.Fatalf("A's records after B's withdrawal: %d, before it %d", after, before)
+	}
+}
+
 // awaitWritten waits until the Cloud Map service of key holds an instance
 // (ListInstances shows what finished operations wrote) and then for the
 // profile's read lag, after which every read shows it.
