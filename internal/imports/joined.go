@@ -14,12 +14,19 @@ import (
 // those it found exporting when it first imported the Service (or when
 // this annotation was first written). The oldest export wins a conflict,
 // and a creation time is what the exporter says; a cluster that joins
-// later cannot claim to be older than its joining, so that a newcomer's
+// later cannot claim to be much older than its joining, so that a newcomer's
 // backdated ServiceExport wins nothing (issue 49).
 const JoinedAnnotation = "clustermap.io/exporters-joined"
 
-// joinedExporters clamps the exports' creation times to when their
-// clusters joined the import have (nil: not created yet), and returns the
+// joinGrace is how much older than its joining a newcomer's export may
+// be: honest exports made at about the same time reach this cluster in
+// any order (operations, read lag, throttled bulk writes of a cluster
+// just installed), and the older must still win. A newcomer can at most
+// win against exporters that joined less than joinGrace before it.
+const joinGrace = 15 * time.Minute
+
+// joinedExporters clamps the exports' creation times to joinGrace
+// before their clusters joined the import have (nil: not created yet), and returns the
 // annotation's new value. A cluster absent from it and from have's
 // clusters is new now. synced says the exports are all there are: only
 // then are clusters that stopped exporting forgotten (after a restart, a
@@ -55,8 +62,8 @@ func joinedExporters(have *mcsv1beta1.ServiceImport, exports []registry.Export, 
 			}
 			joined[e.Cluster] = at
 		}
-		if at > 0 && e.Created.Before(time.UnixMilli(at)) {
-			e.Created = time.UnixMilli(at)
+		if floor := time.UnixMilli(at).Add(-joinGrace); at > 0 && e.Created.Before(floor) {
+			e.Created = floor
 		}
 		out[i] = e
 	}

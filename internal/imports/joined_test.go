@@ -90,6 +90,12 @@ func TestJoinedExporters(t *testing.T) {
 		}
 		return si
 	}
+	// The gap between exports made at about the same time stands.
+	close := e("c")
+	close.Created = now.Add(-joinGrace + time.Minute)
+	if out, _ := joinedExporters(withStatus("", "a"), []registry.Export{close}, true, now); !out[0].Created.Equal(close.Created) {
+		t.Errorf("an export made %v before its cluster joined became %v", joinGrace-time.Minute, out[0].Created)
+	}
 	for _, tc := range []struct {
 		name    string
 		have    *mcsv1beta1.ServiceImport
