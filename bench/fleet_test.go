@@ -341,6 +341,7 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 			b.Fatal(err)
 		}
 		var lastAt time.Time
+		slowest := ""
 		for j, m := range ms {
 			if j == c {
 				continue
@@ -348,7 +349,9 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 			for {
 				at, ok := m.has(e.Key, e.Cluster, len(e.Endpoints))
 				if ok {
-					lastAt = maxTime(lastAt, at)
+					if at.After(lastAt) {
+						lastAt, slowest = at, m.Cluster()
+					}
 					break
 				}
 				if time.Since(start) > 2*time.Minute {
@@ -367,6 +370,8 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
+		// Each change as it went: a long run shows where it is.
+		fmt.Printf("fleet: change %d (%s of %s): heard by all %d others in %v, last by %s\n", n, e.Key, e.Cluster, len(ms)-1, lastAt.Sub(start).Round(time.Millisecond), slowest)
 		if n < changes {
 			r.burst = append(r.burst, lastAt.Sub(start))
 		} else {

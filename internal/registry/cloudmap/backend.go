@@ -190,11 +190,11 @@ func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
 func (b *Backend) ConfirmWrites(ctx context.Context) { b.confirmOwnOps(ctx) }
 
 // reread asks the watcher to read a service again now, and tells the
-// other accounts through the change record.
+// others through the change record: other accounts, and in one account
+// the importers of a clusterset too large to look up every operation
+// (operationsFeed.byRecords).
 func (b *Backend) reread(key registry.Key) {
-	if b.shared() {
-		b.record.note(key)
-	}
+	b.record.note(key)
 	select {
 	case b.changed <- key:
 	default: // full: the next poll finds the change anyway

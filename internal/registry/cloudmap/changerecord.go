@@ -1,6 +1,7 @@
 package cloudmap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,18 +45,16 @@ const (
 	// change alone is written at once, a burst once per interval.
 	ChangeWriteInterval = 2 * time.Second
 	// MinHeartbeat is how often an exporting cluster rewrites an idle
-	// record, its proof of life, unless the clusterset is too large in
-	// one account for that (heartbeatFor; WatchOptions.Heartbeat sets
-	// it).
+	// record, its proof of life (WatchOptions.Heartbeat sets it). The
+	// importers of a one-account clusterset look up each other
+	// cluster's writes (GetOperation) up to 5 clusters, under one call a
+	// second for the account; past that they read the records instead
+	// (operationsFeed.byRecords), as across accounts.
 	MinHeartbeat = 30 * time.Second
 	// MaxHeartbeat is the slowest beat, and the beat of a record that
 	// declares none (a release before beats were declared wrote every 10
 	// minutes) or more.
 	MaxHeartbeat = 10 * time.Minute
-	// heartbeatLookups is the GetOperation calls a second that the
-	// heartbeats of a one-account clusterset may cost its importers
-	// together: a tenth of the profile's assumed 50/s per account.
-	heartbeatLookups = 5
 
 	attrEpoch   = "epoch"
 	attrSeq     = "seq"
@@ -64,20 +63,6 @@ const (
 	// drains a cluster only after several of them (liveness.go).
 	attrBeat = "beat"
 )
-
-// heartbeatFor is the beat of a cluster among clusters that write records
-// (its own included). In one account every importer attributes each
-// other cluster's write with one GetOperation: C(C-1)/beat calls a second
-// for the account, held to heartbeatLookups (30 s up to 12 clusters, 8
-// minutes at 50; the cap binds past 55). Across accounts the records are
-// read at every poll anyway, on the data plane.
-func heartbeatFor(clusters int, shared bool) time.Duration {
-	if shared || clusters < 2 {
-		return MinHeartbeat
-	}
-	beat := time.Duration(clusters*(clusters-1)) * time.Second / heartbeatLookups
-	return min(max(beat, MinHeartbeat), MaxHeartbeat)
-}
 
 // declaredBeat is the heartbeat a record declares, from a second (tests
 // beat every few) to MaxHeartbeat; none or unreadable: MaxHeartbeat.
@@ -210,13 +195,9 @@ func (l *changeLog) clustersHeard() int {
 	return l.clusters
 }
 
-// heartbeat is this cluster's beat: the one set, else heartbeatFor the
-// clusters last read.
+// heartbeat is this cluster's beat: the one set, else MinHeartbeat.
 func (b *Backend) heartbeat(set time.Duration) time.Duration {
-	if set > 0 {
-		return set
-	}
-	return heartbeatFor(b.record.clustersHeard(), b.shared())
+	return cmp.Or(set, MinHeartbeat)
 }
 
 // pollers is how many clusters poll ListOperations in this account: the

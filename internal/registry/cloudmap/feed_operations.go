@@ -27,16 +27,56 @@ type operationsFeed struct {
 	nsByID    map[string]*types.Namespace
 	// proofsWanted: a record was written since the last read of them.
 	proofsWanted bool
+	// changeRecords tell what changed in a clusterset too large for every
+	// importer to look up every operation (byRecords); recordsOn: their
+	// marks are current.
+	changeRecords *recordsFeed
+	recordsOn     bool
 }
 
 func newOperationsFeed(w *Watcher) *operationsFeed {
 	return &operationsFeed{Watcher: w, seen: map[string]time.Time{}, elsewhere: map[string]bool{}, nsByID: map[string]*types.Namespace{},
-		lookups: rate.NewLimiter(rate.Limit(w.opts.GetOperationRate), w.opts.MaxGetOperations)}
+		lookups: rate.NewLimiter(rate.Limit(w.opts.GetOperationRate), w.opts.MaxGetOperations), changeRecords: newRecordsFeed(w)}
+}
+
+// lookupCalls is the GetOperation calls a second that the importers of a
+// one-account clusterset may make together: half the profile's assumed
+// 50/s per operation and account (AWS publishes none). Every importer
+// looks up every foreign operation of the account, other tenants' too:
+// at 50 clusters and one tenant operation a second that alone is 49
+// calls a second, and measured, changes took 10 to 90 s to reach every
+// importer (BenchmarkFleet, docs/scale.md).
+const lookupCalls = 25
+
+// byRecords says the clusterset is too large for its importers to look
+// up foreign operations (more than lookupCalls / GetOperationRate
+// clusters, 5 at the shipped settings): the clusters' change records
+// (one data-plane DiscoverInstancesRevision a poll, and a DiscoverInstances
+// when they moved) say which services changed, as across accounts. Not
+// while a cluster that exports writes no record (an older release, the
+// AWS controller): its changes show only as operations.
+func (f *operationsFeed) byRecords() bool {
+	if float64(f.clock.Pollers)*f.opts.GetOperationRate <= lookupCalls {
+		return false
+	}
+	writers := map[string]bool{f.b.o.Cluster: true}
+	for _, in := range f.records { // as last read, by either feed
+		writers[in.Attributes[AttrClusterID]] = true
+	}
+	for c := range f.exporters {
+		if !writers[c] {
+			return false
+		}
+	}
+	return true
 }
 
 func (f *operationsFeed) baseline(ctx context.Context) error {
 	_, err := f.operations(ctx, true)
 	f.proofsWanted = true // operations taken as read may have been heartbeats
+	if err == nil && f.recordsOn {
+		err = f.changeRecords.read(ctx, true)
+	}
 	return err
 }
 
@@ -52,6 +92,21 @@ func (f *operationsFeed) poll(ctx context.Context) error {
 	now := f.clock.Now
 	if len(foreign) > 0 {
 		f.clock.LastChange = now
+	}
+	switch large := f.byRecords(); {
+	case large && f.recordsOn:
+		// What changed is in the records; the operations only said
+		// when (and ended this cluster's own).
+		return f.changeRecords.read(ctx, false)
+	case large:
+		// Where each record stands now; this poll's operations are
+		// still looked up below.
+		if err := f.changeRecords.read(ctx, true); err != nil {
+			return err
+		}
+		f.recordsOn = true
+	default:
+		f.recordsOn = false
 	}
 	if len(foreign) > 0 && !f.lookups.AllowN(now, len(foreign)) {
 		f.clock.CatchUpWanted = true

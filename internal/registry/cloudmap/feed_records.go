@@ -129,7 +129,7 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 			continue
 		}
 		for _, key := range keys {
-			f.changed(key, f.clock.Now)
+			f.heardEarly(key, f.clock.Now)
 			f.clock.LastChange = now
 		}
 	}

@@ -534,3 +534,60 @@ func TestRegistrySuite(t *testing.T) {
 		})
 	}
 }
+
+// In a one-account clusterset larger than its importers can look up
+// every operation for (byRecords: past 5 clusters), a change reaches
+// every importer from the change records, and no importer looks up
+// another's operation or other tenants' (GetOperation): at 50 clusters
+// those lookups alone took the account's quota.
+func TestLargeClustersetReadsChangesFromRecords(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	const clusters = 7
+	exp := func(i, pods int) registry.Export {
+		return clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), pods, false, threePorts[:1]...), i)
+	}
+	key := exp(0, 1).Key
+	var ms []*member
+	for i := range clusters {
+		m := f.join(fmt.Sprintf("c%d", i), 0)
+		if err := m.Publish(context.Background(), exp(i, 1)); err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	heardAll := func(cluster string, endpoints int) bool {
+		for _, m := range ms {
+			if m.Cluster() != cluster && m.endpoints(key)[cluster] != endpoints {
+				return false
+			}
+		}
+		return true
+	}
+	for _, m := range ms {
+		f.waitFor(m.Cluster()+"'s export everywhere", time.Minute, func() bool { return heardAll(m.Cluster(), 1) })
+	}
+	lookups := func() (n float64) {
+		for _, m := range ms[1:] {
+			n += m.calls.Snapshot()["GetOperation"]
+		}
+		return n
+	}
+	// Once every importer has read the others' records (every
+	// ProofReadInterval) it counts the clusterset's size and stops
+	// looking up: the profile's other tenants write every second.
+	before := lookups()
+	f.waitFor("the importers to stop looking up operations", time.Minute, func() bool {
+		time.Sleep(5 * time.Second)
+		n := lookups()
+		defer func() { before = n }()
+		return n == before
+	})
+	if err := ms[0].Publish(context.Background(), exp(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("c0's change everywhere", time.Minute, func() bool { return heardAll("c0", 2) })
+	if n := lookups() - before; n > 0 {
+		t.Errorf("the importers looked up %.0f operations (GetOperation) while the change went through; want none: the records say what changed", n)
+	}
+}

@@ -100,7 +100,15 @@ func TestTwinWithdrawLeavesTheOthersRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := srv.Client(t, srv.Shipped())
-	awaitWritten(t, c, key)
+	// A's service record, with its mark, goes in after its endpoints.
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.ContainsFunc(listed(ctx, c, key), func(in cloudmap.Instance) bool { return in.Attrs[cloudmap.AttrWriter] == cloudmap.WriterMark("uid-a") }) {
+		if time.Now().After(deadline) {
+			t.Fatal("A's service record was not written within 30 s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(cloudmaplocal.AWS().ReadLag)
 	before := len(listed(ctx, c, key))
 	if err := b.Withdraw(ctx, key); err != nil {
 		t.Fatal(err)

@@ -196,31 +196,6 @@ func TestOutageDrainsNobody(t *testing.T) {
 	}
 }
 
-// A cluster beats every 30 s, slower in a large one-account clusterset so
-// that the importers' GetOperation lookups of the heartbeats stay within
-// 5 a second for the account; across accounts the records are read at
-// every poll anyway.
-func TestHeartbeatFor(t *testing.T) {
-	for _, c := range []struct {
-		clusters int
-		shared   bool
-		want     time.Duration
-	}{
-		{0, false, MinHeartbeat}, {2, false, MinHeartbeat}, {12, false, MinHeartbeat},
-		{20, false, 76 * time.Second}, {50, false, 490 * time.Second}, {200, false, MaxHeartbeat},
-		{50, true, MinHeartbeat},
-	} {
-		if got := heartbeatFor(c.clusters, c.shared); got != c.want {
-			t.Errorf("heartbeatFor(%d, shared %v) = %v, want %v", c.clusters, c.shared, got, c.want)
-		}
-	}
-	for n := 2; n <= 55; n++ {
-		if rate := float64(n*(n-1)) / heartbeatFor(n, false).Seconds(); rate > heartbeatLookups {
-			t.Errorf("%d clusters in one account: their heartbeats cost %.1f GetOperation a second", n, rate)
-		}
-	}
-}
-
 // A record declares its writer's beat; a cluster is drained after the TTL
 // or four of its declared beats, whichever is longer: one that beats
 // every 8 minutes is not drained after the 2-minute TTL, a record that

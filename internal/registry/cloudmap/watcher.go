@@ -181,6 +181,8 @@ type Watcher struct {
 	recordRev int64
 	proofsAt  time.Time
 	decoded   *decodeCache
+	// exporters are the clusters whose exports were read since the start.
+	exporters map[string]bool
 }
 
 type feedMark struct {
@@ -200,6 +202,7 @@ func newWatcher(b *Backend, sink registry.Sink) *Watcher {
 		settling: map[registry.Key]settling{}, behind: map[registry.Key]int{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
 		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1, decoded: newDecodeCache(b.maxImportEndpoints()),
+		exporters: map[string]bool{},
 	}
 	if b.shared() {
 		w.feed = newRecordsFeed(w)
@@ -265,6 +268,13 @@ func (w *Watcher) changed(key registry.Key, now time.Time) {
 		window += w.opts.OperationWait
 	}
 	w.settling[key] = settling{until: now.Add(window)}
+}
+
+// heardEarly is changed for a change heard of from its writer's change
+// record, which may be read before the change's operation ended.
+func (w *Watcher) heardEarly(key registry.Key, now time.Time) {
+	w.changed(key, now)
+	w.settling[key] = settling{until: now.Add(w.opts.ReadLag + w.opts.OperationWait)}
 }
 
 // settling is a service changed within ReadLag: until when, and how many
@@ -507,6 +517,9 @@ func (w *Watcher) report(key registry.Key, exports []registry.Export) {
 		delete(w.exported, key)
 	} else {
 		w.exported[key] = true
+	}
+	for _, e := range exports {
+		w.exporters[e.Cluster] = true
 	}
 	w.sink.Set(key, exports)
 }
