@@ -7,15 +7,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/clusterid"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
@@ -25,8 +21,7 @@ import (
 // restart of this controller. The clusters exporting when the import was
 // made keep their own times.
 func TestBackdatedNewcomerWinsNoConflict(t *testing.T) {
-	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
-		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).Build()
+	c := importClient()
 	gate := &clusterid.Gate{}
 	gate.Open(clusterid.Identity{ClusterID: "c9", ClusterSet: "set"}, nil)
 	key := registry.Key{Namespace: "ns", Name: "web"}
@@ -40,15 +35,7 @@ func TestBackdatedNewcomerWinsNoConflict(t *testing.T) {
 		view := NewView() // a new controller each pass: what it knows is on the import
 		view.Synced()
 		view.Set(key, exports)
-		r := &Reconciler{Client: c, Gate: gate, View: view, Recorder: record.NewFakeRecorder(100), Namespaces: func(string) bool { return true }}
-		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey(key)}); err != nil {
-			t.Fatal(err)
-		}
-		si := &mcsv1beta1.ServiceImport{}
-		if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil {
-			t.Fatal(err)
-		}
-		return si
+		return reconciled(t, &Reconciler{Client: c, Gate: gate, View: view, Recorder: record.NewFakeRecorder(100), Namespaces: func(string) bool { return true }}, key)
 	}
 	if si := pass(established); si.Spec.Type != mcsv1beta1.ClusterSetIP {
 		t.Fatalf("import type %s, want ClusterSetIP", si.Spec.Type)
@@ -67,9 +54,7 @@ func TestBackdatedNewcomerWinsNoConflict(t *testing.T) {
 	// Once the newcomer stops exporting, it is forgotten; the clusters
 	// of a new import are all taken at their word.
 	pass(established)
-	c2 := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
-		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).Build()
-	c = c2
+	c = importClient()
 	if si := pass(established, newcomer); si.Spec.Type != mcsv1beta1.Headless {
 		t.Errorf("a new import of both: type %s, want the older export's Headless", si.Spec.Type)
 	}

@@ -124,8 +124,7 @@ func TestImportRoutesLocalFirstWhenAsked(t *testing.T) {
 // ClustersDrained condition and once by a Warning Event; its proof back
 // restores it.
 func TestSilentClusterIsDrainedNotDropped(t *testing.T) {
-	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
-		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).Build()
+	c := importClient()
 	gate := &clusterid.Gate{}
 	gate.Open(clusterid.Identity{ClusterID: "here", ClusterSet: "set"}, nil)
 	view := NewView()
@@ -135,14 +134,7 @@ func TestSilentClusterIsDrainedNotDropped(t *testing.T) {
 	key := registry.Key{Namespace: "ns", Name: "web"}
 	pass := func() *mcsv1beta1.ServiceImport {
 		t.Helper()
-		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey(key)}); err != nil {
-			t.Fatal(err)
-		}
-		si := &mcsv1beta1.ServiceImport{}
-		if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil {
-			t.Fatal(err)
-		}
-		return si
+		return reconciled(t, r, key)
 	}
 	ready := func() map[string]bool {
 		var list discoveryv1.EndpointSliceList
@@ -249,14 +241,7 @@ func TestLocalityOnAnOlderAPIServerIsReported(t *testing.T) {
 			e.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferClose)
 		}
 		view.Set(key, []registry.Export{e})
-		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey(key)}); err != nil {
-			t.Fatal(err)
-		}
-		si := &mcsv1beta1.ServiceImport{}
-		if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil {
-			t.Fatal(err)
-		}
-		return meta.FindStatusCondition(si.Status.Conditions, ConditionTrafficDistributionIgnored)
+		return meta.FindStatusCondition(reconciled(t, r, key).Status.Conditions, ConditionTrafficDistributionIgnored)
 	}
 	if got := ignored(false); got != nil {
 		t.Fatalf("nothing asked: %+v", got)

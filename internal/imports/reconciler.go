@@ -288,6 +288,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.removeChecked(ctx, key)
 	}
 	r.heldSaid.Delete(key)
+	// Read once: the creation times it clamps, then the object written.
 	have := &mcsv1beta1.ServiceImport{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, have); apierrors.IsNotFound(err) {
 		have = nil
@@ -312,7 +313,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	// created (or read) first, as the owner of the rest, and its spec,
 	// metadata and status are written last, once what they depend on (the
 	// derived Service's IPs, the AWS controller's leftovers gone) is known.
-	si, err := r.importFor(ctx, d.Import)
+	si, err := r.importFor(ctx, have, d.Import)
 	if err != nil {
 		return reconcile.Result{}, err // nothing else can be owned without it
 	}
@@ -417,24 +418,20 @@ func (r *Reconciler) here(ctx context.Context) (locality.Here, error) {
 	return locality.Here{Cluster: id.ClusterID, Region: r.Region, Zones: locality.ZonesOf(labels)}, nil
 }
 
-// importFor reads the ServiceImport, or creates it as planned (without
-// IPs or status: those come once its derived Service exists); one that
-// clustermap did not create, nor can take over, is an error.
-func (r *Reconciler) importFor(ctx context.Context, want *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
-	si := &mcsv1beta1.ServiceImport{}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), si)
-	if apierrors.IsNotFound(err) {
-		si = want.DeepCopy()
+// importFor is the ServiceImport as read (have), or creates it as planned
+// when there is none (without IPs or status: those come once its derived
+// Service exists); one that clustermap did not create, nor can take over,
+// is an error.
+func (r *Reconciler) importFor(ctx context.Context, have, want *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
+	if have == nil {
+		si := want.DeepCopy()
 		si.Status = mcsv1beta1.ServiceImportStatus{}
 		return si, r.Client.Create(ctx, si)
 	}
-	if err != nil {
-		return nil, err
+	if have.Labels[LabelManagedBy] != managedByValue && !adoptable(have) {
+		return nil, fmt.Errorf("ServiceImport %s exists and was not created by clustermap: delete it to let clustermap import the service", client.ObjectKeyFromObject(have))
 	}
-	if si.Labels[LabelManagedBy] != managedByValue && !adoptable(si) {
-		return nil, fmt.Errorf("ServiceImport %s exists and was not created by clustermap: delete it to let clustermap import the service", client.ObjectKeyFromObject(si))
-	}
-	return si, nil
+	return have, nil
 }
 
 func (r *Reconciler) applyService(ctx context.Context, owner *mcsv1beta1.ServiceImport, want *corev1.Service) (*corev1.Service, error) {

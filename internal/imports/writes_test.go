@@ -105,8 +105,7 @@ func TestOnePassWritesTheImportOnce(t *testing.T) {
 // (condition and Event), and the other cluster's endpoints import whole.
 // Back under the cap, the condition goes.
 func TestImportCap(t *testing.T) {
-	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
-		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).Build()
+	c := importClient()
 	gate := &clusterid.Gate{}
 	gate.Open(clusterid.Identity{ClusterID: "c9", ClusterSet: "set"}, nil)
 	view := NewView()

@@ -90,11 +90,7 @@ func TestTwinWithdrawLeavesTheOthersRecords(t *testing.T) {
 	defer cancel()
 	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
 	reported := make(chan string, 10)
-	start := func(uid string) *cloudmap.Backend {
-		return cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
-			Writer: cloudmap.WriterMark(uid), OnDuplicate: func(key registry.Key, other string) { reported <- other }})
-	}
-	a, b := start("uid-a"), start("uid-b")
+	a, b := installation(t, srv, "uid-a", reported), installation(t, srv, "uid-b", reported)
 	key := registry.Key{Namespace: "web", Name: "api"}
 	if err := publish(ctx, a, export("c1", key, "10.0.0.1")); err != nil {
 		t.Fatal(err)
@@ -127,6 +123,13 @@ func TestTwinWithdrawLeavesTheOthersRecords(t *testing.T) {
 	if after := len(listed(ctx, c, key)); after != before || before == 0 {
 		t.Fatalf("A's records after B's withdrawal: %d, before it %d", after, before)
 	}
+}
+
+// installation is cluster c1's registry side in the installation of
+// kube-system UID uid; the duplicates it finds go to reported.
+func installation(t *testing.T, srv *cloudmaptest.Emulator, uid string, reported chan<- string) *cloudmap.Backend {
+	return cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
+		Writer: cloudmap.WriterMark(uid), OnDuplicate: func(key registry.Key, other string) { reported <- other }})
 }
 
 // awaitWritten waits until the Cloud Map service of key holds an instance
@@ -185,8 +188,7 @@ func TestOwnRecordsAreNoDuplicate(t *testing.T) {
 	defer cancel()
 	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
 	reported := make(chan string, 10)
-	b := cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
-		Writer: cloudmap.WriterMark("uid-a"), OnDuplicate: func(key registry.Key, other string) { reported <- other }})
+	b := installation(t, srv, "uid-a", reported)
 	heard := make(chan struct{}, 10)
 	go func() {
 		_ = b.Watch(ctx, registry.SinkFuncs{OnSet: func(registry.Key, []registry.Export) { heard <- struct{}{} }})
