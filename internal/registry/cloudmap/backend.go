@@ -140,6 +140,10 @@ type Backend struct {
 	// tried are the records this cluster added to each export since it was
 	// last published whole (pastWhole).
 	tried map[registry.Key][]string
+	// emptied are the namespaces (name -> id) whose last service this
+	// cluster deleted, and that are not yet deleted in turn: the service
+	// that brought a withdrawal to them is gone (withdraw).
+	emptied map[string]string
 }
 
 // lateFailure is an operation of this cluster's that ended FAIL.
@@ -165,7 +169,7 @@ func New(c *sd.Client, o Options) *Backend {
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
 		record: newChangeLog(), unshared: map[string]time.Time{}, exporting: map[registry.Key]bool{},
 		failed: map[registry.Key]lateFailure{}, recent: map[registry.Key]map[string]recentWrite{},
-		registering: map[registry.Key]registrations{}, tried: map[registry.Key][]string{},
+		registering: map[registry.Key]registrations{}, tried: map[registry.Key][]string{}, emptied: map[string]string{},
 	}
 }
 
@@ -595,8 +599,17 @@ func (b *Backend) withdraw(ctx context.Context, key registry.Key) error {
 		return nil
 	}
 	svcID, err := b.serviceID(ctx, key)
-	if err != nil || svcID == "" {
+	if err != nil {
 		return err
+	}
+	if svcID == "" {
+		b.mu.Lock()
+		nsID := b.emptied[key.Namespace]
+		b.mu.Unlock()
+		if nsID != "" {
+			return b.deleteNamespace(ctx, key, nsID)
+		}
+		return nil
 	}
 	ids := make([]string, 0, len(current))
 	for id := range current {
@@ -656,30 +669,52 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 		}
 	}
 	b.forget(key)
+	return b.deleteNamespace(ctx, key, aws.ToString(svc.Service.NamespaceId))
+}
+
+// deleteNamespace deletes a namespace clustermap created once it holds no
+// service. The deletion is asynchronous and can fail after Cloud Map
+// accepted it: the withdrawal is pending until the namespace is gone, or
+// found kept (a service, not ours).
+func (b *Backend) deleteNamespace(ctx context.Context, key registry.Key, nsID string) error {
 	if !b.owner.deletesNamespaces() {
 		return nil
 	}
-	nsID := aws.ToString(svc.Service.NamespaceId)
+	b.mu.Lock()
+	b.emptied[key.Namespace] = nsID
+	b.mu.Unlock()
+	done := func() error {
+		b.mu.Lock()
+		delete(b.emptied, key.Namespace)
+		b.mu.Unlock()
+		return nil
+	}
 	ns, err := b.c.GetNamespace(ctx, &sd.GetNamespaceInput{Id: aws.String(nsID)})
-	if isNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	switch {
+	case isNotFound(err):
+		return done()
+	case err != nil:
 		return err
-	}
-	if aws.ToInt32(ns.Namespace.ServiceCount) > 0 {
-		return nil
+	case aws.ToInt32(ns.Namespace.ServiceCount) > 0:
+		return done()
 	}
 	if mine, err := b.owner.createdNamespace(ctx, ns.Namespace.Arn); err != nil || !mine {
-		return err
+		if err != nil {
+			return err
+		}
+		return done()
 	}
 	b.mu.Lock()
 	delete(b.namespaces, key.Namespace)
 	b.mu.Unlock()
 	_, err = b.c.DeleteNamespace(ctx, &sd.DeleteNamespaceInput{Id: aws.String(nsID)})
 	var inUse *types.ResourceInUse
-	if errors.As(err, &inUse) || isNotFound(err) {
-		return nil
+	var busy *types.DuplicateRequest
+	switch {
+	case errors.As(err, &inUse), isNotFound(err):
+		return done() // someone created a service meanwhile: theirs to keep
+	case err == nil, errors.As(err, &busy):
+		return ErrPending // asked again until the namespace is gone
 	}
 	return err
 }

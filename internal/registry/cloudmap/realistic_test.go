@@ -195,6 +195,73 @@ func TestLateFailureIsWrittenAgain(t *testing.T) {
 	}
 }
 
+// Deleting the namespace a withdrawal emptied is an operation too, and
+// can fail after Cloud Map accepted it: the withdrawal stays pending, and
+// asks again, until the namespace is gone. Before, it returned at once,
+// and the namespace stayed for good, its last service gone with the
+// withdrawal's way back to it.
+func TestFailedNamespaceDeletionIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	p := cloudmaplocal.AWS()
+	p.LateFailureRate = 0 // the test fails the operations it means to
+	w := newPair(t, p)
+	setup := w.srv.Client(t, w.srv.Shipped())
+	ctx := context.Background()
+	key := registry.Key{Namespace: "gone", Name: "api"}
+	if err := w.publish(t, export("c1", key, "10.0.2.1")); err != nil {
+		t.Fatal(err)
+	}
+	nss, err := setup.ListNamespaces(ctx, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{{Name: types.NamespaceFilterNameName, Values: []string{key.Namespace}}}})
+	if err != nil || len(nss.Namespaces) != 1 {
+		t.Fatalf("namespace %s: %v %v", key.Namespace, nss, err)
+	}
+	nsID := aws.ToString(nss.Namespaces[0].Id)
+	instances := func() int32 {
+		out, err := setup.ListServices(ctx, &sd.ListServicesInput{Filters: []types.ServiceFilter{{Name: types.ServiceFilterNameNamespaceId, Values: []string{nsID}}}})
+		if err != nil || len(out.Services) != 1 {
+			t.Fatalf("the service of %s: %v %v", key, out, err)
+		}
+		return aws.ToInt32(out.Services[0].InstanceCount)
+	}
+	waitUntil(t, "the export written whole", func() bool { return instances() > 0 })
+	time.Sleep(5 * time.Second) // its writes done: the profile's longest operation is 4 s
+	// Its records deregistered (for real), the service emptied.
+	if err := w.exporter.Withdraw(ctx, key); !errors.Is(err, registry.ErrPending) {
+		t.Fatalf("a withdrawal that deregisters: %v, want pending", err)
+	}
+	waitUntil(t, "the records deregistered", func() bool { return instances() == 0 })
+	w.srv.SetFaults(cloudmaplocal.Faults{OperationFailureRate: 1})
+	nsLeft := func() bool {
+		_, err := setup.GetNamespace(ctx, &sd.GetNamespaceInput{Id: aws.String(nsID)})
+		if err != nil && !cloudmapclient.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	// The service goes, the namespace's deletion is accepted, and fails:
+	// the withdrawal is not done while the namespace is there.
+	for range 8 {
+		if err := w.exporter.Withdraw(ctx, key); !errors.Is(err, registry.ErrPending) {
+			t.Fatalf("a withdrawal whose namespace deletion fails: %v (namespace there: %v), want pending", err, nsLeft())
+		}
+		time.Sleep(time.Second)
+	}
+	if !nsLeft() {
+		t.Fatal("the namespace was deleted although every operation fails")
+	}
+	w.srv.SetFaults(cloudmaplocal.Faults{})
+	start := time.Now()
+	for err := w.exporter.Withdraw(ctx, key); err != nil; err = w.exporter.Withdraw(ctx, key) {
+		if !errors.Is(err, registry.ErrPending) || time.Since(start) > 30*time.Second {
+			t.Fatalf("the withdrawal after the fault: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	if nsLeft() {
+		t.Fatal("the withdrawal finished and its emptied namespace is still there")
+	}
+}
+
 // Across accounts no operation of the member's is listed to it: a write
 // Cloud Map accepts and then fails is still reported within seconds
 // (GetOperation), and written again, the change record included (without
