@@ -49,6 +49,13 @@ func writeFloor(calls float64) time.Duration {
 	return time.Duration(max(0, calls-cloudmapclient.DefaultBurst) / cloudmapclient.DefaultQPS * float64(time.Second))
 }
 
+// readFloor is the least time the importers take to read a bulk export:
+// each reads each changed service once at least (DiscoverInstances),
+// and together they hold the account's documented 1,000 a second.
+func readFloor(importers, services int) time.Duration {
+	return time.Duration(float64(importers*services) / 1000 * float64(time.Second))
+}
+
 // within prints a result against its target and fails the benchmark when
 // it misses.
 func within(b testing.TB, what string, got, target time.Duration, why string) {

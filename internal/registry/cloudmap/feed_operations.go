@@ -90,9 +90,6 @@ func (f *operationsFeed) poll(ctx context.Context) error {
 		return err
 	}
 	now := f.clock.Now
-	if len(foreign) > 0 {
-		f.clock.LastChange = now
-	}
 	switch large := f.byRecords(); {
 	case large && f.recordsOn:
 		// What changed is in the records; the operations only said
@@ -123,6 +120,12 @@ func (f *operationsFeed) poll(ctx context.Context) error {
 		}
 		if key != (registry.Key{}) {
 			f.heard(key, now)
+		}
+		if key != (registry.Key{}) && key.Namespace != ChangesNamespace(f.b.o.ClusterSet) {
+			// A change of the clusterset's, not another tenant's write nor
+			// a heartbeat (both come all the time, and would keep every
+			// idle cluster polling fast): its burst's tail comes soon.
+			f.clock.LastChange = now
 		}
 	}
 	if f.proofsWanted || now.Sub(f.proofsAt) >= f.opts.ProofReadInterval {

@@ -396,6 +396,36 @@ func TestBusyAccountPagedWithinBudget(t *testing.T) {
 	}
 }
 
+// An idle importer polls at PollInterval, in an account where other
+// tenants write all the time (the profile's one operation a second) and
+// exporters rewrite their heartbeats: neither is a change of the
+// clusterset's. Before, any operation of another's made the next polls
+// fast (FastInterval), so an idle clusterset polled five times as often
+// as it says, and a large one held the account's ListOperations at the
+// 40 calls a second all its clusters may make together.
+func TestIdleAmongOthersWritesPollsSlowly(t *testing.T) {
+	t.Parallel()
+	p := cloudmaplocal.AWS()
+	p.LateFailureRate = 0 // the one export must be written
+	w := newPair(t, p)
+	key := registry.Key{Namespace: "demo", Name: "idle"}
+	if err := w.publish(t, export("c1", key, "10.0.3.1")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the export imported", func() bool { return w.imports(key, "10.0.3.1") })
+	time.Sleep(10 * time.Second) // past the burst's fast polls (ActiveWindow 5 s)
+	const window = 15 * time.Second
+	before := w.calls.Snapshot()["ListOperations"]
+	time.Sleep(window)
+	polls := w.calls.Snapshot()["ListOperations"] - before
+	o := cloudmap.WatchOptions{}.WithDefaults()
+	most := window.Seconds()/o.PollInterval.Seconds() + 2 // a poll's page retried, a step's own time
+	t.Logf("%.0f ListOperations calls in %v of idle among %v other operations a second", polls, window, p.TenantOperations)
+	if polls > most {
+		t.Errorf("%.0f ListOperations calls in %v idle, want at most %.0f (one a %v poll)", polls, window, most, o.PollInterval)
+	}
+}
+
 // An importer started right after changes (a controller restart, a new
 // cluster joining) reads them all: its first reads may trail them by the
 // read lag, so it compares the revisions again after it, as after a
