@@ -193,9 +193,6 @@ func BenchmarkFleet(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	// At 50 x 1,000 every cluster's decode cache would hold all the others'
-	// exports: 49 copies in this process, where each controller holds one
-	// (its import view's). Past 10 clusters, every read decodes whole.
 	changes := 50
 	if v := os.Getenv("CLUSTERMAP_BENCH_CHANGES"); v != "" {
 		var err error
@@ -203,6 +200,9 @@ func BenchmarkFleet(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	// At 50 x 1,000 every cluster's decode cache would hold all the others'
+	// exports: 49 copies in this process, where each controller holds one
+	// (its import view's). Past 10 clusters, every read decodes whole.
 	s := shape(b)
 	r := runFleet(b, shipped(), s, changes, window, s.clusters > 10)
 	b.ReportMetric(r.bulk.Seconds(), "bulk-s")

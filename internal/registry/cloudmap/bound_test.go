@@ -268,3 +268,26 @@ func BenchmarkDecodeFleetService(b *testing.B) {
 		b.Fatalf("decode took %v; target 500ms", per)
 	}
 }
+
+// The names remembered within a record give every endpoint the verdict a
+// check of its own gives: a bad node name repeated is refused each time,
+// a good one passes, and an appProtocol set but empty is refused.
+func TestNamesCheckedOncePerRecordSameVerdicts(t *testing.T) {
+	http := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}
+	ep := registry.Endpoint{IP: "10.0.0.1", Port: 8080, PortName: "http", Protocol: corev1.ProtocolTCP, ServicePort: http, NodeName: "node-1", Zone: "us-east-1a"}
+	bad := ep
+	bad.NodeName = "Node_1"
+	empty := ep
+	empty.ServicePort.AppProtocol = new(string)
+	memo := names{}
+	for i, c := range []struct {
+		ep   registry.Endpoint
+		fail bool
+	}{{ep, false}, {bad, true}, {ep, false}, {bad, true}, {empty, true}, {empty, true}} {
+		for _, n := range []names{nil, memo} {
+			if err := validEndpoint(c.ep, n); (err != nil) != c.fail {
+				t.Errorf("endpoint %d (memo %v): %v, want failure %v", i, n != nil, err, c.fail)
+			}
+		}
+	}
+}

@@ -657,20 +657,22 @@ func validEndpoint(ep registry.Endpoint, n names) error {
 			return err
 		}
 	}
-	checks := []nameCheck{
+	var checks []nameCheck
+	for _, c := range []nameCheck{
 		{AttrHostname, ep.Hostname, validation.IsDNS1123Label},
 		{AttrEndpointPortName, ep.PortName, validation.IsDNS1123Label},
 		{AttrServicePortName, ep.ServicePort.Name, validation.IsDNS1123Label},
 		{AttrNodeName, ep.NodeName, validation.IsDNS1123Subdomain},
 		{AttrZone, ep.Zone, validation.IsValidLabelValue},
+	} {
+		if c.value != "" { // optional: unset
+			checks = append(checks, c)
+		}
 	}
-	if ap := ep.ServicePort.AppProtocol; ap != nil {
+	if ap := ep.ServicePort.AppProtocol; ap != nil { // set, even empty, it must be a name
 		checks = append(checks, nameCheck{"appProtocol", *ap, validation.IsQualifiedName})
 	}
 	for _, c := range checks {
-		if c.value == "" {
-			continue
-		}
 		if err := n.check(c.attr, c.value, c.valid); err != nil {
 			return err
 		}
