@@ -657,22 +657,18 @@ func validEndpoint(ep registry.Endpoint, n names) error {
 			return err
 		}
 	}
-	var checks []nameCheck
-	for _, c := range []nameCheck{
-		{AttrHostname, ep.Hostname, validation.IsDNS1123Label},
-		{AttrEndpointPortName, ep.PortName, validation.IsDNS1123Label},
-		{AttrServicePortName, ep.ServicePort.Name, validation.IsDNS1123Label},
-		{AttrNodeName, ep.NodeName, validation.IsDNS1123Subdomain},
-		{AttrZone, ep.Zone, validation.IsValidLabelValue},
+	ap := ep.ServicePort.AppProtocol
+	for _, c := range [...]nameCheck{
+		{AttrHostname, ep.Hostname, ep.Hostname != "", validation.IsDNS1123Label},
+		{AttrEndpointPortName, ep.PortName, ep.PortName != "", validation.IsDNS1123Label},
+		{AttrServicePortName, ep.ServicePort.Name, ep.ServicePort.Name != "", validation.IsDNS1123Label},
+		{AttrNodeName, ep.NodeName, ep.NodeName != "", validation.IsDNS1123Subdomain},
+		{AttrZone, ep.Zone, ep.Zone != "", validation.IsValidLabelValue},
+		{"appProtocol", ptr.Deref(ap, ""), ap != nil, validation.IsQualifiedName}, // set, even empty, it must be a name
 	} {
-		if c.value != "" { // optional: unset
-			checks = append(checks, c)
+		if !c.set {
+			continue
 		}
-	}
-	if ap := ep.ServicePort.AppProtocol; ap != nil { // set, even empty, it must be a name
-		checks = append(checks, nameCheck{"appProtocol", *ap, validation.IsQualifiedName})
-	}
-	for _, c := range checks {
 		if err := n.check(c.attr, c.value, c.valid); err != nil {
 			return err
 		}
@@ -683,6 +679,7 @@ func validEndpoint(ep registry.Endpoint, n names) error {
 // nameCheck is a name of an endpoint's and how Kubernetes checks it.
 type nameCheck struct {
 	attr, value string
+	set         bool // unset names are not checked
 	valid       func(string) []string
 }
 
