@@ -232,7 +232,7 @@ func TestPortNamedOnce(t *testing.T) {
 // 50-cluster clusterset reads it, each cluster's 2,000 pods packed, every
 // pod on one of 20 nodes in one of 3 zones, with named ports: the names
 // repeat, and are checked once per record (before, once per endpoint:
-// 271 ms a decode here, against 133 ms). Target: a third of the 1.5 s
+// 271 ms a decode here, against 107 ms). Target: a third of the 1.5 s
 // poll, so that one such read leaves a watcher the rest of its poll.
 func BenchmarkDecodeFleetService(b *testing.B) {
 	key := registry.Key{Namespace: "ns", Name: "web"}
