@@ -27,6 +27,15 @@ func TestNextStep(t *testing.T) {
 		{"a minute without polls: poll", func(c *clock) { c.LastPoll = t0.Add(-time.Minute) }, stepPoll},
 		{"a gap past MaxLookback: catch up", func(c *clock) { c.LastPoll = t0.Add(-o.MaxLookback - time.Second) }, stepCatchUp},
 		{"a list wins over a catch-up", func(c *clock) { c.CatchUpWanted, c.Synced = true, false }, stepList},
+		// A failed listing is tried again after its backoff; polls go on
+		// meanwhile (the first listing aside: nothing is known before it).
+		{"a failed catch-up: poll until its retry", func(c *clock) { c.CatchUpWanted, c.ListRetryAt = true, t0.Add(time.Second) }, stepPoll},
+		{"a failed catch-up: retried once due", func(c *clock) { c.CatchUpWanted, c.ListRetryAt = true, t0 }, stepCatchUp},
+		{"a failed list: poll until its retry", func(c *clock) { c.LastList, c.ListRetryAt = t0.Add(-o.ListInterval), t0.Add(time.Second) }, stepPoll},
+		{"a gap past MaxLookback after a failed catch-up: poll until its retry", func(c *clock) {
+			c.LastPoll, c.ListRetryAt = t0.Add(-o.MaxLookback-time.Second), t0.Add(time.Second)
+		}, stepPoll},
+		{"not synced: list, whatever failed", func(c *clock) { c.Synced, c.ListRetryAt = false, t0.Add(time.Minute) }, stepList},
 	} {
 		c := base
 		if tc.mod != nil {
@@ -50,6 +59,8 @@ func TestNextWait(t *testing.T) {
 		{"idle", clock{Now: t0, LastChange: t0.Add(-time.Minute), LastCatchUp: t0.Add(-time.Minute)}, o.PollInterval},
 		{"in a burst", clock{Now: t0, LastChange: t0.Add(-time.Second)}, o.FastInterval},
 		{"until a wanted catch-up may run", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-o.CatchUpInterval + time.Second)}, time.Second},
+		{"until a failed catch-up's retry", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour), ListRetryAt: t0.Add(time.Second)}, time.Second},
+		{"a failed catch-up's retry past the next poll", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour), ListRetryAt: t0.Add(time.Minute)}, o.PollInterval},
 		{"a wanted catch-up that may run now", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour)}, o.FastInterval},
 		// The account's ListOperations calls: 12 clusters poll at the
 		// shipped rhythm, 50 slower in a burst, 100 slower always.
@@ -62,6 +73,16 @@ func TestNextWait(t *testing.T) {
 	} {
 		if got := nextWait(tc.c, o); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestListBackoff(t *testing.T) {
+	o := WatchOptions{}
+	o.defaults()
+	for failures, want := range map[int]time.Duration{1: 3 * time.Second, 2: 6 * time.Second, 4: 24 * time.Second, 5: 48 * time.Second, 6: time.Minute, 100: time.Minute} {
+		if got := listBackoff(failures, o); got != want {
+			t.Errorf("after %d failures: %v, want %v", failures, got, want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -219,8 +220,12 @@ func (w *Watcher) Start(ctx context.Context) error {
 		w.clock.Now = time.Now()
 		st := nextStep(w.clock, w.opts)
 		err := w.do(ctx, st)
+		retryIn := w.opts.PollInterval
+		if st == stepList || st == stepCatchUp {
+			retryIn = w.listed(st, err)
+		}
 		if err != nil {
-			w.b.o.Log.Error(err, "reading Cloud Map failed; imports stay as they are", "step", st.String(), "retryIn", w.opts.PollInterval)
+			w.b.o.Log.Error(err, "reading Cloud Map failed; imports stay as they are", "step", st.String(), "retryIn", retryIn)
 			w.alive.failed(w.clock.Now)
 		}
 		if w.b.o.OnRead != nil {
@@ -254,6 +259,26 @@ func (w *Watcher) Start(ctx context.Context) error {
 			w.check(key)
 		}
 	}
+}
+
+// listed takes in how a listing step ended, and says when a failed one is
+// tried again: after a backoff with jitter (listBackoff), so that the
+// importers of a clusterset throttled together do not retry together;
+// polls go on meanwhile, and what a failed catch-up was to find is still
+// wanted.
+func (w *Watcher) listed(st step, err error) time.Duration {
+	if err == nil {
+		w.clock.ListFailures, w.clock.ListRetryAt = 0, time.Time{}
+		return 0
+	}
+	w.clock.ListFailures++
+	d := listBackoff(w.clock.ListFailures, w.opts)
+	d = d/2 + rand.N(d/2+1)
+	w.clock.ListRetryAt = time.Now().Add(d)
+	if st == stepCatchUp {
+		w.clock.CatchUpWanted = true
+	}
+	return d
 }
 
 // changed marks a service changed at now: read it now, and go on reading
