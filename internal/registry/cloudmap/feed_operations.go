@@ -216,7 +216,13 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 	for !found && pages.HasMorePages() {
 		if read == f.opts.MaxPollPages {
 			// A catch-up costs less than more pages (a baseline is one).
-			f.clock.CatchUpWanted = f.clock.CatchUpWanted || !baseline
+			// Not when the change records say what changed: the
+			// operations only end this cluster's own writes then (those
+			// not seen to end are written again, expireOwnOps), and a
+			// catch-up per poll during a bulk export took every importer's
+			// data-plane budget (a revision call per known service, three
+			// times).
+			f.clock.CatchUpWanted = f.clock.CatchUpWanted || !baseline && !f.recordsOn
 			break
 		}
 		page, err := pages.NextPage(ctx)

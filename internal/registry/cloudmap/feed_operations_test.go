@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,5 +79,50 @@ func TestPollAfterAGapReadsWhatEndedInIt(t *testing.T) {
 	}
 	if err := b.WriteFailure(older); err == nil {
 		t.Error("the late failure is not held against its export")
+	}
+}
+
+// A poll that pages past MaxPollPages (a bulk export of the clusterset's,
+// a busy account) wants a catch-up, unless the change records say what
+// changed: the operations then only end this cluster's own writes, and a
+// catch-up per poll cost every importer of a 50-cluster fleet a revision
+// call per known service, three times, every 3 s of a bulk export.
+func TestPagesPastTheBudgetCatchUpOnlyWithoutRecords(t *testing.T) {
+	var pages atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		if r.Header.Get("X-Amz-Target") != "Route53AutoNaming_v20170314.ListOperations" {
+			http.Error(w, "not scripted", http.StatusBadRequest)
+			return
+		}
+		// Endless pages of other tenants' operations, new at every poll.
+		n := pages.Add(1)
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"Operations": []map[string]string{{"Id": fmt.Sprintf("op-%d", n), "Status": "SUCCESS"}},
+			"NextToken":  fmt.Sprintf("page-%d", n),
+		})
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: srv.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, records := range []bool{false, true} {
+		b := New(c, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard()})
+		f := newWatcher(b, registry.SinkFuncs{}).feed.(*operationsFeed)
+		start := time.Unix(10_000, 0)
+		f.clock.Now = start
+		if err := f.baseline(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.recordsOn = records // as after the records' first read
+		f.clock.Now = start.Add(1500 * time.Millisecond)
+		if _, err := f.operations(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		if f.clock.CatchUpWanted == records {
+			t.Errorf("with change records %v: a catch-up wanted %v after %d pages, want %v", records, f.clock.CatchUpWanted, f.opts.MaxPollPages, !records)
+		}
 	}
 }
