@@ -87,6 +87,9 @@ func nextWait(c clock, o WatchOptions) time.Duration {
 	if c.Now.Sub(c.LastChange) < o.ActiveWindow {
 		wait = fast
 	}
+	if !c.Synced && c.ListRetryAt.After(c.Now) {
+		return c.ListRetryAt.Sub(c.Now) // nothing to poll before the first listing
+	}
 	if c.CatchUpWanted {
 		at := c.LastCatchUp.Add(o.CatchUpInterval)
 		if at.Before(c.ListRetryAt) {

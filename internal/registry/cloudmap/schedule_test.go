@@ -59,8 +59,9 @@ func TestNextWait(t *testing.T) {
 		{"idle", clock{Now: t0, LastChange: t0.Add(-time.Minute), LastCatchUp: t0.Add(-time.Minute)}, o.PollInterval},
 		{"in a burst", clock{Now: t0, LastChange: t0.Add(-time.Second)}, o.FastInterval},
 		{"until a wanted catch-up may run", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-o.CatchUpInterval + time.Second)}, time.Second},
-		{"until a failed catch-up's retry", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour), ListRetryAt: t0.Add(time.Second)}, time.Second},
-		{"a failed catch-up's retry past the next poll", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour), ListRetryAt: t0.Add(time.Minute)}, o.PollInterval},
+		{"until a failed catch-up's retry", clock{Now: t0, Synced: true, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour), ListRetryAt: t0.Add(time.Second)}, time.Second},
+		{"a failed first listing: until its retry", clock{Now: t0, ListRetryAt: t0.Add(20 * time.Second)}, 20 * time.Second},
+		{"a failed catch-up's retry past the next poll", clock{Now: t0, Synced: true, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour), ListRetryAt: t0.Add(time.Minute)}, o.PollInterval},
 		{"a wanted catch-up that may run now", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour)}, o.FastInterval},
 		// The account's ListOperations calls: 12 clusters poll at the
 		// shipped rhythm, 50 slower in a burst, 100 slower always.
