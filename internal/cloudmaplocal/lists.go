@@ -14,28 +14,35 @@ import (
 // paginate cuts one page from sorted keys. The token is the last key of the
 // previous page, so pages stay correct while items come and go.
 func paginate(keys []string, token string, maxResults *int32, def int) ([]string, string, error) {
+	start, end, next, err := pageOf(len(keys), func(i int) string { return keys[i] }, token, maxResults, def)
+	if err != nil {
+		return nil, "", err
+	}
+	return keys[start:end], next, nil
+}
+
+// pageOf is paginate over n sorted keys, key(i) the i-th: the page's
+// bounds and the token of the next.
+func pageOf(n int, key func(int) string, token string, maxResults *int32, def int) (start, end int, next string, err error) {
 	limit := def
 	if maxResults != nil {
 		limit = int(*maxResults)
 	}
-	start := 0
 	if token != "" {
 		last, err := base64.RawURLEncoding.DecodeString(token)
 		if err != nil {
-			return nil, "", errorf("InvalidInput", "NextToken %q is not valid", token)
+			return 0, 0, "", errorf("InvalidInput", "NextToken %q is not valid", token)
 		}
-		start = sort.SearchStrings(keys, string(last))
-		if start < len(keys) && keys[start] == string(last) {
+		start = sort.Search(n, func(i int) bool { return key(i) >= string(last) })
+		if start < n && key(start) == string(last) {
 			start++
 		}
 	}
-	end := min(start+limit, len(keys))
-	page := keys[start:end]
-	next := ""
-	if end < len(keys) {
-		next = base64.RawURLEncoding.EncodeToString([]byte(keys[end-1]))
+	end = min(start+limit, n)
+	if end < n {
+		next = base64.RawURLEncoding.EncodeToString([]byte(key(end - 1)))
 	}
-	return page, next, nil
+	return start, end, next, nil
 }
 
 func pageKeyNewestFirst(t time.Time, id string) string {

@@ -2,9 +2,7 @@ package cloudmaplocal
 
 import (
 	"context"
-	"maps"
 	"math/rand/v2"
-	"slices"
 	"time"
 )
 
@@ -22,6 +20,7 @@ func (s *region) startOperation(account string, ns *namespaceRec, opType string,
 		CreateDate: now, UpdateDate: now, Targets: targets, Pending: p, CreatorKey: creatorKey,
 	}
 	s.st.Operations[op.Id] = op
+	s.ix.addOperation(op)
 	if creatorKey != "" {
 		s.st.Creators[creatorKey] = op.Id
 	}
@@ -84,6 +83,7 @@ func (s *region) prune() {
 	}
 	// A fresh array, so that the pruned ids do not stay referenced.
 	s.finished = append([]string(nil), s.finished[n:]...)
+	s.ix.dropOperations(s.st)
 }
 
 func (s *region) apply(op *operationRec) *apiError {
@@ -235,19 +235,15 @@ func (s *region) ListOperations(ctx context.Context, in *ListOperationsRequest) 
 	defer s.mu.Unlock()
 	s.addTenantOperations(who, time.Now())
 	// Newest first, as the console shows them; the key pages stably.
-	keys := map[string]*operationRec{}
-	for _, op := range s.st.Operations {
-		if op.Account == who && op.Owner == who {
-			keys[pageKeyNewestFirst(op.CreateDate, op.Id)] = op
-		}
-	}
-	page, next, err := paginate(slices.Sorted(maps.Keys(keys)), in.NextToken, in.MaxResults, 100)
+	list := s.ix.ops[who]
+	nth := func(i int) *opEntry { return &list[len(list)-1-i] } // the i-th listed
+	start, end, next, err := pageOf(len(list), func(i int) string { return nth(i).key }, in.NextToken, in.MaxResults, 100)
 	if err != nil {
 		return nil, err
 	}
 	out := &ListOperationsResponse{NextToken: next, Operations: []OperationSummary{}}
-	for _, k := range page {
-		op := keys[k]
+	for i := start; i < end; i++ {
+		op := nth(i).op
 		if st := s.status(op); match(op, st) {
 			out.Operations = append(out.Operations, OperationSummary{Id: op.Id, Status: st})
 		}
@@ -293,6 +289,7 @@ func (s *region) addTenantOperations(account string, now time.Time) {
 			Targets: map[string]string{"NAMESPACE": tenantNamespace, "SERVICE": tenantService, "INSTANCE": "task-" + randomID(12)},
 		}
 		s.st.Operations[op.Id] = op
+		s.ix.addOperation(op)
 		s.finished = append(s.finished, op.Id)
 		last = t
 	}

@@ -45,7 +45,7 @@ func wantErr(t *testing.T, err error, code string) {
 	}
 }
 
-func must[T any](t *testing.T) func(T, error) T {
+func must[T any](t testing.TB) func(T, error) T {
 	return func(v T, err error) T {
 		t.Helper()
 		if err != nil {
@@ -56,7 +56,7 @@ func must[T any](t *testing.T) func(T, error) T {
 }
 
 // opDone waits for an operation to succeed and returns its targets.
-func opDone(t *testing.T, c *sd.Client, id *string) map[string]string {
+func opDone(t testing.TB, c *sd.Client, id *string) map[string]string {
 	t.Helper()
 	for i := 0; i < 200; i++ {
 		out, err := c.GetOperation(context.Background(), &sd.GetOperationInput{OperationId: id})
