@@ -80,15 +80,16 @@ func (b *Backend) creators(ctx context.Context, key registry.Key) (map[string]st
 }
 
 // refuseForeign keeps, across accounts, the instances created by the
-// account their cluster is bound to; the others are reported. One account
-// needs no check (and makes no call).
-func (b *Backend) refuseForeign(ctx context.Context, key registry.Key, instances []Instance) ([]Instance, error) {
+// account their cluster is bound to; the others are reported. It returns
+// who created each instance (id -> account). One account needs no check
+// (and makes no call).
+func (b *Backend) refuseForeign(ctx context.Context, key registry.Key, instances []Instance) ([]Instance, map[string]string, error) {
 	if !b.shared() || len(instances) == 0 {
-		return instances, nil
+		return instances, nil, nil
 	}
 	creators, err := b.creators(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	kept := make([]Instance, 0, len(instances))
 	for _, in := range instances {
@@ -99,7 +100,7 @@ func (b *Backend) refuseForeign(ctx context.Context, key registry.Key, instances
 		by, ok := creators[in.ID]
 		if !ok {
 			// Registered between the two reads: the next read decides.
-			return nil, fmt.Errorf("instance %s of %s is not listed yet: read again", in.ID, key)
+			return nil, nil, fmt.Errorf("instance %s of %s is not listed yet: read again", in.ID, key)
 		}
 		if bound := b.bind(cluster, by); bound != by {
 			b.reportForeign(ForeignRecord{Key: key, Cluster: cluster, CreatedBy: by, Bound: bound})
@@ -107,7 +108,7 @@ func (b *Backend) refuseForeign(ctx context.Context, key registry.Key, instances
 		}
 		kept = append(kept, in)
 	}
-	return kept, nil
+	return kept, creators, nil
 }
 
 // ownedOnly keeps, across accounts, the instances among ids this account

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +142,11 @@ func TestHostileMemberIsRefused(t *testing.T) {
 				for _, want := range []string{"west by " + hostileAccount + " not " + memberAccount, "east by " + hostileAccount + " not " + ownerAccount} {
 					waitUntil(t, fmt.Sprintf("%q reported", want), func() bool { return slices.Contains(reported(), want) })
 				}
+				// Whose instances fill the service is named by the account
+				// that wrote them, not only the cluster they claim.
+				waitUntil(t, "the hostile account named among the service's holders", func() bool {
+					return strings.Contains(m.usage.Summary(), "(account "+hostileAccount+") 1")
+				})
 			}
 			if permissive {
 				return

@@ -40,6 +40,7 @@ type member struct {
 	foreign      []cloudmap.ForeignRecord
 	proofs       map[string]time.Time
 	failures     chan registry.Key // OnWriteFailed
+	usage        *cloudmap.Usage
 }
 
 func newMember(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulator, key, account, cluster string, opts ...cloudmap.WatchOptions) *member {
@@ -88,8 +89,9 @@ func newClusterWith(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulato
 			default:
 			}
 		}}
+	o.Usage = cloudmap.NewUsage(0)
 	tune(&o)
-	m.b = cloudmap.New(m.c, o)
+	m.b, m.usage = cloudmap.New(m.c, o), o.Usage
 	var sink registry.Sink = registry.SinkFuncs{OnSet: func(key registry.Key, e []registry.Export) {
 		m.mu.Lock()
 		defer m.mu.Unlock()

@@ -68,25 +68,55 @@ func (u *Usage) observe(region string, key registry.Key, byCluster map[string]in
 	}
 }
 
-// heldBy names the clusters holding most of what keys hold, most first;
-// callers hold u.mu.
-func (u *Usage) heldBy(region string, in func(registry.Key) bool) string {
+// holder names who holds instances: the cluster they claim and, across
+// accounts, the account that wrote them.
+func holder(cluster, account string) string {
+	if account == "" {
+		return cluster
+	}
+	return cmp.Or(cluster, noCluster) + " (account " + account + ")"
+}
+
+const noCluster = "(no cluster)"
+
+// topHolders is the holders of most of what keys hold, at most
+// maxHolders of them, most first, and how many others hold some; callers
+// hold u.mu.
+func (u *Usage) topHolders(region string, in func(registry.Key) bool) (top []held, others int) {
 	sum := map[string]int{}
 	for k, byCluster := range u.holders[region] {
 		if in(k) {
 			for c, n := range byCluster {
-				sum[c] += n
+				sum[cmp.Or(c, noCluster)] += n
 			}
 		}
 	}
 	names := slices.SortedFunc(maps.Keys(sum), func(a, b string) int { return cmp.Or(sum[b]-sum[a], strings.Compare(a, b)) })
+	for _, c := range names[:min(len(names), maxHolders)] {
+		top = append(top, held{c, sum[c]})
+	}
+	return top, len(names) - len(top)
+}
+
+// maxHolders bounds the holders named: a line of status, and the series
+// of a namespace.
+const maxHolders = 3
+
+type held struct {
+	holder    string
+	instances int
+}
+
+// heldBy names the holders of most of what keys hold, most first; callers
+// hold u.mu.
+func (u *Usage) heldBy(region string, in func(registry.Key) bool) string {
+	top, others := u.topHolders(region, in)
 	var parts []string
-	for i, c := range names {
-		if i == 3 {
-			parts = append(parts, fmt.Sprintf("%d more", len(names)-3))
-			break
-		}
-		parts = append(parts, fmt.Sprintf("%s %d", cmp.Or(c, "(no cluster)"), sum[c]))
+	for _, h := range top {
+		parts = append(parts, fmt.Sprintf("%s %d", h.holder, h.instances))
+	}
+	if others > 0 {
+		parts = append(parts, fmt.Sprintf("%d more", others))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -194,6 +224,9 @@ var (
 		[]string{"region", "cloudmap_namespace", "cloudmap_service"}, nil)
 	namespaceInstancesDesc = prometheus.NewDesc("clustermap_cloudmap_namespace_instances",
 		"Instances of this clusterset in each Cloud Map namespace, by Region.", []string{"region", "cloudmap_namespace"}, nil)
+	holderInstancesDesc = prometheus.NewDesc("clustermap_cloudmap_namespace_holder_instances",
+		"Instances in each Cloud Map namespace of its three largest holders, by Region: the cluster they claim and, across accounts, the account that wrote them (whose instances fill a quota).",
+		[]string{"region", "cloudmap_namespace", "holder"}, nil)
 	quotaDesc = prometheus.NewDesc("clustermap_cloudmap_instance_quota",
 		"Cloud Map's quota of instances per service (fixed) and per namespace (--cloudmap-namespace-instance-quota).", []string{"scope"}, nil)
 )
@@ -203,6 +236,7 @@ var (
 func (u *Usage) Describe(ch chan<- *prometheus.Desc) {
 	ch <- serviceInstancesDesc
 	ch <- namespaceInstancesDesc
+	ch <- holderInstancesDesc
 	ch <- quotaDesc
 }
 
@@ -215,6 +249,10 @@ func (u *Usage) Collect(ch chan<- prometheus.Metric) {
 		for name, use := range ns {
 			ch <- prometheus.MustNewConstMetric(namespaceInstancesDesc, prometheus.GaugeValue, float64(use.instances), region, name)
 			ch <- prometheus.MustNewConstMetric(serviceInstancesDesc, prometheus.GaugeValue, float64(use.fullestInstances), region, name, use.fullest.Name)
+			top, _ := u.topHolders(region, func(k registry.Key) bool { return k.Namespace == name })
+			for _, h := range top {
+				ch <- prometheus.MustNewConstMetric(holderInstancesDesc, prometheus.GaugeValue, float64(h.instances), region, name, h.holder)
+			}
 		}
 	}
 }

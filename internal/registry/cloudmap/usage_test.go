@@ -49,11 +49,35 @@ clustermap_cloudmap_namespace_instances{cloudmap_namespace="shop",region="us-eas
 `), "clustermap_cloudmap_namespace_instances"); err != nil {
 		t.Error(err)
 	}
+	// Whose instances fill the namespace: its three largest holders.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP clustermap_cloudmap_namespace_holder_instances Instances in each Cloud Map namespace of its three largest holders, by Region: the cluster they claim and, across accounts, the account that wrote them (whose instances fill a quota).
+# TYPE clustermap_cloudmap_namespace_holder_instances gauge
+clustermap_cloudmap_namespace_holder_instances{cloudmap_namespace="shop",holder="c1",region="us-east-1"} 100
+clustermap_cloudmap_namespace_holder_instances{cloudmap_namespace="shop",holder="c2",region="us-east-1"} 800
+clustermap_cloudmap_namespace_holder_instances{cloudmap_namespace="shop",holder="mallory",region="us-east-1"} 400
+`), "clustermap_cloudmap_namespace_holder_instances"); err != nil {
+		t.Error(err)
+	}
 	if n := testutil.CollectAndCount(u, "clustermap_cloudmap_service_instances"); n != 1 {
 		t.Errorf("%d service series for one namespace, want 1 (its fullest service)", n)
 	}
 	u.observe("us-east-1", cart, nil) // gone
 	if why := u.fits("us-east-1", cart, 0, 900); why != "" {
 		t.Errorf("a service gone still counts: %s", why)
+	}
+}
+
+// Across accounts a holder is named by the account that wrote its
+// instances too: a squatter may claim any cluster's name, or none.
+func TestUsageNamesAccounts(t *testing.T) {
+	u := NewUsage(0)
+	key := registry.Key{Namespace: "shop", Name: "cart"}
+	u.observe("eu-west-1", key, map[string]int{
+		holder("c1", "111111111111"): 10, holder("c1", "999999999999"): 900, holder("", "999999999999"): 50, holder("c2", "222222222222"): 5, holder("c3", "333333333333"): 1,
+	})
+	want := "fullest service shop/cart 966/1000 instances (c1 (account 999999999999) 900, (no cluster) (account 999999999999) 50, c1 (account 111111111111) 10, 2 more)"
+	if s := u.Summary(); !strings.Contains(s, want) {
+		t.Errorf("summary %q, want it to hold %q", s, want)
 	}
 }
