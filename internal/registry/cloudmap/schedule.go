@@ -44,8 +44,6 @@ type clock struct {
 	// 1,000, after its bulk export).
 	ListFailures int
 	ListRetryAt  time.Time
-	// CatchUpTook is how long the last catch-up ran.
-	CatchUpTook time.Duration
 	// Pollers is how many clusters poll ListOperations in this account
 	// (none across accounts): their polls share its quota.
 	Pollers int
@@ -71,7 +69,7 @@ func nextStep(c clock, o WatchOptions) step {
 		return stepList
 	case retry && !c.LastPoll.IsZero() && c.Now.Sub(c.LastPoll) > o.MaxLookback:
 		return stepCatchUp
-	case retry && c.CatchUpWanted && !c.Now.Before(catchUpAt(c, o)):
+	case retry && c.CatchUpWanted && c.Now.Sub(c.LastCatchUp) >= o.CatchUpInterval:
 		return stepCatchUp
 	case !c.ResweepAt.IsZero() && !c.Now.Before(c.ResweepAt), c.Now.Sub(c.LastSweep) >= o.SweepInterval:
 		return stepSweep
@@ -93,7 +91,7 @@ func nextWait(c clock, o WatchOptions) time.Duration {
 		return c.ListRetryAt.Sub(c.Now) // nothing to poll before the first listing
 	}
 	if c.CatchUpWanted {
-		at := catchUpAt(c, o)
+		at := c.LastCatchUp.Add(o.CatchUpInterval)
 		if at.Before(c.ListRetryAt) {
 			at = c.ListRetryAt
 		}
@@ -103,16 +101,6 @@ func nextWait(c clock, o WatchOptions) time.Duration {
 		wait = min(wait, max(c.ResweepAt.Sub(c.Now), 0))
 	}
 	return wait
-}
-
-// catchUpAt is when the next catch-up may start: CatchUpInterval after
-// the last one started, or four times as long as it ran. During a long
-// burst (a bulk export of 1,000 services by 49 clusters) every importer
-// wants one again and again; each is a revision call per known service,
-// and the two sweeps after it as many again, from the data-plane budget
-// that the reads of what changed need.
-func catchUpAt(c clock, o WatchOptions) time.Time {
-	return c.LastCatchUp.Add(max(o.CatchUpInterval, 4*c.CatchUpTook))
 }
 
 // listBackoff is how long after the failures-th failed listing in a row

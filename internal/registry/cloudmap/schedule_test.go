@@ -22,14 +22,6 @@ func TestNextStep(t *testing.T) {
 		{"sweep due", func(c *clock) { c.LastSweep = t0.Add(-o.SweepInterval) }, stepSweep},
 		{"many foreign operations: catch up", func(c *clock) { c.CatchUpWanted = true }, stepCatchUp},
 		{"catch-ups at most every CatchUpInterval", func(c *clock) { c.CatchUpWanted, c.LastCatchUp = true, t0.Add(-o.CatchUpInterval/2) }, stepPoll},
-		// One that ran 5 s (1,000 known services at 200 revision calls a
-		// second) leaves the next 15 s to polls and reads.
-		{"a long catch-up: none for four times its run", func(c *clock) {
-			c.CatchUpWanted, c.LastCatchUp, c.CatchUpTook = true, t0.Add(-10*time.Second), 5*time.Second
-		}, stepPoll},
-		{"a long catch-up: the next once four times its run passed", func(c *clock) {
-			c.CatchUpWanted, c.LastCatchUp, c.CatchUpTook = true, t0.Add(-20*time.Second), 5*time.Second
-		}, stepCatchUp},
 		// A 60 s outage is read back by the next poll, not by re-reading
 		// every service: only a gap past MaxLookback catches up.
 		{"a minute without polls: poll", func(c *clock) { c.LastPoll = t0.Add(-time.Minute) }, stepPoll},
@@ -70,7 +62,6 @@ func TestNextWait(t *testing.T) {
 		{"until a failed catch-up's retry", clock{Now: t0, Synced: true, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour), ListRetryAt: t0.Add(time.Second)}, time.Second},
 		{"a failed first listing: until its retry", clock{Now: t0, ListRetryAt: t0.Add(20 * time.Second)}, 20 * time.Second},
 		{"a failed catch-up's retry past the next poll", clock{Now: t0, Synced: true, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour), ListRetryAt: t0.Add(time.Minute)}, o.PollInterval},
-		{"until a long catch-up's fourfold run passed", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-9 * time.Second), CatchUpTook: 2500 * time.Millisecond}, time.Second},
 		{"a wanted catch-up that may run now", clock{Now: t0, LastChange: t0.Add(-time.Minute), CatchUpWanted: true, LastCatchUp: t0.Add(-time.Hour)}, o.FastInterval},
 		// The account's ListOperations calls: 12 clusters poll at the
 		// shipped rhythm, 50 slower in a burst, 100 slower always.

@@ -395,7 +395,7 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 			return err
 		}
 		w.clock.LastList, w.clock.LastSweep, w.clock.LastCatchUp = start, start, start
-		w.clock.CatchUpWanted, w.clock.CatchUpTook = false, time.Since(start)
+		w.clock.CatchUpWanted = false
 		w.clock.ResweepAt = start.Add(w.opts.ReadLag)
 		w.clock.ResweepAgainAt = start.Add(w.opts.OperationWait + w.opts.ReadLag)
 		if w.clock.LastPoll.Before(start) {
@@ -578,18 +578,8 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
 	}
 	w.b.o.Usage.observe(w.b.region(), key, holders)
-	var creators map[string]string
-	if instances, creators, err = w.b.refuseForeign(ctx, key, instances); err != nil {
+	if instances, err = w.b.refuseForeign(ctx, key, instances); err != nil {
 		return nil, 0, err
-	}
-	if creators != nil {
-		// Across accounts, whose instances fill a quota is named by the
-		// account that wrote them too: a squatter writes under any name.
-		clear(holders)
-		for _, in := range out.Instances {
-			holders[holder(in.Attributes[AttrClusterID], creators[aws.ToString(in.InstanceId)])]++
-		}
-		w.b.o.Usage.observe(w.b.region(), key, holders)
 	}
 	w.b.checkWriter(key, func(yield func(Attrs) bool) {
 		for _, in := range instances {
