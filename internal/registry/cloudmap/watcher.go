@@ -578,8 +578,18 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
 	}
 	w.b.o.Usage.observe(w.b.region(), key, holders)
-	if instances, err = w.b.refuseForeign(ctx, key, instances); err != nil {
+	var creators map[string]string
+	if instances, creators, err = w.b.refuseForeign(ctx, key, instances); err != nil {
 		return nil, 0, err
+	}
+	if creators != nil {
+		// Across accounts, whose instances fill a quota is named by the
+		// account that wrote them too: a squatter writes under any name.
+		clear(holders)
+		for _, in := range out.Instances {
+			holders[holder(in.Attributes[AttrClusterID], creators[aws.ToString(in.InstanceId)])]++
+		}
+		w.b.o.Usage.observe(w.b.region(), key, holders)
 	}
 	w.b.checkWriter(key, func(yield func(Attrs) bool) {
 		for _, in := range instances {
