@@ -585,7 +585,7 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 	if creators != nil {
 		// Across accounts, whose instances fill a quota is named by the
 		// account that wrote them too: a squatter writes under any name.
-		clear(holders)
+		holders = map[string]int{} // the first is Usage's now
 		for _, in := range out.Instances {
 			holders[holder(in.Attributes[AttrClusterID], creators[aws.ToString(in.InstanceId)])]++
 		}
