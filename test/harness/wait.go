@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 )
@@ -43,16 +44,34 @@ func Must(t testing.TB, err error) {
 }
 
 // FreeAddr picks a loopback address nobody listens on, for a process
-// that must come back on the same one.
+// that must come back on the same one. Never one it picked before: the
+// listener is closed at once, so the kernel may hand the same port out
+// again, and a process given two (clustermap dns --listen and
+// --health-address) failed to bind the second.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		picked.Lock()
+		fresh := !picked.addrs[addr]
+		picked.addrs[addr] = true
+		picked.Unlock()
+		if fresh {
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
+
+// picked are the addresses FreeAddr handed out.
+var picked = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
 
 // WaitListening waits until something accepts connections on addr.
 func WaitListening(ctx context.Context, addr string) error {
