@@ -571,26 +571,23 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 	if err != nil {
 		return nil, 0, err
 	}
-	holders := map[string]int{}
 	instances := make([]Instance, len(out.Instances))
 	for i, in := range out.Instances {
-		holders[in.Attributes[AttrClusterID]]++
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
 	}
+	kept, creators, err := w.b.refuseForeign(ctx, key, instances)
+	// Who holds the service's instances: the cluster they claim and,
+	// across accounts, the account that wrote them (a squatter writes
+	// under any name; none known when that listing failed).
+	holders := map[string]int{}
+	for _, in := range instances {
+		holders[holder(in.Attrs[AttrClusterID], creators[in.ID])]++
+	}
 	w.b.o.Usage.observe(w.b.region(), key, holders)
-	var creators map[string]string
-	if instances, creators, err = w.b.refuseForeign(ctx, key, instances); err != nil {
+	if err != nil {
 		return nil, 0, err
 	}
-	if creators != nil {
-		// Across accounts, whose instances fill a quota is named by the
-		// account that wrote them too: a squatter writes under any name.
-		holders = map[string]int{} // the first is Usage's now
-		for _, in := range out.Instances {
-			holders[holder(in.Attributes[AttrClusterID], creators[aws.ToString(in.InstanceId)])]++
-		}
-		w.b.o.Usage.observe(w.b.region(), key, holders)
-	}
+	instances = kept
 	w.b.checkWriter(key, func(yield func(Attrs) bool) {
 		for _, in := range instances {
 			if !yield(in.Attrs) {
