@@ -21,8 +21,10 @@ import (
 // The change record. Each cluster keeps one instance, named after it, in
 // the service ChangesService of the namespace ChangesNamespace(clusterset),
 // which the owner account creates and shares like the others. Its
-// attributes carry an epoch (the writer's start), a sequence number and the
-// last changeSlots changes ("<seq> <namespace>/<name>"). Importers watch
+// attributes carry an epoch (the writer's start), a sequence number, the
+// last changeSlots changes one an attribute ("<seq> <namespace>/<name>")
+// and, packed into olderSlots attributes, as many changes before them as
+// Cloud Map's limits leave room for. Importers watch
 // the service's revision (one DiscoverInstancesRevision per poll, whatever
 // the number of services), read the records when it moves, and read the
 // services named since the sequence they last saw; a record whose oldest
@@ -37,10 +39,26 @@ const ChangesService = "_changes"
 func ChangesNamespace(clusterSet string) string { return "clustermap." + clusterSet }
 
 const (
-	// changeSlots recent changes fit Cloud Map's 30 custom attributes and
-	// 5,000 characters with the cluster, clusterset, epoch, seq and time
-	// beside them (24 x ~150 characters at most).
-	changeSlots = 24
+	// changeSlots are the newest changes, one an attribute ("c00"...):
+	// every release reads them. A record of a release before olderSlots
+	// has legacySlots of them.
+	changeSlots = 20
+	legacySlots = 24
+	// olderSlots attributes ("o0"...) pack the changes before those,
+	// newest first and comma-separated, each within Cloud Map's 1,024
+	// characters a value, the whole record within its 5,000: about 170
+	// more changes of 20-character keys, so that a bulk export (20
+	// changes a second at a cluster's call budget) does not outrun
+	// importers polling every few seconds. 6 attributes + 20 + 4 make
+	// Cloud Map's 30. A release that reads only the single slots catches
+	// up when it is behind them, as it did.
+	olderSlots = 4
+	// maxRecent bounds the changes a writer keeps to pack.
+	maxRecent = 256
+	// recordChars and valueChars are Cloud Map's limits on an instance's
+	// attributes: all keys and values together, and one value.
+	recordChars = 5000
+	valueChars  = 1024
 	// ChangeWriteInterval spaces a cluster's change-record writes: a
 	// change alone is written at once, a burst once per interval.
 	ChangeWriteInterval = 2 * time.Second
@@ -103,8 +121,8 @@ func (l *changeLog) note(key registry.Key) {
 	l.seq++
 	l.recent = slices.DeleteFunc(l.recent, func(c change) bool { return c.key == key })
 	l.recent = append(l.recent, change{l.seq, key})
-	if len(l.recent) > changeSlots {
-		l.recent = l.recent[len(l.recent)-changeSlots:]
+	if len(l.recent) > maxRecent {
+		l.recent = l.recent[len(l.recent)-maxRecent:]
 	}
 	l.unsent = true
 	l.mu.Unlock()
@@ -127,11 +145,57 @@ func (l *changeLog) due(now time.Time, heartbeat time.Duration, cluster, cluster
 		attrEpoch: l.epoch, attrSeq: strconv.FormatInt(l.seq, 10), attrUpdated: strconv.FormatInt(now.Unix(), 10),
 		attrBeat: strconv.Itoa(int(max(heartbeat, time.Second).Seconds())),
 	}
-	for i, c := range l.recent {
-		attrs[fmt.Sprintf("c%02d", i)] = strconv.FormatInt(c.seq, 10) + " " + c.key.String()
-	}
+	packChanges(attrs, l.recent)
 	l.unsent = false
 	return attrs, true
+}
+
+// packChanges adds recent (oldest first) to a record's attrs: the newest
+// changeSlots one an attribute, then as many older ones as fit, newest
+// first. What it leaves out is older than everything it adds, so a reader
+// can tell from the oldest sequence it finds whether it missed any.
+func packChanges(attrs map[string]string, recent []change) {
+	single := recent[max(0, len(recent)-changeSlots):]
+	for i, c := range single {
+		attrs[fmt.Sprintf("c%02d", i)] = c.text()
+	}
+	used := 0
+	for k, v := range attrs {
+		used += len(k) + len(v)
+	}
+	older := recent[:len(recent)-len(single)]
+	slot, val := 0, ""
+	for i := len(older) - 1; i >= 0; i-- {
+		text := older[i].text()
+		if val != "" && len(val)+1+len(text) > valueChars {
+			attrs[olderSlot(slot)] = val
+			used += len(olderSlot(slot)) + len(val)
+			slot, val = slot+1, ""
+		}
+		grown := text
+		if val != "" {
+			grown = val + "," + text
+		}
+		if slot == olderSlots || len(grown) > valueChars || used+len(olderSlot(slot))+len(grown) > recordChars {
+			break
+		}
+		val = grown
+	}
+	if val != "" {
+		attrs[olderSlot(slot)] = val
+	}
+}
+
+func olderSlot(i int) string { return "o" + strconv.Itoa(i) }
+
+func (c change) text() string { return strconv.FormatInt(c.seq, 10) + " " + c.key.String() }
+
+// parseChange reads one change as text wrote it.
+func parseChange(v string) (change, bool) {
+	seqText, keyText, _ := strings.Cut(v, " ")
+	ns, name, ok := strings.Cut(keyText, "/")
+	s, err := strconv.ParseInt(seqText, 10, 64)
+	return change{s, registry.Key{Namespace: ns, Name: name}}, ok && err == nil
 }
 
 // alive says this cluster exports, in one account, where its record only
@@ -326,20 +390,25 @@ func parseRecord(attrs map[string]string) (record, bool) {
 	if t, err := strconv.ParseInt(attrs[attrUpdated], 10, 64); err == nil {
 		r.updated = time.Unix(t, 0)
 	}
-	for i := range changeSlots {
-		v, ok := attrs[fmt.Sprintf("c%02d", i)]
-		if !ok {
-			continue
+	var texts []string
+	for i := range legacySlots {
+		if v, ok := attrs[fmt.Sprintf("c%02d", i)]; ok {
+			texts = append(texts, v)
 		}
-		seqText, keyText, _ := strings.Cut(v, " ")
-		ns, name, ok := strings.Cut(keyText, "/")
-		s, err := strconv.ParseInt(seqText, 10, 64)
-		if !ok || err != nil {
+	}
+	for i := range olderSlots {
+		if v, ok := attrs[olderSlot(i)]; ok {
+			texts = append(texts, strings.Split(v, ",")...)
+		}
+	}
+	for _, v := range texts {
+		c, ok := parseChange(v)
+		if !ok {
 			return r, false
 		}
-		r.changes = append(r.changes, change{s, registry.Key{Namespace: ns, Name: name}})
-		if r.oldest == 0 || s < r.oldest {
-			r.oldest = s
+		r.changes = append(r.changes, c)
+		if r.oldest == 0 || c.seq < r.oldest {
+			r.oldest = c.seq
 		}
 	}
 	return r, true

@@ -591,3 +591,95 @@ func TestLargeClustersetReadsChangesFromRecords(t *testing.T) {
 		t.Errorf("the importers looked up %.0f operations (GetOperation) while the change went through; want none: the records say what changed", n)
 	}
 }
+
+// A bulk export in a clusterset read from the change records: the
+// exporter's 60 changes come faster than a record of single slots held
+// (24 before, a record write every 2 s at 20 calls a second), and every
+// importer reads them from the records, none catching up (listing the
+// clusterset and checking every service's revision).
+func TestBulkExportIsReadFromTheRecords(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	const clusters, bulk = 6, 60
+	exp := func(i, svc int) registry.Export {
+		e := clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), 1, false, threePorts[:1]...), i)
+		e.Key.Name = fmt.Sprintf("bulk-%02d", svc)
+		return e
+	}
+	var ms []*member
+	for i := range clusters {
+		m := f.join(fmt.Sprintf("c%d", i), 0)
+		if err := m.Publish(context.Background(), exp(i, 0)); err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	heard := func(key registry.Key) bool {
+		for _, m := range ms[1:] {
+			if m.endpoints(key)["c0"] != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	for _, m := range ms {
+		f.waitFor(m.Cluster()+"'s export everywhere", time.Minute, func() bool {
+			for _, o := range ms {
+				if o != m && o.endpoints(exp(0, 0).Key)[m.Cluster()] != 1 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	listings := func() (n float64) {
+		for _, m := range ms[1:] {
+			calls := m.calls.Snapshot()
+			n += calls["ListServices"] + calls["ListNamespaces"]
+		}
+		return n
+	}
+	// Past 5 clusters, once every importer has read the others' records
+	// it stops looking up operations (as TestLargeClustersetReadsChangesFromRecords).
+	lookups := func() (n float64) {
+		for _, m := range ms[1:] {
+			n += m.calls.Snapshot()["GetOperation"]
+		}
+		return n
+	}
+	was := lookups()
+	f.waitFor("the importers to read the records", time.Minute, func() bool {
+		time.Sleep(5 * time.Second)
+		n := lookups()
+		defer func() { was = n }()
+		return n == was
+	})
+	before := listings()
+	var wg sync.WaitGroup
+	errs := make(chan error, bulk)
+	for svc := 1; svc <= bulk; svc++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- ms[0].Publish(context.Background(), exp(0, svc))
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitFor("c0's bulk everywhere", 2*time.Minute, func() bool {
+		for svc := 1; svc <= bulk; svc++ {
+			if !heard(exp(0, svc).Key) {
+				return false
+			}
+		}
+		return true
+	})
+	if n := listings() - before; n > 0 {
+		t.Errorf("the importers listed the clusterset %.0f times (ListNamespaces, ListServices) while the bulk went through; want none: the records hold every change", n)
+	}
+}

@@ -56,26 +56,86 @@ func TestChangeRecord(t *testing.T) {
 		}
 	}
 
-	// More changes than slots: a reader behind the oldest slot catches up.
+	// More changes than single slots: the older ones are packed, and a
+	// reader behind the single slots reads them all without a catch-up;
+	// a reader of the single slots only (a release before the packed
+	// ones) is told to catch up, as it was.
 	for i := 10; i < 10+changeSlots+5; i++ {
 		l.note(key(i))
 	}
 	attrs, _ = l.due(time.Now(), MinHeartbeat, "c1", "set")
-	total := 0
-	for k, v := range attrs {
-		total += len(k) + len(v)
-	}
-	if len(attrs) > 30 || total > 5000 {
-		t.Fatalf("%d custom attributes, %d characters: over Cloud Map's 30 and 5,000", len(attrs), total)
-	}
+	withinLimits(t, attrs)
 	r, _ = parseRecord(attrs)
-	if _, complete := r.since(r.epoch, 6); complete {
-		t.Error("a reader behind the oldest slot was not told to catch up")
+	if keys, complete := r.since(r.epoch, 6); !complete || len(keys) != changeSlots+5 {
+		t.Errorf("a reader %d changes behind: %d keys, complete %v; want all of them", changeSlots+5, len(keys), complete)
 	}
 	if keys, complete := r.since(r.epoch, r.seq-1); !complete || len(keys) != 1 {
 		t.Errorf("a reader one change behind: %v, %v", keys, complete)
 	}
+	singles := map[string]string{}
+	for k, v := range attrs {
+		if k[0] != 'o' {
+			singles[k] = v
+		}
+	}
+	legacy, _ := parseRecord(singles)
+	if _, complete := legacy.since(r.epoch, 6); complete {
+		t.Error("a reader of the single slots only, behind them, was not told to catch up")
+	}
+	if keys, complete := r.since("older-epoch", 3); !complete || len(keys) != 5+changeSlots+5 {
+		t.Errorf("a restarted writer whose changes all fit: %d keys, complete %v; want all %d", len(keys), complete, 5+changeSlots+5)
+	}
+
+	// Changes past what fits: the longest names Kubernetes allows fill
+	// Cloud Map's limits; a reader behind what fits catches up, one
+	// within it reads every key it missed.
+	long := func(i int) registry.Key {
+		return registry.Key{Namespace: fmt.Sprintf("%063d", i), Name: fmt.Sprintf("n%062d", i)}
+	}
+	l = newChangeLog()
+	for i := range maxRecent + 10 {
+		l.note(long(i))
+	}
+	attrs, _ = l.due(time.Now(), MinHeartbeat, "c1", "set")
+	withinLimits(t, attrs)
+	r, _ = parseRecord(attrs)
+	if len(r.changes) <= changeSlots {
+		t.Errorf("%d changes of the longest names packed, want more than the %d single slots", len(r.changes), changeSlots)
+	}
+	if _, complete := r.since(r.epoch, r.oldest-2); complete {
+		t.Error("a reader behind everything that fits was not told to catch up")
+	}
 	if _, complete := r.since("older-epoch", 3); complete {
 		t.Error("a restarted writer whose first changes are gone did not ask for a catch-up")
+	}
+	keys, complete := r.since(r.epoch, r.oldest-1)
+	if !complete || len(keys) != int(r.seq-r.oldest+1) {
+		t.Errorf("a reader just within the record: %d keys, complete %v; want %d", len(keys), complete, r.seq-r.oldest+1)
+	}
+
+	// A record of a release before the packed slots: 24 single ones.
+	old := map[string]string{attrEpoch: "e", attrSeq: "30"}
+	for i := range legacySlots {
+		old[fmt.Sprintf("c%02d", i)] = fmt.Sprintf("%d ns/svc-%d", 7+i, i)
+	}
+	r, _ = parseRecord(old)
+	if keys, complete := r.since("e", 6); !complete || len(keys) != legacySlots {
+		t.Errorf("an older release's record: %d keys, complete %v; want all %d", len(keys), complete, legacySlots)
+	}
+}
+
+// withinLimits fails t when attrs pass Cloud Map's limits on an
+// instance's attributes.
+func withinLimits(t *testing.T, attrs map[string]string) {
+	t.Helper()
+	total := 0
+	for k, v := range attrs {
+		total += len(k) + len(v)
+		if len(v) > valueChars {
+			t.Errorf("attribute %s has %d characters, over Cloud Map's %d", k, len(v), valueChars)
+		}
+	}
+	if len(attrs) > 30 || total > recordChars {
+		t.Fatalf("%d custom attributes, %d characters: over Cloud Map's 30 and %d", len(attrs), total, recordChars)
 	}
 }
