@@ -86,6 +86,17 @@ func TestChangeRecord(t *testing.T) {
 		t.Errorf("a restarted writer whose changes all fit: %d keys, complete %v; want all %d", len(keys), complete, 5+changeSlots+5)
 	}
 
+	// A minute on (the heartbeat's write), the older changes are gone
+	// from the record: every importer reads the records at every beat.
+	later, _ := l.due(time.Now().Add(packedFor+time.Second), time.Second, "c1", "set")
+	r, _ = parseRecord(later)
+	if len(r.changes) != changeSlots {
+		t.Errorf("a record written %v after its changes holds %d, want the %d single slots", packedFor, len(r.changes), changeSlots)
+	}
+	if _, complete := r.since(r.epoch, 6); complete {
+		t.Error("a reader behind the single slots of a record past packedFor was not told to catch up")
+	}
+
 	// Changes past what fits: the longest names Kubernetes allows fill
 	// Cloud Map's limits; a reader behind what fits catches up, one
 	// within it reads every key it missed.
