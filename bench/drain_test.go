@@ -5,7 +5,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -36,11 +38,20 @@ func (m model) drainWhy() string {
 // client at the shipped budgets, the shipped liveness: a 30 s heartbeat,
 // a 2-minute TTL, proofs read every 10 s), against one emulator under the
 // AWS profile, each exporting one Service. Four stop at moments spread
-// over a heartbeat, each timed to the moment the last of the six left
+// over a heartbeat, each timed to the moment the last of the others left
 // drained it; in two rounds. It prints p50 and p99 against drainBound.
+// CLUSTERMAP_DRAIN_CLUSTERS sets the clusterset's size (the fleet's 50,
+// say): more clusters poll and beat in the one account.
 func BenchmarkDrain(b *testing.B) {
 	m := shipped()
-	const clusters, stopped, rounds = 10, 4, 2
+	const stopped, rounds = 4, 2
+	clusters := 10
+	if v := os.Getenv("CLUSTERMAP_DRAIN_CLUSTERS"); v != "" {
+		var err error
+		if clusters, err = strconv.Atoi(v); err != nil || clusters <= stopped+1 {
+			b.Fatalf("CLUSTERMAP_DRAIN_CLUSTERS=%q: want more than %d clusters", v, stopped+1)
+		}
+	}
 	var took []time.Duration
 	for round := range rounds {
 		took = append(took, drainRound(b, m, fmt.Sprintf("drain-%d", round), clusters, stopped)...)

@@ -95,10 +95,8 @@ func TestDataplaneIPv6Only(t *testing.T) {
 	if got := d.lookup(t, "dig", "A", host); len(got) != 0 {
 		t.Errorf("dig A %s in an IPv6-only clusterset: %v", host, got)
 	}
-	// The apiserver over IPv6, as the pod's service account (a HOME of
-	// its own: no kubeconfig but the in-cluster one, and kubectl's cache
-	// kept in the test's directory, not the host's).
-	out, err := d.exec("HOME=" + t.TempDir() + " kubectl auth whoami -o jsonpath='{.status.userInfo.username}'")
+	// The apiserver over IPv6, as the pod's service account.
+	out, err := d.exec("kubectl auth whoami -o jsonpath='{.status.userInfo.username}'")
 	if err != nil || out != "system:serviceaccount:dp6:default" {
 		t.Errorf("kubectl in an IPv6-only pod: %q %v", out, err)
 	}
@@ -482,11 +480,13 @@ func (d *dpWorld) serviceAccount(t *testing.T) {
 	cl := d.clients[1]
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: "reader"}}
 	harness.Must(t, cl.Create(ctx, sa))
-	// HOME of its own: no kubeconfig to find but the in-cluster one.
+	// Each pod has a HOME of its own in the lab's directory: no
+	// kubeconfig to find there but the in-cluster one, and kubectl's cache
+	// stays in the lab, not on the host.
 	whoami := func(name, account string, automount *bool) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: name},
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, ServiceAccountName: account, AutomountServiceAccountToken: automount,
-				Containers: []corev1.Container{{Name: "main", Image: "bitnami/kubectl", Env: []corev1.EnvVar{{Name: "HOME", Value: t.TempDir()}},
+				Containers: []corev1.Container{{Name: "main", Image: "bitnami/kubectl",
 					Command: []string{"sh", "-c", `ls ` + dataplane.ServiceAccountDir + `; kubectl auth whoami -o jsonpath='{.status.userInfo.username}'`}}}}}
 	}
 	harness.Must(t, cl.Create(ctx, whoami("as-reader", "reader", nil)))
@@ -503,9 +503,13 @@ func (d *dpWorld) serviceAccount(t *testing.T) {
 	if out := logs("no-token", corev1.PodFailed); strings.Contains(out, "token") || strings.Contains(out, "system:serviceaccount") {
 		t.Errorf("a pod without automounted token printed %q", out)
 	}
-	out, err := d.exec("HOME=" + t.TempDir() + " kubectl auth whoami -o jsonpath='{.status.userInfo.username}'")
+	out, err := d.exec("kubectl auth whoami -o jsonpath='{.status.userInfo.username}'")
 	if err != nil || out != "system:serviceaccount:dp:default" {
 		t.Errorf("kubectl in an exec session of the client pod: %q %v", out, err)
+	}
+	home, err := d.exec(`echo "$HOME"; ls "$HOME/.kube"`)
+	if dir, _, _ := strings.Cut(home, "\n"); err != nil || !strings.HasPrefix(dir, d.env.StateDir+"/") || !strings.Contains(home, "cache") {
+		t.Errorf("the client pod's HOME: %q %v; want a directory under the lab's %s, holding kubectl's cache", home, err, d.env.StateDir)
 	}
 }
 
@@ -665,12 +669,20 @@ func (d *dpWorld) headless(t *testing.T) {
 		})
 		p := &corev1.Pod{}
 		harness.Must(t, src.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: pod}, p))
-		if got := d.lookup(t, "dig", "A", host); !slices.Equal(got, []string{p.Status.PodIPs[0].IP}) {
-			t.Errorf("dig A %s: %v, want %s", host, got, p.Status.PodIPs[0].IP)
-		}
-		if got := d.lookup(t, "nslookup", "AAAA", host); !slices.Equal(got, []string{p.Status.PodIPs[1].IP}) {
-			t.Errorf("nslookup AAAA %s: %v, want %s", host, got, p.Status.PodIPs[1].IP)
-		}
+		// One family's endpoints may reach the import before the other's
+		// (the exporter publishes what its slices hold): each is awaited.
+		harness.Eventually(t, 30*time.Second, "dig A "+host, func() error {
+			if got := d.lookup(t, "dig", "A", host); !slices.Equal(got, []string{p.Status.PodIPs[0].IP}) {
+				return fmt.Errorf("%v, want %s", got, p.Status.PodIPs[0].IP)
+			}
+			return nil
+		})
+		harness.Eventually(t, 30*time.Second, "nslookup AAAA "+host, func() error {
+			if got := d.lookup(t, "nslookup", "AAAA", host); !slices.Equal(got, []string{p.Status.PodIPs[1].IP}) {
+				return fmt.Errorf("%v, want %s", got, p.Status.PodIPs[1].IP)
+			}
+			return nil
+		})
 	}
 }
 

@@ -75,9 +75,10 @@ func Rewrite(argv []string, programs map[string]string) []string {
 // fieldRefs resolved in order, the working directory. A container with
 // no command runs its image's entrypoint where the data plane knows the
 // image, else the pod server (bins.Self) answering on the pod's ports. An
-// env source the dev data plane cannot read is an error naming it.
-func ProcessOf(p *corev1.Pod, c *corev1.Container, bins Bins, cluster string) (Process, error) {
-	env, err := EnvOf(p, c)
+// env source the dev data plane cannot read is an error naming it. home
+// is the container's HOME unless its env sets one.
+func ProcessOf(p *corev1.Pod, c *corev1.Container, bins Bins, cluster, home string) (Process, error) {
+	env, err := EnvOf(p, c, home)
 	if err != nil {
 		return Process{}, err
 	}
@@ -105,13 +106,15 @@ func ProcessOf(p *corev1.Pod, c *corev1.Container, bins Bins, cluster string) (P
 	return out, nil
 }
 
-// EnvOf is a container's environment: the host's PATH, HOSTNAME, then the
+// EnvOf is a container's environment: the host's PATH, HOSTNAME, HOME
+// (home: a directory of the pod's own, since its processes share the
+// host's filesystem and a kubectl in it writes its cache there), then the
 // container's env entries in order, each able to refer to the ones before.
-func EnvOf(p *corev1.Pod, c *corev1.Container) ([]string, error) {
+func EnvOf(p *corev1.Pod, c *corev1.Container, home string) ([]string, error) {
 	if len(c.EnvFrom) > 0 {
 		return nil, fmt.Errorf("container %s: envFrom is not read by the dev data plane: list the variables under env", c.Name)
 	}
-	env := []string{"PATH=" + hostPath, "HOSTNAME=" + p.Name, "HOME=/root"}
+	env := []string{"PATH=" + hostPath, "HOSTNAME=" + p.Name, "HOME=" + home}
 	vars := envMap(env)
 	for _, e := range c.Env {
 		v := Expand(e.Value, vars)

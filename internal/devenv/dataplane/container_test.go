@@ -32,7 +32,7 @@ func listener() *corev1.Pod {
 
 func TestProcessOfACommand(t *testing.T) {
 	p := listener()
-	proc, err := ProcessOf(p, &p.Spec.Containers[0], Bins{Self: "/bin/clustermap-dev"}, "cluster-1")
+	proc, err := ProcessOf(p, &p.Spec.Containers[0], Bins{Self: "/bin/clustermap-dev"}, "cluster-1", "/pods/web-0/home")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestProcessOfACommand(t *testing.T) {
 	if !slices.Equal(proc.Argv, want) {
 		t.Errorf("argv %q, want %q", proc.Argv, want)
 	}
-	for _, kv := range []string{"PATH=" + hostPath, "HOSTNAME=web-0", "GREETING=hello web", "MY_POD_IP=10.101.4.2,fd00:10:101:1::2",
+	for _, kv := range []string{"PATH=" + hostPath, "HOSTNAME=web-0", "HOME=/pods/web-0/home", "GREETING=hello web", "MY_POD_IP=10.101.4.2,fd00:10:101:1::2",
 		"MY_NODE=cluster-1-node-2", "MY_APP=web"} {
 		if !slices.Contains(proc.Env, kv) {
 			t.Errorf("env lacks %s: %q", kv, proc.Env)
@@ -55,7 +55,7 @@ func TestProcessOfNoCommandIsThePodServer(t *testing.T) {
 	p := listener()
 	c := &p.Spec.Containers[0]
 	c.Command, c.Args, c.WorkingDir = nil, nil, ""
-	proc, err := ProcessOf(p, c, Bins{Self: "/bin/clustermap-dev"}, "cluster-1")
+	proc, err := ProcessOf(p, c, Bins{Self: "/bin/clustermap-dev"}, "cluster-1", "/pods/web-0/home")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestProcessOfNoCommandIsThePodServer(t *testing.T) {
 	}
 	// No port declared anywhere: the server answers HTTP on 80.
 	c.Ports = nil
-	if proc, _ := ProcessOf(p, c, Bins{Self: "/x"}, "cluster-1"); !slices.Equal(proc.TCP, []int32{80}) {
+	if proc, _ := ProcessOf(p, c, Bins{Self: "/x"}, "cluster-1", "/pods/web-0/home"); !slices.Equal(proc.TCP, []int32{80}) {
 		t.Errorf("tcp %v, want 80", proc.TCP)
 	}
 }
@@ -74,11 +74,11 @@ func TestProcessOfUnreadableEnvSaysWhich(t *testing.T) {
 	p := listener()
 	c := &p.Spec.Containers[0]
 	c.Env = append(c.Env, corev1.EnvVar{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "t"}}})
-	if _, err := ProcessOf(p, c, Bins{Self: "/x"}, "c"); err == nil || !strings.Contains(err.Error(), "env TOKEN") {
+	if _, err := ProcessOf(p, c, Bins{Self: "/x"}, "c", "/pods/web-0/home"); err == nil || !strings.Contains(err.Error(), "env TOKEN") {
 		t.Errorf("err %v, want one naming env TOKEN", err)
 	}
 	c.Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.bogus"}}}}
-	if _, err := ProcessOf(p, c, Bins{Self: "/x"}, "c"); err == nil || !strings.Contains(err.Error(), "spec.bogus") {
+	if _, err := ProcessOf(p, c, Bins{Self: "/x"}, "c", "/pods/web-0/home"); err == nil || !strings.Contains(err.Error(), "spec.bogus") {
 		t.Errorf("err %v, want one naming the fieldRef", err)
 	}
 }
@@ -195,7 +195,7 @@ func TestProcessOfClustermapImage(t *testing.T) {
 	} {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "n"},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: c.image, Command: c.command, Args: c.args}}}}
-		proc, err := ProcessOf(p, &p.Spec.Containers[0], bins, "cluster-1")
+		proc, err := ProcessOf(p, &p.Spec.Containers[0], bins, "cluster-1", "/pods/web-0/home")
 		if err != nil {
 			t.Fatal(err)
 		}

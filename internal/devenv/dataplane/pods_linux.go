@@ -122,7 +122,11 @@ func (a *agent) start(ctx context.Context, k string, p *corev1.Pod, ips []netip.
 			run.first = c.Name
 		}
 		log := filepath.Join(run.logDir, c.Name+".log")
-		proc, err := ProcessOf(p, c, Bins{Self: a.o.Self, Clustermap: a.o.Clustermap}, a.o.Cluster)
+		home := filepath.Join(run.logDir, "home", c.Name)
+		if err := os.MkdirAll(home, 0o755); err != nil {
+			return nil, err
+		}
+		proc, err := ProcessOf(p, c, Bins{Self: a.o.Self, Clustermap: a.o.Clustermap}, a.o.Cluster, home)
 		if err != nil {
 			// The pod shows why; nothing runs for the container.
 			klog.ErrorS(err, "a container cannot run in the dev data plane", "pod", k)

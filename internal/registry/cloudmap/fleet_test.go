@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -682,4 +683,51 @@ func TestBulkExportIsReadFromTheRecords(t *testing.T) {
 	if n := listings() - before; n > 0 {
 		t.Errorf("the importers listed the clusterset %.0f times (ListNamespaces, ListServices) while the bulk went through; want none: the records hold every change", n)
 	}
+}
+
+// A changed service is read again until the read lag has passed; those
+// re-reads mostly find the records already read, and then decode and
+// report nothing: the sink hears each state of the export once.
+func TestUnchangedRereadsReportNothing(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	exp := func(pods int) registry.Export {
+		return clusterAddresses(fleetExport("c1", pods, false, threePorts[:1]...), 1)
+	}
+	key := exp(1).Key
+	importer, exporter := f.join("c0", 0), f.join("c1", 0)
+	if err := exporter.Publish(context.Background(), exp(1)); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("c1's export in c0", time.Minute, func() bool { return importer.endpoints(key)["c1"] == 1 })
+	var mu sync.Mutex
+	var sets [][]registry.Export
+	importer.mu.Lock()
+	importer.onSet = func(k registry.Key, e []registry.Export) {
+		if k == key {
+			mu.Lock()
+			sets = append(sets, e)
+			mu.Unlock()
+		}
+	}
+	importer.mu.Unlock()
+	reads := importer.calls.Snapshot()["DiscoverInstances"]
+	if err := exporter.Publish(context.Background(), exp(2)); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("c1's change in c0", time.Minute, func() bool { return importer.endpoints(key)["c1"] == 2 })
+	// The re-reads of the change: the watcher's window is the read lag.
+	time.Sleep(DefaultReadLag + 2*time.Second)
+	reads = importer.calls.Snapshot()["DiscoverInstances"] - reads
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(sets); i++ {
+		if reflect.DeepEqual(sets[i-1], sets[i]) {
+			t.Errorf("the sink heard the same exports twice in a row (set %d of %d, after %.0f reads)", i+1, len(sets), reads)
+		}
+	}
+	if int(reads) <= len(sets) {
+		t.Errorf("%.0f reads and %d reports: the change was not read again", reads, len(sets))
+	}
+	t.Logf("%.0f reads, %d reports", reads, len(sets))
 }

@@ -252,6 +252,8 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 		}
 	}
 	if len(changed) > 0 {
+		// Every export's Silent may change: read and report again.
+		clear(w.reported)
 		for key := range w.revisions {
 			w.dirty[key] = time.Time{}
 		}

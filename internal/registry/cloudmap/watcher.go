@@ -182,6 +182,11 @@ type Watcher struct {
 	recordRev int64
 	proofsAt  time.Time
 	decoded   *decodeCache
+	// reported is the sum of each service's records (decodeCache.sum) as
+	// last reported with exports: a read of the same records (a re-read
+	// within the read lag finds them unchanged, mostly) decodes and
+	// reports nothing. Cleared when a cluster is drained or restored.
+	reported map[registry.Key]uint64
 	// exporters are the clusters whose exports were read since the start.
 	exporters map[string]bool
 }
@@ -203,7 +208,7 @@ func newWatcher(b *Backend, sink registry.Sink) *Watcher {
 		settling: map[registry.Key]settling{}, behind: map[registry.Key]int{},
 		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[registry.Key](time.Second, 2*time.Minute),
 		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1, decoded: newDecodeCache(b.maxImportEndpoints()),
-		exporters: map[string]bool{},
+		exporters: map[string]bool{}, reported: map[registry.Key]uint64{},
 	}
 	if b.shared() {
 		w.feed = newRecordsFeed(w)
@@ -492,12 +497,13 @@ func (w *Watcher) fetchDirty(ctx context.Context) {
 		if now.Before(notBefore) {
 			continue
 		}
-		exports, rev, err := w.fetch(ctx, key)
+		rd, err := w.fetch(ctx, key)
+		exports, rev := rd.exports, rd.rev
 		var backoff time.Duration
 		if err != nil {
 			backoff = w.backoff.When(key)
 		}
-		result, at := afterRead(now, err != nil, len(exports) == 0, w.exported[key], w.absent[key], backoff, w.opts)
+		result, at := afterRead(now, err != nil, !rd.same && len(exports) == 0, w.exported[key], w.absent[key], backoff, w.opts)
 		if result == readRetry {
 			w.dirty[key] = at
 			w.b.o.Log.Error(err, "reading a Cloud Map service failed; its import stays as it is", "service", key.String(), "retryIn", backoff)
@@ -520,15 +526,25 @@ func (w *Watcher) fetchDirty(ctx context.Context) {
 		}
 		delete(w.absent, key)
 		delete(w.dirty, key)
-		if exports != nil && !w.settled(key, rev, now) {
+		if (rd.same || exports != nil) && !w.settled(key, rev, now) {
 			continue
 		}
-		if exports == nil {
+		switch {
+		case rd.same:
+			w.revisions[key] = rev
+			continue // what the sink last heard
+		case exports == nil:
 			delete(w.settling, key)
 			delete(w.revisions, key)
+			delete(w.reported, key)
 			w.decoded.forget(key)
-		} else {
+		default:
 			w.revisions[key] = rev
+			if len(exports) > 0 {
+				w.reported[key] = rd.sum
+			} else {
+				delete(w.reported, key)
+			}
 		}
 		w.report(key, exports)
 	}
@@ -549,9 +565,19 @@ func (w *Watcher) report(key registry.Key, exports []registry.Export) {
 	w.sink.Set(key, exports)
 }
 
-// fetch reads one service's exports in this clusterset; nil when Cloud Map
-// says the service or namespace does not exist.
-func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Export, int64, error) {
+// read is what fetch read of a service: its exports (nil when Cloud Map
+// says the service or namespace does not exist) at revision rev, from
+// records of sum; same when those are the records last reported, which
+// fetch then neither decodes nor returns.
+type read struct {
+	exports []registry.Export
+	rev     int64
+	sum     uint64
+	same    bool
+}
+
+// fetch reads one service's exports in this clusterset.
+func (w *Watcher) fetch(ctx context.Context, key registry.Key) (read, error) {
 	out, err := w.b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
 		QueryParameters: map[string]string{AttrClusterSetID: w.b.o.ClusterSet}, MaxResults: aws.Int32(MaxInstances),
@@ -562,18 +588,23 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 		// Unshared, or deleted: this account cannot tell which, so what
 		// was imported stays (services are withdrawn before their
 		// namespace goes, so a deletion was read as such before).
-		return nil, 0, &registry.NotSharedError{Namespace: key.Namespace, Owner: w.b.o.Owner, Account: w.b.o.Account}
+		return read{}, &registry.NotSharedError{Namespace: key.Namespace, Owner: w.b.o.Owner, Account: w.b.o.Account}
 	}
 	if isNotFound(err) {
 		w.b.o.Usage.observe(w.b.region(), key, nil)
-		return nil, 0, nil
+		return read{}, nil
 	}
 	if err != nil {
-		return nil, 0, err
+		return read{}, err
 	}
 	instances := make([]Instance, len(out.Instances))
 	for i, in := range out.Instances {
 		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
+	}
+	rd := read{rev: aws.ToInt64(out.InstancesRevision), sum: w.decoded.sum(instances)}
+	if held, ok := w.reported[key]; ok && held == rd.sum && !w.unreadable[key] {
+		rd.same = true
+		return rd, nil
 	}
 	kept, creators, err := w.b.refuseForeign(ctx, key, instances)
 	// Who holds the service's instances: the cluster they claim and,
@@ -585,7 +616,7 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 	}
 	w.b.o.Usage.observe(w.b.region(), key, holders)
 	if err != nil {
-		return nil, 0, err
+		return read{}, err
 	}
 	instances = kept
 	w.b.checkWriter(key, func(yield func(Attrs) bool) {
@@ -616,7 +647,8 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) ([]registry.Expor
 	if exports == nil {
 		exports = []registry.Export{}
 	}
-	return exports, aws.ToInt64(out.InstancesRevision), nil
+	rd.exports = exports
+	return rd, nil
 }
 
 // propagated reports, for each other cluster's instance whose registration
