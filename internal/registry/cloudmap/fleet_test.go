@@ -201,6 +201,34 @@ func (f *fleet) waitFor(what string, within time.Duration, ok func() bool) {
 	}
 }
 
+// calls sums ms's calls of ops.
+func calls(ms []*member, ops ...string) (n float64) {
+	for _, m := range ms {
+		snap := m.calls.Snapshot()
+		for _, op := range ops {
+			n += snap[op]
+		}
+	}
+	return n
+}
+
+// awaitRecordsFeed waits until importers stop looking up operations
+// (GetOperation): past 5 clusters, each does once it has read the
+// others' records (every ProofReadInterval) and counted the clusterset,
+// though the profile's other tenants write every second. It returns
+// their lookups by then.
+func (f *fleet) awaitRecordsFeed(importers []*member) float64 {
+	f.t.Helper()
+	was := calls(importers, "GetOperation")
+	f.waitFor("the importers to stop looking up operations", time.Minute, func() bool {
+		time.Sleep(5 * time.Second)
+		n := calls(importers, "GetOperation")
+		defer func() { was = n }()
+		return n == was
+	})
+	return was
+}
+
 // endpoints is how many endpoint records of each cluster m last heard of.
 func (m *member) endpoints(key registry.Key) map[string]int {
 	m.mu.Lock()
@@ -568,27 +596,12 @@ func TestLargeClustersetReadsChangesFromRecords(t *testing.T) {
 	for _, m := range ms {
 		f.waitFor(m.Cluster()+"'s export everywhere", time.Minute, func() bool { return heardAll(m.Cluster(), 1) })
 	}
-	lookups := func() (n float64) {
-		for _, m := range ms[1:] {
-			n += m.calls.Snapshot()["GetOperation"]
-		}
-		return n
-	}
-	// Once every importer has read the others' records (every
-	// ProofReadInterval) it counts the clusterset's size and stops
-	// looking up: the profile's other tenants write every second.
-	before := lookups()
-	f.waitFor("the importers to stop looking up operations", time.Minute, func() bool {
-		time.Sleep(5 * time.Second)
-		n := lookups()
-		defer func() { before = n }()
-		return n == before
-	})
+	before := f.awaitRecordsFeed(ms[1:])
 	if err := ms[0].Publish(context.Background(), exp(0, 2)); err != nil {
 		t.Fatal(err)
 	}
 	f.waitFor("c0's change everywhere", time.Minute, func() bool { return heardAll("c0", 2) })
-	if n := lookups() - before; n > 0 {
+	if n := calls(ms[1:], "GetOperation") - before; n > 0 {
 		t.Errorf("the importers looked up %.0f operations (GetOperation) while the change went through; want none: the records say what changed", n)
 	}
 }
@@ -633,28 +646,8 @@ func TestBulkExportIsReadFromTheRecords(t *testing.T) {
 			return true
 		})
 	}
-	listings := func() (n float64) {
-		for _, m := range ms[1:] {
-			calls := m.calls.Snapshot()
-			n += calls["ListServices"] + calls["ListNamespaces"]
-		}
-		return n
-	}
-	// Past 5 clusters, once every importer has read the others' records
-	// it stops looking up operations (as TestLargeClustersetReadsChangesFromRecords).
-	lookups := func() (n float64) {
-		for _, m := range ms[1:] {
-			n += m.calls.Snapshot()["GetOperation"]
-		}
-		return n
-	}
-	was := lookups()
-	f.waitFor("the importers to read the records", time.Minute, func() bool {
-		time.Sleep(5 * time.Second)
-		n := lookups()
-		defer func() { was = n }()
-		return n == was
-	})
+	listings := func() float64 { return calls(ms[1:], "ListServices", "ListNamespaces") }
+	f.awaitRecordsFeed(ms[1:])
 	before := listings()
 	var wg sync.WaitGroup
 	errs := make(chan error, bulk)
