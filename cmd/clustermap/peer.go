@@ -26,6 +26,10 @@ clustermap-peer ClusterRole (Services and EndpointSlices read and written,
 orphaned Endpoints deleted, namespaces read: what replication does in a
 peer and nothing else) in each of --namespaces (every namespace when none
 are given), adds namespace creation only with --create-namespaces, and
+the clustermap-peer admission policy (a ValidatingAdmissionPolicy: no
+writes in kube-system, kube-public or kube-node-lease, and only to
+Services and EndpointSlices labelled with the --for cluster's mark, but
+for a migration's mode annotation), and
 writes a kubeconfig with a token that expires after --ttl (or sooner where
 the API server caps token lifetimes; the expiry is printed). Put the file
 in the --for cluster's peers Secret under the peer's name (--name).
@@ -83,7 +87,7 @@ When the token expires, the peer counts as down and its replicas are kept.`,
 	f.StringVar(&a.Namespace, "namespace", kube.DefaultStatusNamespace, "namespace of the ServiceAccount")
 	f.StringSliceVar(&a.Namespaces, "namespaces", nil, "only these namespaces, as the --for controller's --namespaces (default: all)")
 	f.BoolVar(&a.CreateNamespaces, "create-namespaces", false, "let it create namespaces, as the --for controller's --create-namespaces")
-	f.DurationVar(&ttl, "ttl", 90*24*time.Hour, "how long the token is valid (at least 10m)")
+	f.DurationVar(&ttl, "ttl", 30*24*time.Hour, "how long the token is valid (at least 10m); the controller alerts 7 days before it expires")
 	f.StringVarP(&out, "output", "o", "-", "file to write the kubeconfig to (mode 0600; - for stdout)")
 	f.BoolVar(&revoke, "revoke", false, "delete the access of --for instead")
 	return cmd

@@ -66,7 +66,8 @@ func peerRules() []rbacv1.PolicyRule {
 // ServiceAccountName is the ServiceAccount of a consuming cluster.
 func (a PeerAccess) ServiceAccountName() string { return PeerRole + "-" + a.For }
 
-// Objects are the RBAC objects, ServiceAccount first, that grant a.
+// Objects are the RBAC and admission objects, ServiceAccount first, that
+// grant a.
 func (a PeerAccess) Objects() []client.Object {
 	meta := func(ns, name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "clustermap", LabelPeerFor: a.For}}
@@ -83,6 +84,8 @@ func (a PeerAccess) Objects() []client.Object {
 	out := []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: meta(a.Namespace, sa)},
 		&rbacv1.ClusterRole{ObjectMeta: shared(PeerRole), Rules: peerRules()},
+		peerPolicy(shared(PeerRole)),
+		peerPolicyBinding(shared(PeerRole)),
 	}
 	if len(a.Namespaces) == 0 {
 		out = append(out, &rbacv1.ClusterRoleBinding{ObjectMeta: meta("", sa), RoleRef: role(PeerRole), Subjects: subjects})

@@ -3,6 +3,8 @@ package replication
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -35,6 +37,13 @@ import (
 var peerUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "clustermap_syndicate_peer_up",
 	Help: "1 when a peer cluster's API server answers and its caches are synced, 0 otherwise.",
+}, []string{"peer"})
+
+// peerTokenExpiry makes an expiring peer grant visible before it lapses
+// (ClustermapSyndicatePeerTokenExpiring): peer-kubeconfig's tokens expire.
+var peerTokenExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "clustermap_syndicate_peer_token_expiry_timestamp_seconds",
+	Help: "When the token of a peer's kubeconfig expires (its exp claim), in Unix seconds; absent for credentials that do not say.",
 }, []string{"peer"})
 
 // Peer is one cluster from the peers directory: a cache of its Services
@@ -142,6 +151,7 @@ func (ps *Peers) scan(ctx context.Context) {
 			p.stop()
 			delete(ps.peers, name)
 			peerUp.DeleteLabelValues(name)
+			peerTokenExpiry.DeleteLabelValues(name)
 			if !ok {
 				ps.Log.Info("peer removed from the directory; its replicas here go after the grace period", "peer", name)
 			}
@@ -166,6 +176,9 @@ func (ps *Peers) scan(ctx context.Context) {
 			}
 			p = &Peer{Name: name, hash: sha256.Sum256(data), stop: func() {}, broken: err, checked: true}
 			peerUp.WithLabelValues(name).Set(0)
+		}
+		if exp, ok := TokenExpiry(data); ok {
+			peerTokenExpiry.WithLabelValues(name).Set(float64(exp.Unix()))
 		}
 		ps.mu.Lock()
 		ps.peers[name] = p
@@ -216,6 +229,29 @@ func checkPeer(raw *clientcmdapi.Config) error {
 		return fmt.Errorf("%w (%s)", ErrInsecurePeer, strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// TokenExpiry reads when the token of a kubeconfig's current user
+// expires: the exp claim of a JWT, unverified (the API server verifies
+// it; this only says when to renew). ok is false for credentials that do
+// not say.
+func TokenExpiry(kubeconfig []byte) (time.Time, bool) {
+	raw, err := clientcmd.Load(kubeconfig)
+	if err != nil || raw.Contexts[raw.CurrentContext] == nil || raw.AuthInfos[raw.Contexts[raw.CurrentContext].AuthInfo] == nil {
+		return time.Time{}, false
+	}
+	parts := strings.Split(raw.AuthInfos[raw.Contexts[raw.CurrentContext].AuthInfo].Token, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	var claims struct {
+		Exp int64 `json:"exp"`
+	}
+	if err != nil || json.Unmarshal(payload, &claims) != nil || claims.Exp == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(claims.Exp, 0), true
 }
 
 // peerConfig reads a peer kubeconfig, refusing commands, local files and

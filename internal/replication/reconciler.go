@@ -35,7 +35,7 @@ var writes = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"cluster", "result"})
 
 // Metrics are this mode's collectors, registered by Setup.
-func Metrics() []prometheus.Collector { return []prometheus.Collector{writes, peerUp} }
+func Metrics() []prometheus.Collector { return []prometheus.Collector{writes, peerUp, peerTokenExpiry} }
 
 // DefaultGrace is how long replicas from a removed peer stay by default.
 const DefaultGrace = 10 * time.Minute

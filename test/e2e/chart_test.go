@@ -27,10 +27,12 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -46,6 +48,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -290,6 +293,7 @@ func (w *world) asServiceAccount(t *testing.T, ch *chart.Chart) {
 	asSA, configs := w.chartServiceAccount(t, ch, map[string]any{"region": "us-east-1",
 		"metricsReaders": []any{map[string]any{"name": metricsReader, "namespace": releaseNS}}})
 	leastPrivilege(t, configs[w.env.Clusters[0].Config.Host])
+	writesOnlyItsOwn(t, w.env.Clusters[0].Config, configs[w.env.Clusters[0].Config.Host])
 	calls := &cloudmapclient.Calls{}
 	var mu sync.Mutex
 	metricsAddrs := map[string]string{}
@@ -377,6 +381,84 @@ func leastPrivilege(t *testing.T, sa *rest.Config) {
 		{authzv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: releaseNS}, true},
 		{authzv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"}, false},
 	})
+}
+
+// writesOnlyItsOwn holds the MCS-only ServiceAccount (sa) to the chart's
+// admission policy: RBAC lets it write every Service and EndpointSlice,
+// the policy only those clustermap makes. (The scenarios that follow run
+// the controllers under it: what they write passes.)
+func writesOnlyItsOwn(t *testing.T, admin, sa *rest.Config) {
+	t.Helper()
+	ctx := context.Background()
+	as, own := kubernetes.NewForConfigOrDie(sa), kubernetes.NewForConfigOrDie(admin)
+	ns := "policy"
+	_, err := own.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	harness.Must(t, err)
+	svc := func(name string, labels map[string]string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name}, Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	}
+	slice := func(name, manager string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			discoveryv1.LabelServiceName: "user", discoveryv1.LabelManagedBy: manager}}, AddressType: discoveryv1.AddressTypeIPv4}
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+release+"-writes'") {
+			t.Errorf("%s: %v, want forbidden by the %s-writes policy", what, err, release)
+		}
+	}
+	_, err = own.CoreV1().Services(ns).Create(ctx, svc("user", nil), metav1.CreateOptions{})
+	harness.Must(t, err)
+	_, err = own.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("user-abcde", "endpointslice-controller.k8s.io"), metav1.CreateOptions{})
+	harness.Must(t, err)
+	// The policy is enforced once the API server has read it.
+	harness.Eventually(t, 30*time.Second, "the chart's admission policy enforced", func() error {
+		cur, err := own.CoreV1().Services(ns).Get(ctx, "user", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Ports[0].Port++
+		if _, err := as.CoreV1().Services(ns).Update(ctx, cur, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+			return fmt.Errorf("the controller's ServiceAccount changed a user's Service: %v", err)
+		}
+		return nil
+	})
+	user, err := own.CoreV1().Services(ns).Get(ctx, "user", metav1.GetOptions{})
+	harness.Must(t, err)
+	changed := user.DeepCopy()
+	changed.Labels = map[string]string{imports.LabelDerivedFor: "user"}
+	_, err = as.CoreV1().Services(ns).Update(ctx, changed, metav1.UpdateOptions{})
+	refused("marking a user's Service as derived", err)
+	refused("deleting a user's Service", as.CoreV1().Services(ns).Delete(ctx, "user", metav1.DeleteOptions{}))
+	_, err = as.CoreV1().Services(ns).Create(ctx, svc("unmarked", nil), metav1.CreateOptions{})
+	refused("creating an unmarked Service", err)
+	refused("deleting the EndpointSlice controller's slice", as.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "user-abcde", metav1.DeleteOptions{}))
+	_, err = as.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("stray", "endpointslice-controller.k8s.io"), metav1.CreateOptions{})
+	refused("creating a slice managed by another", err)
+
+	// What it makes: written, changed and deleted.
+	derived, err := as.CoreV1().Services(ns).Create(ctx, svc("derived", map[string]string{imports.LabelDerivedFor: "user"}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a derived Service: %v", err)
+	}
+	derived.Spec.Ports[0].Port = 8080
+	if _, err := as.CoreV1().Services(ns).Update(ctx, derived, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("changing a derived Service: %v", err)
+	}
+	mine, err := as.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("mine", imports.ManagedBy), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating an imported slice: %v", err)
+	}
+	mine.Labels[discoveryv1.LabelManagedBy] = "endpointslice-controller.k8s.io"
+	_, err = as.DiscoveryV1().EndpointSlices(ns).Update(ctx, mine, metav1.UpdateOptions{})
+	refused("handing an imported slice to another manager", err)
+	if err := as.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "mine", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("deleting an imported slice: %v", err)
+	}
+	if err := as.CoreV1().Services(ns).Delete(ctx, "derived", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("deleting a derived Service: %v", err)
+	}
 }
 
 // access is an action and whether a ServiceAccount may take it.

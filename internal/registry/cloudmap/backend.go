@@ -182,7 +182,9 @@ const unsharedMemory = 5 * time.Second
 func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
 	go b.writeChanges(ctx)
 	if b.shared() {
-		go b.confirmOwnOps(ctx)
+		go b.confirmOwnOps(ctx, confirmAfter)
+	} else {
+		go b.confirmOwnOps(ctx, unseenAfter) // what the feed missed
 	}
 	w := newWatcher(b, sink)
 	return w.Start(ctx)
@@ -191,7 +193,7 @@ func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
 // ConfirmWrites asks how this cluster's writes ended until ctx ends, for a
 // Backend that publishes without watching: a watcher's change feed tells
 // it otherwise. A write that failed later is reported to OnWriteFailed.
-func (b *Backend) ConfirmWrites(ctx context.Context) { b.confirmOwnOps(ctx) }
+func (b *Backend) ConfirmWrites(ctx context.Context) { b.confirmOwnOps(ctx, confirmAfter) }
 
 // reread asks the watcher to read a service again now, and tells the
 // others through the change record: other accounts, and in one account

@@ -21,12 +21,21 @@ import (
 // one account, instead of after registrationTimeout (an export's
 // records) or the next heartbeat (the change record, without which no
 // other account hears of this cluster's changes).
+//
+// In one account the change feed tells it, but not always: a poll that
+// is refused, or that pages past an operation in a busy account during a
+// bulk export, misses it. Such an operation is asked about once it has
+// gone unseen for unseenAfter, not given up only after the feed's 100 s.
 const (
 	// confirmInterval spaces the rounds of questions.
 	confirmInterval = 1500 * time.Millisecond
 	// confirmAfter is how long an operation runs before it is asked
 	// about: Cloud Map's take seconds, and each question is a call.
 	confirmAfter = 2 * time.Second
+	// unseenAfter is confirmAfter in one account: by then the feed's
+	// polls (every 1.5 s) would have seen the longest operation (4 s in
+	// the AWS profile) end several times over.
+	unseenAfter = 15 * time.Second
 	// confirmBatch bounds the questions of a round (under 3 calls/s):
 	// during a bulk export the oldest are asked first and those older
 	// than ownOpMemory are given up; registrationTimeout still covers
@@ -36,9 +45,10 @@ const (
 	ownOpMemory = 2 * time.Minute
 )
 
-// confirmOwnOps asks how this cluster's operations ended until ctx ends
-// and tells the backend, as the operations feed does in one account.
-func (b *Backend) confirmOwnOps(ctx context.Context) {
+// confirmOwnOps asks how this cluster's operations running for longer
+// than after ended, until ctx ends, and tells the backend, as the
+// operations feed does in one account.
+func (b *Backend) confirmOwnOps(ctx context.Context, after time.Duration) {
 	t := time.NewTicker(confirmInterval)
 	defer t.Stop()
 	for {
@@ -49,7 +59,7 @@ func (b *Backend) confirmOwnOps(ctx context.Context) {
 		}
 		now := time.Now()
 		b.expireOwnOps(now.Add(-ownOpMemory))
-		for _, id := range b.unconfirmed(now.Add(-confirmAfter), confirmBatch) {
+		for _, id := range b.unconfirmed(now.Add(-after), confirmBatch) {
 			if !b.confirm(ctx, id) {
 				break // throttled or unreachable: asked again next round
 			}

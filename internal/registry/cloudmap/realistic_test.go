@@ -146,23 +146,30 @@ func TestStaleReadIsReadAgain(t *testing.T) {
 	}
 }
 
-// A write of the exporter's that Cloud Map accepts and then fails is
-// reported (WriteFailure, OnWriteFailed), written again by the next
-// publish, and the report clears once a write succeeds: the importer gets
-// the export.
-func TestLateFailureIsWrittenAgain(t *testing.T) {
-	t.Parallel()
+// settledPair is a pair under the AWS profile with no late failures but
+// the ones a test makes, whose namespace exists and is imported (its
+// creation is an operation too), every write of it done.
+func settledPair(t *testing.T) *pair {
+	t.Helper()
 	p := cloudmaplocal.AWS()
-	p.LateFailureRate = 0 // the test fails the writes it means to
+	p.LateFailureRate = 0
 	w := newPair(t, p)
-	// The namespace first (its creation is an operation too), imported:
-	// every write of it done.
 	first := registry.Key{Namespace: "demo", Name: "first"}
 	if err := w.publish(t, export("c1", first, "10.0.1.9")); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the first export imported", func() bool { return w.imports(first, "10.0.1.9") })
 	time.Sleep(5 * time.Second) // its last writes (the service record goes last) done: the profile's longest operation is 4 s
+	return w
+}
+
+// A write of the exporter's that Cloud Map accepts and then fails is
+// reported (WriteFailure, OnWriteFailed), written again by the next
+// publish, and the report clears once a write succeeds: the importer gets
+// the export.
+func TestLateFailureIsWrittenAgain(t *testing.T) {
+	t.Parallel()
+	w := settledPair(t)
 	key := registry.Key{Namespace: "demo", Name: "api"}
 	w.srv.SetFaults(cloudmaplocal.Faults{OperationFailureRate: 1})
 	// Accepted: the call returns (or asks to be made again while the
@@ -192,6 +199,30 @@ func TestLateFailureIsWrittenAgain(t *testing.T) {
 			t.Fatal("the export written again never reached the importer")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// In one account the change feed tells the exporter how its writes
+// ended; when its polls miss one (refused here; paged past in a busy
+// account during a bulk export), the exporter asks GetOperation once the
+// operation has gone unseen for a while, so a write that failed late is
+// reported and written again in seconds. Before, it waited for the feed
+// to give the operation up, after 100 s.
+func TestUnseenOwnOperationIsAskedAbout(t *testing.T) {
+	t.Parallel()
+	w := settledPair(t)
+	// Every poll refused (a quota of one call an hour), every write failed.
+	w.srv.SetFaults(cloudmaplocal.Faults{OperationFailureRate: 1, RateLimits: map[string]cloudmaplocal.RateLimit{"ListOperations": {Rate: 1.0 / 3600, Burst: 1}}})
+	key := registry.Key{Namespace: "demo", Name: "api"}
+	start := time.Now()
+	if err := w.exporter.Publish(context.Background(), export("c1", key, "10.0.1.1")); err != nil && !errors.Is(err, registry.ErrPending) {
+		t.Fatal(err)
+	}
+	reported(t, w.failures, key, 40*time.Second)
+	t.Logf("the late failure, unseen by the feed, reported after %v", time.Since(start).Round(100*time.Millisecond))
+	var late *registry.LateFailureError
+	if err := w.exporter.WriteFailure(key); !errors.As(err, &late) {
+		t.Errorf("WriteFailure after a failed write no poll saw: %v", err)
 	}
 }
 
