@@ -21,7 +21,6 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -140,14 +139,8 @@ func BenchmarkAccounts(b *testing.B) {
 			p.share(ctx, b, cm, nsNames...)
 			counts, _, wait := startCountedLogged(ctx, env, cm.URL, p.tune(env.Clusters[0].ID))
 			defer func() { cancel(); _ = wait() }()
-			src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			dst, err := client.New(env.Clusters[1].Config, client.Options{Scheme: kube.Scheme()})
-			if err != nil {
-				b.Fatal(err)
-			}
+			src := harness.Client(b, env.Clusters[0].Config)
+			dst := harness.Client(b, env.Clusters[1].Config)
 			type svcKey struct{ ns, name string }
 			var keys []svcKey
 			for _, ns := range nsNames {

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
@@ -23,7 +22,6 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -65,10 +63,7 @@ func BenchmarkCloudMapDNS(b *testing.B) {
 		o.MCS, o.CloudMapDNS, o.DriftPeriod = false, true, drift
 	})
 	defer func() { cancel(); _ = wait() }()
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	cl := harness.Client(b, env.Clusters[0].Config)
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
 		b.Fatal(err)
 	}

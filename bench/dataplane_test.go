@@ -22,7 +22,6 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 	"github.com/clustermap/clustermap/internal/imports"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -43,10 +42,7 @@ func BenchmarkDataplane(b *testing.B) {
 	defer func() { cancel(); _ = wait() }()
 	var clients []client.Client
 	for _, c := range env.Clusters {
-		cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
-		if err != nil {
-			b.Fatal(err)
-		}
+		cl := harness.Client(b, c.Config)
 		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			b.Fatal(err)
 		}

@@ -19,11 +19,9 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -143,10 +141,7 @@ func BenchmarkDNS(b *testing.B) {
 		b.Fatal("bin/coredns is missing: make bench builds it")
 	}
 	env := harness.Clusters(b, 1)
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	cl := harness.Client(b, env.Clusters[0].Config)
 	ctx := context.Background()
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}); err != nil {
 		b.Fatal(err)

@@ -22,7 +22,6 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 	"github.com/clustermap/clustermap/internal/export"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -45,8 +44,7 @@ func BenchmarkFailover(b *testing.B) {
 	on := map[string]string{dataplane.Annotation: "true"}
 	var clients []client.Client
 	for i, c := range env.Clusters {
-		cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
-		harness.Must(b, err)
+		cl := harness.Client(b, c.Config)
 		harness.PlaceNodes(b, cl, fmt.Sprintf("us-east-1%c", 'a'+i), "use1-az1")
 		harness.Must(b, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 		createAppWith(ctx, b, cl, ns, name, 2, on, nil)

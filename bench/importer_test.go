@@ -17,14 +17,12 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/test/harness"
@@ -57,10 +55,7 @@ func BenchmarkImporter(b *testing.B) {
 	}
 	env := harness.ClustersWith(b, devenv.Options{Clusters: 1, ClusterSet: fleetClusterSet})
 	cm := harness.CloudMap(b, cloudmaplocal.Options{Profile: &m.profile})
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	cl := harness.Client(b, env.Clusters[0].Config)
 	// Imports go to namespaces that exist (namespace sameness).
 	for n := range s.namespaces {
 		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("team-%02d", n)}}); err != nil {

@@ -13,12 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -48,10 +46,7 @@ func BenchmarkSyndicate(b *testing.B) {
 		o.MCS, o.Syndicate, o.CreateNamespaces = false, true, true
 	})
 	defer func() { cancel(); _ = wait() }()
-	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	src := harness.Client(b, env.Clusters[0].Config)
 	type key struct{ ns, name string }
 	var keys []key
 	for n := 0; n < namespaces; n++ {

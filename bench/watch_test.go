@@ -232,14 +232,8 @@ func idle(b *testing.B, p pairSetup, windowLen time.Duration) {
 	p.share(ctx, b, cm, nsNames...)
 	counts, _, wait := startCountedLogged(ctx, env, cm.URL, p.tune(env.Clusters[0].ID))
 	defer func() { cancel(); _ = wait() }()
-	src, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	dst, err := client.New(env.Clusters[1].Config, client.Options{Scheme: kube.Scheme()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	src := harness.Client(b, env.Clusters[0].Config)
+	dst := harness.Client(b, env.Clusters[1].Config)
 	imported := track(ctx, b, env.Clusters[1], imports.ManagedBy, mcsv1beta1.LabelServiceName)
 	writes := []*writeCounter{countWrites(ctx, b, env.Clusters[0]), countWrites(ctx, b, env.Clusters[1])}
 	have := 0

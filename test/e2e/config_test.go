@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -23,10 +22,7 @@ import (
 func TestKustomizeApplies(t *testing.T) {
 	inParallel(t)
 	env := harness.Clusters(t, 1)
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := harness.Client(t, env.Clusters[0].Config)
 	ctx := context.Background()
 	apply := func(dir string, opts ...client.PatchOption) map[string]int {
 		res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)

@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -217,8 +216,7 @@ func TestInstallDocs(t *testing.T) {
 	env := harness.Clusters(t, 1)
 	c := env.Clusters[0]
 	ctx := context.Background()
-	cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
-	harness.Must(t, err)
+	cl := harness.Client(t, c.Config)
 
 	// The CRDs as docs/install.md's upgrade step applies them, then the
 	// walkthrough's cluster identity, its --context made this cluster's.
@@ -338,8 +336,7 @@ func TestKustomizeRegionOverlay(t *testing.T) {
 	inParallel(t)
 	env := harness.Clusters(t, 1)
 	ctx := context.Background()
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	harness.Must(t, err)
+	cl := harness.Client(t, env.Clusters[0].Config)
 	base, err := filepath.Abs("../../config/default")
 	harness.Must(t, err)
 	block := codeBlock(t, "../../docs/install.md", "kustomize create")
@@ -381,8 +378,7 @@ func TestStoredVersionsDoc(t *testing.T) {
 	inParallel(t)
 	env := harness.Clusters(t, 1)
 	ctx := context.Background()
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	harness.Must(t, err)
+	cl := harness.Client(t, env.Clusters[0].Config)
 	replaceCRDs(t, cl, loadObjects(t, filepath.Join(devenv.BinDir(), "crds", "mcs-v1alpha1"), 2))
 	namespace(t, cl, "shop")
 	for kind, spec := range map[string]map[string]any{

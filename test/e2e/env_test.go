@@ -29,7 +29,6 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -76,10 +75,7 @@ func worldWithoutControllers(t *testing.T, n int, cmOpts cloudmaplocal.Options) 
 // connect makes a client per cluster.
 func (w *world) connect(t *testing.T) {
 	for _, c := range w.env.Clusters {
-		cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := harness.Client(t, c.Config)
 		w.clients = append(w.clients, cl)
 	}
 }

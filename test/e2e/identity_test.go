@@ -21,7 +21,6 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/test/harness"
@@ -33,8 +32,7 @@ func TestInvalidIdentityExportsNothing(t *testing.T) {
 	inParallel(t)
 	env := harness.Clusters(t, 1)
 	cm := harness.CloudMap(t, cloudmaplocal.Options{})
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	harness.Must(t, err)
+	cl := harness.Client(t, env.Clusters[0].Config)
 	ctx := context.Background()
 	prop := &aboutv1alpha1.ClusterProperty{}
 	harness.Must(t, cl.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, prop))

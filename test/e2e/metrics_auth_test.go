@@ -23,10 +23,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -103,8 +101,7 @@ func TestDNSMetricsSecure(t *testing.T) {
 	env := harness.Clusters(t, 1)
 	c := env.Clusters[0]
 	ctx := context.Background()
-	cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
-	harness.Must(t, err)
+	cl := harness.Client(t, c.Config)
 	ch := loadChart(t)
 	namespace(t, cl, releaseNS)
 	harness.Must(t, applyAll(ctx, cl, crds(t, ch)))

@@ -30,7 +30,6 @@ import (
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/internal/imports"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/test/harness"
@@ -131,8 +130,7 @@ func (l *legacy) toClustermap(t *testing.T) (one client.Client, stop func()) {
 	ctx := context.Background()
 	harness.Must(t, applyAll(ctx, l.one, crds(t, loadChart(t))))
 	// A new client: the old one's discovery knew v1alpha1 only.
-	one, err := client.New(l.w.env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	harness.Must(t, err)
+	one = harness.Client(t, l.w.env.Clusters[0].Config)
 	harness.Eventually(t, 30*time.Second, "the v1alpha1 ServiceExport read as v1beta1", func() error {
 		se := &mcsv1beta1.ServiceExport{}
 		if err := one.Get(ctx, client.ObjectKey{Namespace: legacyNS, Name: "web"}, se); err != nil {

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -49,8 +48,7 @@ func TestUpgradeFromPreviousChart(t *testing.T) {
 	env := harness.Clusters(t, 1)
 	c := env.Clusters[0]
 	ctx := context.Background()
-	cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
-	harness.Must(t, err)
+	cl := harness.Client(t, c.Config)
 
 	// A cluster as v0.1.0's install found it: no ClusterProperties yet
 	// (that chart makes them, and refuses ones it does not hold).

@@ -13,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // Clusters starts n clusters for a test and stops them, processes and files,
@@ -70,4 +74,15 @@ func CloudMap(t testing.TB, opts cloudmaplocal.Options) *devenv.CloudMap {
 	}
 	t.Cleanup(func() { _ = cm.Close() })
 	return cm
+}
+
+// Client is a client of the cluster cfg reaches, knowing every kind
+// clustermap reads and writes (kube.Scheme).
+func Client(t testing.TB, cfg *rest.Config) client.Client {
+	t.Helper()
+	cl, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }

@@ -210,10 +210,7 @@ func start(t *testing.T, s settings) *fleet {
 	env := harness.Clusters(t, s.clusters)
 	f := &fleet{s: s, env: env, down: map[int]bool{}, w: newWorkload(), ownCalls: map[string]int{}}
 	for _, c := range env.Clusters {
-		cl, err := client.New(c.Config, client.Options{Scheme: kube.Scheme()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := harness.Client(t, c.Config)
 		f.clients = append(f.clients, cl)
 		f.ids = append(f.ids, c.ID)
 		for _, ns := range []string{nsMCS, nsSyn, nsDNS, kube.DefaultStatusNamespace} {
