@@ -15,7 +15,7 @@ import (
 // this annotation was first written). The oldest export wins a conflict,
 // and a creation time is what the exporter says; a cluster that joins
 // later cannot claim to be much older than its joining, so that a newcomer's
-// backdated ServiceExport wins nothing (issue 49).
+// backdated ServiceExport wins nothing.
 const JoinedAnnotation = "clustermap.io/exporters-joined"
 
 // joinGrace is how much older than its joining a newcomer's export may
