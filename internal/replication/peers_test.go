@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
@@ -116,5 +117,37 @@ current-context: p
 		if _, err := peerConfig([]byte(kc), false, true); !c.ok && errors.Is(err, ErrInsecurePeer) {
 			t.Errorf("allowed, cluster %s, user %s: still refused: %v", c.cluster, c.user, err)
 		}
+	}
+}
+
+// A peer kubeconfig's token expiry is exported as the peer's gauge (what
+// ClustermapSyndicatePeerTokenExpiring reads), and goes with the peer.
+func TestPeerTokenExpiryIsExported(t *testing.T) {
+	dir := t.TempDir()
+	payload := base64.RawURLEncoding.EncodeToString([]byte(`{"exp":2000000000}`))
+	kubeconfig := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: p, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: p, user: {token: "e30.%s.c2ln"}}]
+contexts: [{name: p, context: {cluster: p, user: p}}]
+current-context: p
+`, payload)
+	path := filepath.Join(dir, "expiring.yaml")
+	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ps := &Peers{Dir: dir, Scheme: scheme.Scheme, Log: testr.New(t)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = ps.Start(ctx)
+	cancel()
+	if got := testutil.ToFloat64(peerTokenExpiry.WithLabelValues("expiring")); got != 2000000000 {
+		t.Errorf("the expiry gauge reads %v, want the token's exp 2000000000", got)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	ps.scan(context.Background())
+	if n := testutil.CollectAndCount(peerTokenExpiry); n != 0 {
+		t.Errorf("%d expiry series left after the peer's file went", n)
 	}
 }
