@@ -69,7 +69,10 @@ func TestUpFailureLeavesNothingRunning(t *testing.T) {
 	if err := os.WriteFile(apiserver, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Starts wait their turn behind every other test process's (they are
+	// serialized machine-wide): a bound that ran out first would fail Up
+	// without naming cluster-2. The test judges the failure, not speed.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	_, err := devenv.Up(ctx, devenv.Options{Clusters: 2, BinDir: bin, StateDir: stateDir, Prefix: "t-fail", Log: os.Stderr})
 	if err == nil {
