@@ -402,12 +402,7 @@ func writesOnlyItsOwn(t *testing.T, admin, sa *rest.Config) {
 		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			discoveryv1.LabelServiceName: "user", discoveryv1.LabelManagedBy: manager}}, AddressType: discoveryv1.AddressTypeIPv4}
 	}
-	refused := func(what string, err error) {
-		t.Helper()
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+release+"-writes'") {
-			t.Errorf("%s: %v, want forbidden by the %s-writes policy", what, err, release)
-		}
-	}
+	refused := func(what string, err error) { t.Helper(); refusedBy(t, release+"-writes", what, err) }
 	_, err = own.CoreV1().Services(ns).Create(ctx, svc("user", nil), metav1.CreateOptions{})
 	harness.Must(t, err)
 	_, err = own.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("user-abcde", "endpointslice-controller.k8s.io"), metav1.CreateOptions{})

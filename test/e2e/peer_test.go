@@ -168,12 +168,7 @@ func peerService(name, cluster string) *corev1.Service {
 func checkPeerPolicy(t *testing.T, admin, as kubernetes.Interface, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	refused := func(what string, err error) {
-		t.Helper()
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'clustermap-peer'") {
-			t.Errorf("%s: %v, want forbidden by the clustermap-peer policy", what, err)
-		}
-	}
+	refused := func(what string, err error) { t.Helper(); refusedBy(t, "clustermap-peer", what, err) }
 	// The policy is enforced once the API server has read it.
 	harness.Eventually(t, 30*time.Second, "the peer policy enforced", func() error {
 		_, err := as.CoreV1().Services(ns).Create(ctx, peerService("stray", ""), metav1.CreateOptions{})
@@ -239,6 +234,15 @@ func checkPeerPolicy(t *testing.T, admin, as kubernetes.Interface, ns string) {
 	}
 	if err := as.CoreV1().Services(ns).Delete(ctx, "replica", metav1.DeleteOptions{}); err != nil {
 		t.Errorf("the peer deleting its replica: %v", err)
+	}
+}
+
+// refusedBy checks that err is the named admission policy's refusal of
+// what was tried.
+func refusedBy(t *testing.T, policy, what string, err error) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'") {
+		t.Errorf("%s: %v, want forbidden by the %s policy", what, err, policy)
 	}
 }
 
