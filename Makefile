@@ -55,7 +55,8 @@ release:
 	@ONLY="cyclonedx-gomod$(if $(COSIGN_KEY), cosign)" hack/build-tools.sh
 	go run ./hack/release -version '$(VERSION)' -out '$(RELEASE_DIR)' -tools '$(BIN)'
 
-## generate: emulator wire code, deep-copies, the ClusterProperty CRD, one
+## generate: emulator wire code, deep-copies, the ClusterProperty CRD, the
+## hub's ClusterExport CRD (config/hub, installed by clustermap hub init), one
 ## least-privilege ClusterRole per mode (controller-gen), and the chart's copies
 # The Cloud Map API model the emulator's wire code is generated from: an
 # input kept outside the clone (../shared/spec), needed only here.
@@ -65,7 +66,8 @@ generate: tools
 	@test -f "$(MODEL)" || { echo "make generate: the Cloud Map API model $(MODEL) is missing: put the shared folder beside the clone (../shared/spec/) or pass MODEL=path/to/servicediscovery-2017-03-14.smithy.json" >&2; exit 1; }
 	go run ./internal/cloudmaplocal/modelgen "$(MODEL)" internal/cloudmaplocal/zz_generated_model.go internal/cloudmaplocal/testdata/servicediscovery-model.json
 	$(BIN)/controller-gen object paths=./api/...
-	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=config/crd/bases
+	$(BIN)/controller-gen crd paths=./api/v1alpha1/... output:crd:dir=config/crd/bases
+	$(BIN)/controller-gen crd paths=./api/hub/... output:crd:dir=config/hub
 	$(BIN)/controller-gen rbac:roleName=clustermap-mcs paths="./internal/controller;./internal/export;./internal/imports" output:rbac:dir=config/rbac/mcs
 	$(BIN)/controller-gen rbac:roleName=clustermap-cloudmap-dns paths="./internal/controller;./internal/cloudmapdns" output:rbac:dir=config/rbac/cloudmap-dns
 	$(BIN)/controller-gen rbac:roleName=clustermap-syndicate paths="./internal/controller;./internal/replication" output:rbac:dir=config/rbac/syndicate

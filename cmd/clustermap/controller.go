@@ -24,7 +24,7 @@ import (
 func newController() *cobra.Command {
 	o := controller.Options{}
 	zapOpts := zap.Options{}
-	endpointRecords := "packed"
+	endpointRecords, registryKind := "packed", "cloudmap"
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the controller in a member cluster (Multi-Cluster Services over AWS Cloud Map)",
@@ -55,7 +55,11 @@ A clusterset across AWS accounts: one account owns the clusterset's Cloud
 Map namespaces and shares them with the others through AWS RAM; every
 cluster, the owner's too, names it with --cloudmap-owner-account. A
 clusterset across Regions: each cluster exports to its own Region and
-imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
+imports from every Region --regions lists (see docs/accounts-and-regions.md).
+
+Outside AWS: --registry=hub --hub-kubeconfig FILE makes a Kubernetes hub
+cluster the MCS registry in place of Cloud Map (clustermap hub init and hub
+join; docs/hub.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = zap.New(zap.UseFlagOptions(&zapOpts))
@@ -75,6 +79,18 @@ imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 				o.PerEndpointRecords = true
 			default:
 				return fmt.Errorf("--cloudmap-endpoint-records is %q: packed or per-endpoint", endpointRecords)
+			}
+			switch registryKind {
+			case "cloudmap":
+				if o.HubKubeconfig != "" {
+					return fmt.Errorf("--hub-kubeconfig is set: add --registry=hub to use the hub instead of Cloud Map")
+				}
+			case "hub":
+				if o.HubKubeconfig == "" {
+					return fmt.Errorf("--registry=hub needs --hub-kubeconfig: the member kubeconfig clustermap hub join wrote")
+				}
+			default:
+				return fmt.Errorf("--registry is %q: cloudmap or hub", registryKind)
 			}
 			ctrl.SetLogger(o.Log)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -117,6 +133,8 @@ imports from every Region --regions lists (see docs/accounts-and-regions.md).`,
 	f.StringSliceVar(&o.Namespaces, "namespaces", nil, "only these namespaces (default: all)")
 	f.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", kube.DefaultExcludeNamespaces, "never these namespaces")
 	f.BoolVar(&o.MCS, "mcs", true, "run the Multi-Cluster Services reconcilers")
+	f.StringVar(&registryKind, "registry", "cloudmap", "the MCS mode's registry: cloudmap (AWS Cloud Map), or hub (a Kubernetes hub cluster, --hub-kubeconfig; docs/hub.md)")
+	f.StringVar(&o.HubKubeconfig, "hub-kubeconfig", "", "with --registry=hub: the member kubeconfig clustermap hub join wrote")
 	f.BoolVar(&o.CloudMapDNS, "cloudmap-dns", false, "register Services annotated "+cloudmapdns.AnnotationNamespace+" and "+cloudmapdns.AnnotationHostname+" in Cloud Map (ECS-compatible)")
 	f.StringVar(&o.ClusterName, "cluster-name", "", "this cluster's name on Cloud Map instances (default: the cluster.clusterset.k8s.io ClusterProperty, else kube-system's UID)")
 	f.Int64Var(&o.DNSTTL, "dns-ttl", 10, "TTL in seconds of the DNS records of Cloud Map services clustermap creates")

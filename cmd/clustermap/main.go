@@ -43,6 +43,7 @@ func newRoot() *cobra.Command {
 		newUninstall(),
 		newForgetCluster(),
 		newPeerKubeconfig(),
+		newHub(),
 		newVerify(),
 		newProbe(),
 	)

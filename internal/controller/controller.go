@@ -103,6 +103,10 @@ type Options struct {
 	Namespaces, ExcludeNamespaces []string
 
 	MCS bool
+	// HubKubeconfig, when set, makes the MCS mode's registry the hub
+	// cluster it reaches (clustermap hub join wrote it) instead of Cloud
+	// Map (--registry=hub).
+	HubKubeconfig string
 
 	// CloudMapDNS registers annotated Services in Cloud Map DNS namespaces.
 	CloudMapDNS bool
@@ -270,7 +274,14 @@ func Run(ctx context.Context, o Options) error {
 	var regions []mcs.Region
 	var account string
 	kube.Register(metrics.Registry, version.BuildInfo("controller"))
-	if o.MCS || o.CloudMapDNS {
+	var hubCfg *rest.Config
+	if o.HubKubeconfig != "" {
+		if hubCfg, err = kube.RESTConfig(o.HubKubeconfig, ""); err != nil {
+			return fmt.Errorf("--hub-kubeconfig: %w (clustermap hub join writes it)", err)
+		}
+		log.Info("using a hub cluster as the registry", "hub", hubCfg.Host)
+	}
+	if o.MCS && hubCfg == nil || o.CloudMapDNS {
 		kube.Register(metrics.Registry, telemetry.Collectors()...)
 		co := cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, Credentials: o.CloudMapCredentials, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
 			DataQPS: o.CloudMapDataQPS, DataBurst: o.CloudMapDataBurst}
@@ -294,7 +305,7 @@ func Run(ctx context.Context, o Options) error {
 		usage := cloudmap.NewUsage(o.NamespaceInstanceQuota)
 		kube.Register(metrics.Registry, usage)
 		reporter.Quota = usage.Summary
-		if err := mcs.Setup(mgr, mcs.Options{CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
+		if err := mcs.Setup(mgr, mcs.Options{Hub: hubCfg, CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
 			PerEndpointRecords: o.PerEndpointRecords, OnRecordFormat: reporter.RecordFormat, Usage: usage, MaxImportEndpoints: o.MaxImportEndpoints,
 			Namespaces: inScope, Withdrawal: withdrawal, Recorder: recorder, Log: log,
 			Metrics: metrics.Registry, OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) },

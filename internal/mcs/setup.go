@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -28,6 +29,7 @@ import (
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/hub"
 	"github.com/clustermap/clustermap/internal/registry/multi"
 	"github.com/clustermap/clustermap/internal/telemetry"
 	"github.com/clustermap/clustermap/internal/withdraw"
@@ -38,6 +40,9 @@ type Options struct {
 	// Registry, when set, makes the registry of a cluster instead of Cloud
 	// Map (tests: a memory registry).
 	Registry func(clusterid.Identity) registry.Registry
+	// Hub, when set, reaches the hub cluster that is the registry instead
+	// of Cloud Map.
+	Hub *rest.Config
 	// CloudMap is the home Region's client: exports go there. Regions,
 	// when set, are every Region the clusterset reads, the home one too.
 	CloudMap *servicediscovery.Client
@@ -105,9 +110,15 @@ func Setup(mgr manager.Manager, o Options) error {
 		}
 		var reg registry.Registry
 		var sink registry.Sink = view
-		if o.Registry != nil {
+		switch {
+		case o.Registry != nil:
 			reg = o.Registry(id)
-		} else {
+		case o.Hub != nil:
+			if reg, err = hub.New(o.Hub, hub.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, SilentAfter: o.Watch.SilentAfter,
+				MaxImportEndpoints: o.MaxImportEndpoints, OnSilent: silentEvents(mgr.GetAPIReader(), o.Recorder), Log: o.Log.WithName("hub")}); err != nil {
+				return err
+			}
+		default:
 			formats := &cloudmap.Formats{Cluster: id.ClusterID, PerEndpoint: o.PerEndpointRecords, OnChoice: func(c cloudmap.Choice, switched bool) {
 				o.Log.Info("endpoint record format", "format", c.String())
 				if o.OnRecordFormat != nil {

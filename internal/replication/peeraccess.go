@@ -19,6 +19,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // A peer's kubeconfig is another cluster's controller acting here: it
@@ -124,7 +126,7 @@ func GrantPeer(ctx context.Context, c client.Client, cs kubernetes.Interface, a 
 	}
 	want := a.Objects()
 	for _, o := range want {
-		if err := upsert(ctx, c, o); err != nil {
+		if err := kube.Upsert(ctx, c, o); err != nil {
 			return "", time.Time{}, fmt.Errorf("%T %s: %w", o, client.ObjectKeyFromObject(o), err)
 		}
 	}
@@ -143,22 +145,6 @@ func GrantPeer(ctx context.Context, c client.Client, cs kubernetes.Interface, a 
 // ServiceAccount goes, and with it every token issued for it.
 func RevokePeer(ctx context.Context, c client.Client, a PeerAccess) error {
 	return dropStale(ctx, c, a.For, nil)
-}
-
-func upsert(ctx context.Context, c client.Client, o client.Object) error {
-	cur := o.DeepCopyObject().(client.Object)
-	err := c.Get(ctx, client.ObjectKeyFromObject(o), cur)
-	if apierrors.IsNotFound(err) {
-		return c.Create(ctx, o)
-	}
-	if err != nil {
-		return err
-	}
-	if _, ok := o.(*corev1.ServiceAccount); ok {
-		return nil // nothing of it is ours to set but its name
-	}
-	o.SetResourceVersion(cur.GetResourceVersion())
-	return c.Update(ctx, o)
 }
 
 // dropStale deletes the bindings and ServiceAccount made for a consuming

@@ -1,0 +1,212 @@
+// Package hub is a Registry held by a hub Kubernetes cluster's API server:
+// for clustersets outside AWS, or that would rather not depend on Cloud
+// Map. Each member writes its exports as ClusterExport objects (chunks of
+// at most 1,000 endpoints) in its clusterset's namespace on the hub, and
+// proves it is alive with a Lease there; every member watches both, from
+// the hub's watch cache, and never polls. The hub's admission policy
+// (Install) binds each object to the member it names.
+package hub
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hubv1alpha1 "github.com/clustermap/clustermap/api/hub/v1alpha1"
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// DefaultHeartbeat is how often a member renews its Lease.
+const DefaultHeartbeat = 30 * time.Second
+
+// DefaultSilentAfter is how long a member's Lease may stand still while
+// others move before its exports are drained: four heartbeats, as with
+// Cloud Map (--silent-cluster-ttl).
+const DefaultSilentAfter = 4 * DefaultHeartbeat
+
+// fieldOwner is clustermap's field manager on the hub.
+const fieldOwner = "clustermap"
+
+// Options of one member's hub registry.
+type Options struct {
+	ClusterSet, Cluster string
+	// Namespace is the clusterset's namespace on the hub (Namespace of the
+	// clusterset when empty).
+	Namespace string
+	// Heartbeat spaces the renewals of this member's Lease; SilentAfter
+	// drains a member whose Lease stood still that long while another's
+	// moved (<0: never; 0: the defaults).
+	Heartbeat, SilentAfter time.Duration
+	// MaxImportEndpoints caps each cluster's endpoints of a service (0:
+	// registry.DefaultMaxImportEndpoints).
+	MaxImportEndpoints int
+	// OnSilent, when set, hears a member drained or restored.
+	OnSilent func(cluster string, lastProof time.Time, silent bool)
+	Log      logr.Logger
+}
+
+// Namespace is the hub namespace of a clusterset: clusterset-<id> when
+// that is a DNS label, else named by a digest of the id.
+func Namespace(clusterSet string) string {
+	if n := "clusterset-" + clusterSet; len(validation.IsDNS1123Label(n)) == 0 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(clusterSet))
+	return "clusterset-" + hex.EncodeToString(sum[:])[:16]
+}
+
+// LeaseName is a member's Lease on the hub.
+func LeaseName(cluster string) string { return "member-" + cluster }
+
+// Scheme holds the hub's types this package reads and writes.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = hubv1alpha1.AddToScheme(s)    // static registrations: cannot fail
+	_ = coordinationv1.AddToScheme(s) // as above
+	return s
+}
+
+// Registry is one member's view of the hub.
+type Registry struct {
+	cfg *rest.Config
+	c   client.Client
+	o   Options
+	ns  string
+
+	mu sync.Mutex
+	// synced is set once the watch's caches have synced: Check answers only
+	// after that.
+	synced bool
+	// dirty holds the services to tell the watch's sink of; wake wakes it.
+	dirty map[registry.Key]bool
+	wake  chan struct{}
+}
+
+var _ registry.Registry = (*Registry)(nil)
+
+// New makes cluster's registry on the hub that cfg reaches.
+func New(cfg *rest.Config, o Options) (*Registry, error) {
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return nil, fmt.Errorf("hub client: %w", err)
+	}
+	if o.Namespace == "" {
+		o.Namespace = Namespace(o.ClusterSet)
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.SilentAfter == 0 {
+		o.SilentAfter = DefaultSilentAfter
+	}
+	if o.MaxImportEndpoints <= 0 {
+		o.MaxImportEndpoints = registry.DefaultMaxImportEndpoints
+	}
+	return &Registry{cfg: cfg, c: c, o: o, ns: o.Namespace, dirty: map[registry.Key]bool{}, wake: make(chan struct{}, 1)}, nil
+}
+
+// Publish makes the hub hold e as this member's export: the chunks whose
+// revision differs are applied, every other chunk before the head, then
+// chunks past the new count are deleted. A hub that cannot be reached
+// fails the publish and changes nothing.
+func (r *Registry) Publish(ctx context.Context, e registry.Export) error {
+	if e.Cluster != r.o.Cluster || e.ClusterSet != r.o.ClusterSet {
+		return fmt.Errorf("export of %s by cluster %q of %q published as cluster %q of %q", e.Key, e.Cluster, e.ClusterSet, r.o.Cluster, r.o.ClusterSet)
+	}
+	want, err := chunks(r.ns, e)
+	if err != nil {
+		return err
+	}
+	held, err := r.held(ctx, e.Key)
+	if err != nil {
+		return err
+	}
+	for _, o := range append(want[1:], want[0]) {
+		if h := held[o.Name]; h != nil && h.Spec.Revision == o.Spec.Revision {
+			continue
+		}
+		if err := r.c.Patch(ctx, o, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+			return fmt.Errorf("writing %s/%s on the hub: %w", r.ns, o.Name, err)
+		}
+	}
+	for _, h := range held {
+		if int(h.Spec.Chunk) >= len(want) {
+			if err := client.IgnoreNotFound(r.c.Delete(ctx, h)); err != nil {
+				return fmt.Errorf("deleting %s/%s on the hub: %w", r.ns, h.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Withdraw deletes this member's chunks of a service, the head first (a
+// reader then sees no export, never a part of one).
+func (r *Registry) Withdraw(ctx context.Context, key registry.Key) error {
+	held, err := r.held(ctx, key)
+	if err != nil {
+		return err
+	}
+	if h := held[objectName(r.o.Cluster, key, 0)]; h != nil {
+		if err := client.IgnoreNotFound(r.c.Delete(ctx, h)); err != nil {
+			return fmt.Errorf("deleting %s/%s on the hub: %w", r.ns, h.Name, err)
+		}
+	}
+	for _, h := range held {
+		if err := client.IgnoreNotFound(r.c.Delete(ctx, h)); err != nil {
+			return fmt.Errorf("deleting %s/%s on the hub: %w", r.ns, h.Name, err)
+		}
+	}
+	return nil
+}
+
+// held reads this member's chunks of a service from the hub, by name.
+func (r *Registry) held(ctx context.Context, key registry.Key) (map[string]*hubv1alpha1.ClusterExport, error) {
+	list := &hubv1alpha1.ClusterExportList{}
+	if err := r.c.List(ctx, list, client.InNamespace(r.ns), client.MatchingLabels{hubv1alpha1.ClusterLabel: r.o.Cluster,
+		hubv1alpha1.ServiceNamespaceLabel: key.Namespace, hubv1alpha1.ServiceNameLabel: key.Name}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("the hub has no ClusterExport type or namespace %s: run clustermap hub init on it: %w", r.ns, err)
+		}
+		return nil, fmt.Errorf("reading this cluster's exports of %s from the hub: %w", key, err)
+	}
+	held := map[string]*hubv1alpha1.ClusterExport{}
+	for i := range list.Items {
+		held[list.Items[i].Name] = &list.Items[i]
+	}
+	return held, nil
+}
+
+// Check tells the watch's sink what the hub holds of key: the watch cache
+// is whole once synced, so what it lacks is exported nowhere.
+func (r *Registry) Check(key registry.Key) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.synced {
+		r.markLocked(key)
+	}
+}
+
+func (r *Registry) mark(key registry.Key) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.markLocked(key)
+}
+
+func (r *Registry) markLocked(key registry.Key) {
+	r.dirty[key] = true
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,94 @@
+package hub
+
+import (
+	"sync"
+	"time"
+)
+
+// proofs is the members' liveness as one member watches it. A proof is
+// when this watcher saw a member's Lease change (its resourceVersion), on
+// the watcher's own clock: the time a Lease states is the writer's, and
+// proves nothing. A member is drained when its Lease stood still for
+// SilentAfter while another's moved: measured against the newest proof,
+// never the clock, so that a hub that cannot be reached (every Lease
+// stands still for this watcher, its own too) drains nobody. This member
+// is never drained by itself.
+type proofs struct {
+	mu     sync.Mutex
+	self   string
+	ttl    time.Duration
+	rv     map[string]string
+	at     map[string]time.Time
+	silent map[string]time.Time
+}
+
+func newProofs(self string, ttl time.Duration) *proofs {
+	return &proofs{self: self, ttl: ttl, rv: map[string]string{}, at: map[string]time.Time{}, silent: map[string]time.Time{}}
+}
+
+// saw notes a member's Lease as read at now: a proof when it changed.
+func (p *proofs) saw(cluster, rv string, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rv[cluster] != rv {
+		p.rv[cluster], p.at[cluster] = rv, now
+	}
+}
+
+// gone drops a member whose Lease was deleted (forget-cluster): it is
+// no longer judged, and restored if drained.
+func (p *proofs) gone(cluster string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.rv, cluster)
+	delete(p.at, cluster)
+}
+
+// judge drains and restores members from the proofs; it returns those
+// whose state changed.
+func (p *proofs) judge() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var newest time.Time
+	for _, at := range p.at {
+		if at.After(newest) {
+			newest = at
+		}
+	}
+	var changed []string
+	for cluster, at := range p.at {
+		drain := p.ttl > 0 && cluster != p.self && newest.Sub(at) > p.ttl
+		_, was := p.silent[cluster]
+		if drain && !was {
+			p.silent[cluster] = at
+			changed = append(changed, cluster)
+		} else if !drain && was {
+			delete(p.silent, cluster)
+			changed = append(changed, cluster)
+		}
+	}
+	for cluster := range p.silent {
+		if _, ok := p.at[cluster]; !ok {
+			delete(p.silent, cluster)
+			changed = append(changed, cluster)
+		}
+	}
+	return changed
+}
+
+// silentSince is a drained member's last proof (zero: not drained).
+func (p *proofs) silentSince(cluster string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.silent[cluster]
+}
+
+// lastProof is when a member last proved alive (or fallback if unknown).
+func (p *proofs) lastProof(cluster string, fallback time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if at, ok := p.at[cluster]; ok {
+		return at
+	}
+	return fallback
+}

@@ -1,0 +1,223 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hubv1alpha1 "github.com/clustermap/clustermap/api/hub/v1alpha1"
+	"github.com/clustermap/clustermap/internal/registry"
+)
+
+// serviceIndex indexes ClusterExports by the service they export.
+const serviceIndex = "service"
+
+// judgeEvery is how often the watch judges the members' liveness.
+const judgeEvery = time.Second
+
+// Watch tells sink every service of the clusterset, then Synced, then each
+// change, until ctx ends: from a cache of the clusterset's hub namespace,
+// filled by one list (served from the hub's watch cache) and kept by one
+// watch, never by a read per service. While the hub cannot be reached
+// the cache keeps what it holds: nothing is removed. It renews this
+// member's Lease too.
+func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
+	c, err := cache.New(r.cfg, cache.Options{Scheme: Scheme(), DefaultNamespaces: map[string]cache.Config{r.ns: {}}})
+	if err != nil {
+		return fmt.Errorf("hub cache: %w", err)
+	}
+	if err := c.IndexField(ctx, &hubv1alpha1.ClusterExport{}, serviceIndex, func(o client.Object) []string {
+		return []string{keyOf(o.(*hubv1alpha1.ClusterExport)).String()}
+	}); err != nil {
+		return err
+	}
+	proofs := newProofs(r.o.Cluster, r.o.SilentAfter)
+	exports, err := c.GetInformer(ctx, &hubv1alpha1.ClusterExport{})
+	if err != nil {
+		return err
+	}
+	onExport := func(obj any) {
+		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if o, ok := obj.(*hubv1alpha1.ClusterExport); ok {
+			r.mark(keyOf(o))
+		}
+	}
+	if _, err := exports.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: onExport, UpdateFunc: func(_, o any) { onExport(o) }, DeleteFunc: onExport,
+	}); err != nil {
+		return err
+	}
+	leases, err := c.GetInformer(ctx, &coordinationv1.Lease{})
+	if err != nil {
+		return err
+	}
+	onLease := func(obj any) {
+		if l, ok := obj.(*coordinationv1.Lease); ok {
+			if cluster, ok := strings.CutPrefix(l.Name, "member-"); ok {
+				proofs.saw(cluster, l.ResourceVersion, time.Now())
+			}
+		}
+	}
+	if _, err := leases.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: onLease, UpdateFunc: func(_, o any) { onLease(o) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				proofs.gone(strings.TrimPrefix(l.Name, "member-"))
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	go func() { _ = c.Start(ctx) }()
+	go r.heartbeat(ctx)
+	if !c.WaitForCacheSync(ctx) {
+		return ctx.Err()
+	}
+	w := &watching{r: r, cache: c, sink: sink, proofs: proofs, last: map[registry.Key]map[string]registry.Export{}}
+	r.mu.Lock()
+	r.synced = true
+	keys := r.dirty
+	r.dirty = map[registry.Key]bool{}
+	r.mu.Unlock()
+	all := &hubv1alpha1.ClusterExportList{}
+	if err := c.List(ctx, all); err != nil {
+		return err
+	}
+	for _, o := range all.Items {
+		keys[keyOf(&o)] = true
+	}
+	proofs.judge()
+	w.tell(ctx, keys)
+	sink.Synced()
+	tick := time.NewTicker(judgeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		case <-tick.C:
+			for _, cluster := range proofs.judge() {
+				w.changedLiveness(cluster)
+			}
+		}
+		r.mu.Lock()
+		keys := r.dirty
+		r.dirty = map[registry.Key]bool{}
+		r.mu.Unlock()
+		w.tell(ctx, keys)
+	}
+}
+
+func keyOf(o *hubv1alpha1.ClusterExport) registry.Key {
+	return registry.Key{Namespace: o.Spec.Service.Namespace, Name: o.Spec.Service.Name}
+}
+
+// watching is one Watch's state: what it last read whole of each export.
+type watching struct {
+	r      *Registry
+	cache  cache.Cache
+	sink   registry.Sink
+	proofs *proofs
+	// last holds each cluster's last whole export of each service: while
+	// a write is under way (chunks of two revisions), readers keep it.
+	last map[registry.Key]map[string]registry.Export
+}
+
+// tell reads each service from the cache and tells the sink.
+func (w *watching) tell(ctx context.Context, keys map[registry.Key]bool) {
+	for _, key := range slices.SortedFunc(maps.Keys(keys), func(a, b registry.Key) int { return strings.Compare(a.String(), b.String()) }) {
+		list := &hubv1alpha1.ClusterExportList{}
+		if err := w.cache.List(ctx, list, client.MatchingFields{serviceIndex: key.String()}); err != nil {
+			w.sink.Unreadable(key)
+			continue
+		}
+		byCluster := map[string][]*hubv1alpha1.ClusterExport{}
+		for i := range list.Items {
+			o := &list.Items[i]
+			byCluster[o.Spec.Cluster] = append(byCluster[o.Spec.Cluster], o)
+		}
+		now := map[string]registry.Export{}
+		for cluster, objs := range byCluster {
+			if !slices.ContainsFunc(objs, func(o *hubv1alpha1.ClusterExport) bool { return o.Spec.Chunk == 0 }) {
+				continue // withdrawn (the head goes first), or not yet written whole
+			}
+			if e, ok := assemble(w.r.o.ClusterSet, objs); ok && e.Key == key {
+				now[cluster] = e
+			} else if prev, ok := w.last[key][cluster]; ok {
+				now[cluster] = prev
+			}
+		}
+		if len(now) == 0 {
+			delete(w.last, key)
+		} else {
+			w.last[key] = now
+		}
+		w.sink.Set(key, w.exports(now))
+	}
+}
+
+// exports orders a service's exports by cluster, capped and marked
+// silent as the liveness says.
+func (w *watching) exports(byCluster map[string]registry.Export) []registry.Export {
+	out := make([]registry.Export, 0, len(byCluster))
+	for _, cluster := range slices.Sorted(maps.Keys(byCluster)) {
+		e := byCluster[cluster]
+		if max := w.r.o.MaxImportEndpoints; len(e.Endpoints) > max {
+			e.Endpoints, e.Capped = e.Endpoints[:max:max], max
+		}
+		e.Silent = w.proofs.silentSince(cluster)
+		out = append(out, e)
+	}
+	return out
+}
+
+// changedLiveness tells again every service a drained or restored
+// cluster exports.
+func (w *watching) changedLiveness(cluster string) {
+	since := w.proofs.silentSince(cluster)
+	if w.r.o.OnSilent != nil {
+		w.r.o.OnSilent(cluster, w.proofs.lastProof(cluster, since), !since.IsZero())
+	}
+	w.r.o.Log.Info("member liveness changed", "cluster", cluster, "drained", !since.IsZero())
+	for key, byCluster := range w.last {
+		if _, ok := byCluster[cluster]; ok {
+			w.r.mark(key)
+		}
+	}
+}
+
+// heartbeat renews this member's Lease every Heartbeat until ctx ends.
+func (r *Registry) heartbeat(ctx context.Context) {
+	for {
+		lease := &coordinationv1.Lease{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: LeaseName(r.o.Cluster), Labels: map[string]string{hubv1alpha1.ClusterLabel: r.o.Cluster}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(r.o.Cluster), RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
+				LeaseDurationSeconds: ptr.To(int32(r.o.SilentAfter / time.Second))},
+		}
+		if err := r.c.Patch(ctx, lease, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil && ctx.Err() == nil {
+			r.o.Log.Error(err, "renewing this member's Lease on the hub: other members will drain this cluster if it lasts", "lease", r.ns+"/"+lease.Name)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.o.Heartbeat):
+		}
+	}
+}
