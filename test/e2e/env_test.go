@@ -55,6 +55,11 @@ type world struct {
 	// log holds the controllers' lines until the test fails
 	// (harness.HeldLog), made by the first startControllers.
 	log logr.Logger
+	// hub, when set, is the hub cluster that is the registry in place of
+	// Cloud Map (cm is nil then), and hubKubeconfigs each member's file
+	// from clustermap hub join, by cluster id.
+	hub            *devenv.Cluster
+	hubKubeconfigs map[string]string
 }
 
 func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
@@ -94,13 +99,22 @@ func (w *world) startControllersIn(t *testing.T, clusters []*devenv.Cluster, tun
 	if w.log.GetSink() == nil {
 		w.log = harness.HeldLog(t)
 	}
-	wait := some.StartControllers(ctx, w.cm.URL,
+	cmURL := ""
+	if w.cm != nil {
+		cmURL = w.cm.URL
+	}
+	wait := some.StartControllers(ctx, cmURL,
 		func(*devenv.Cluster) logr.Logger { return w.log },
 		func(o *controller.Options) {
 			// Polls every 500 ms rather than 1.5 s, to keep the suite
 			// short; every other setting is the shipped default.
 			o.Watch = cloudmap.WatchOptions{PollInterval: 500 * time.Millisecond}
 			o.OnCloudMapCall = w.calls.Record
+			for _, c := range clusters {
+				if c.Config == o.Config && w.hub != nil {
+					o.HubKubeconfig = w.hubKubeconfigs[c.ID]
+				}
+			}
 			if tune != nil {
 				tune(o)
 			}

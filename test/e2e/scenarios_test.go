@@ -370,6 +370,20 @@ func (w *world) unexport(t *testing.T) {
 		})
 	}
 	t.Logf("imports removed from 3 clusters %v after unexport", time.Since(start).Round(time.Millisecond))
+	if w.hub != nil {
+		w.hubClean(t, ns, name)
+	} else {
+		w.cloudMapClean(t, ns)
+	}
+	se := &mcsv1beta1.ServiceExport{}
+	if err := src.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se); !apierrors.IsNotFound(err) {
+		t.Errorf("the ServiceExport should be gone once withdrawn: %v", err)
+	}
+}
+
+// cloudMapClean waits until Cloud Map holds nothing of a namespace.
+func (w *world) cloudMapClean(t *testing.T, ns string) {
+	t.Helper()
 	c := w.cloudMap(t)
 	harness.Eventually(t, importDeadline, "Cloud Map cleaned", func() error {
 		out, err := c.ListNamespaces(context.Background(), &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{{Name: types.NamespaceFilterNameName, Values: []string{ns}}}})
@@ -381,10 +395,6 @@ func (w *world) unexport(t *testing.T) {
 		}
 		return nil
 	})
-	se := &mcsv1beta1.ServiceExport{}
-	if err := src.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se); !apierrors.IsNotFound(err) {
-		t.Errorf("the ServiceExport should be gone once withdrawn: %v", err)
-	}
 }
 
 func (w *world) invalid(t *testing.T) {

@@ -330,6 +330,7 @@ func TestHubDownRemovesNothing(t *testing.T) {
 // one member (a restarted controller) syncs from one list, with no read
 // per service.
 func BenchmarkResync(b *testing.B) {
+	ctrllog.SetLogger(harness.HeldLog(b))
 	env := harness.Clusters(b, 1)
 	admin := env.Clusters[0].Config
 	ctx := context.Background()

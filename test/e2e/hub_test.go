@@ -1,0 +1,76 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hubv1alpha1 "github.com/clustermap/clustermap/api/hub/v1alpha1"
+	"github.com/clustermap/clustermap/internal/registry/hub"
+	"github.com/clustermap/clustermap/test/harness"
+)
+
+// TestMCSOverHub runs the Multi-Cluster Services scenarios that hold for
+// any registry with a hub cluster as the registry in place of Cloud Map:
+// three members, each controller with the kubeconfig clustermap hub join
+// gave it (under the hub's admission policy), and no Cloud Map at all.
+func TestMCSOverHub(t *testing.T) {
+	inParallel(t)
+	w := hubWorld(t, 3)
+	t.Cleanup(w.startControllers(t, nil))
+	t.Run("ClusterSetIP export is imported into every cluster", w.clusterSetIP)
+	t.Run("headless export keeps hostnames", w.headless)
+	t.Run("scaling is reflected in every cluster", w.scaling)
+	t.Run("exports of two clusters are merged", w.twoExporters)
+	t.Run("port and type conflicts: the oldest wins", w.conflicts)
+	t.Run("differing port sets, labels and annotations", w.differingSets)
+	t.Run("a dual-stack export", w.dualStack)
+	t.Run("unexport removes imports and cleans the hub", w.unexport)
+	t.Run("ExternalName and missing Services are rejected", w.invalid)
+	t.Run("a namespace missing in a cluster is imported once created", w.lateNamespace)
+}
+
+// hubWorld is n member clusters and a hub cluster, initialised for the
+// members' clusterset, each member joined; no controllers yet.
+func hubWorld(t *testing.T, n int) *world {
+	t.Helper()
+	w := &world{env: harness.Clusters(t, n), hubKubeconfigs: map[string]string{}}
+	w.connect(t)
+	w.hub = harness.Clusters(t, 1).Clusters[0]
+	ctx := context.Background()
+	harness.Must(t, hub.Init(ctx, w.hub.Config, w.env.ClusterSet))
+	dir := t.TempDir()
+	for _, c := range w.env.Clusters {
+		data, _, err := hub.Join(ctx, w.hub.Config, w.env.ClusterSet, c.ID, "", time.Hour)
+		harness.Must(t, err)
+		path := filepath.Join(dir, c.ID+".kubeconfig")
+		harness.Must(t, os.WriteFile(path, data, 0o600))
+		w.hubKubeconfigs[c.ID] = path
+	}
+	return w
+}
+
+// hubClean waits until the hub holds no export of a service.
+func (w *world) hubClean(t *testing.T, ns, name string) {
+	t.Helper()
+	c, err := client.New(w.hub.Config, client.Options{Scheme: hub.Scheme()})
+	harness.Must(t, err)
+	harness.Eventually(t, importDeadline, "the hub cleaned", func() error {
+		list := &hubv1alpha1.ClusterExportList{}
+		if err := c.List(context.Background(), list, client.InNamespace(hub.Namespace(w.env.ClusterSet)),
+			client.MatchingLabels{hubv1alpha1.ServiceNamespaceLabel: ns, hubv1alpha1.ServiceNameLabel: name}); err != nil {
+			return err
+		}
+		if len(list.Items) > 0 {
+			return fmt.Errorf("%d ClusterExports of %s/%s left on the hub", len(list.Items), ns, name)
+		}
+		return nil
+	})
+}
