@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	hubcrd "github.com/clustermap/clustermap/config/hub"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/clusterid"
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // What a hub holds besides the members' records: the CRD, a namespace per
@@ -216,4 +216,3 @@ func Leave(ctx context.Context, c client.Client, clusterSet, cluster string) err
 	}
 	return nil
 }
-
