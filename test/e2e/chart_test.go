@@ -153,6 +153,7 @@ func TestChart(t *testing.T) {
 	t.Run("bad values fail with a clear message", func(t *testing.T) { badValues(t, ch) })
 	t.Run("every TTL the controller takes renders", func(t *testing.T) { goodTTLs(t, ch) })
 	t.Run("accounts and Regions reach the controller", func(t *testing.T) { accountsValues(t, ch) })
+	t.Run("a hub registry needs no Region and mounts the hub kubeconfig", func(t *testing.T) { hubValues(t, w, ch) })
 	t.Run("drains, GitOps, RBAC and DNS values install", func(t *testing.T) { w.operatorValues(t, ch) })
 	t.Run("MCS works with the chart's ServiceAccount only", func(t *testing.T) { w.asServiceAccount(t, ch) })
 }
@@ -232,6 +233,12 @@ func badValues(t *testing.T, ch *chart.Chart) {
 		}, "minAvailable"},
 		{"an extra argument that is no flag", func(v map[string]any) { v["extraArgs"] = []any{"debug"} }, "extraArgs"},
 		{"a cluster id that is no DNS label", func(v map[string]any) { v["clusterProperties"] = map[string]any{"clusterId": "Cluster_1"} }, "clusterId"},
+		{"a registry that is neither", func(v map[string]any) { v["mcs"] = map[string]any{"enabled": true, "registry": "consul"} }, "registry"},
+		{"a hub registry beside Cloud Map DNS, without a Region", func(v map[string]any) {
+			delete(v, "region")
+			v["mcs"] = map[string]any{"enabled": true, "registry": "hub"}
+			v["cloudmapDNS"] = map[string]any{"enabled": true}
+		}, "region is required"},
 		{"a DNS ClusterIP that is no address", func(v map[string]any) {
 			v["dns"] = map[string]any{"enabled": true, "clusterIP": "auto"}
 		}, "clusterIP"},
@@ -257,6 +264,46 @@ func goodTTLs(t *testing.T, ch *chart.Chart) {
 		if _, err := render(ch, v); err != nil {
 			t.Errorf("silentClusterTTL %q: %v", ttl, err)
 		}
+	}
+}
+
+// hubValues: with mcs.registry=hub the controller gets the hub kubeconfig
+// from its Secret and no Cloud Map flag, and no Region is needed.
+func hubValues(t *testing.T, w *world, ch *chart.Chart) {
+	v := modeValues(true, false, false, false)
+	delete(v, "region")
+	v["mcs"] = map[string]any{"enabled": true, "registry": "hub", "hubKubeconfigSecret": "hub-member"}
+	v["cloudMap"] = map[string]any{"silentClusterTTL": "5m"}
+	objs, err := render(ch, v)
+	harness.Must(t, err)
+	harness.Must(t, applyAll(context.Background(), w.clients[0], objs, client.DryRunAll))
+	var args []string
+	var secret string
+	for _, u := range objs {
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		for _, a := range containers[0].(map[string]any)["args"].([]any) {
+			args = append(args, a.(string))
+		}
+		volumes, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
+		for _, vol := range volumes {
+			if vol.(map[string]any)["name"] == "hub" {
+				secret, _, _ = unstructured.NestedString(vol.(map[string]any), "secret", "secretName")
+			}
+		}
+	}
+	for _, want := range []string{"--registry=hub", "--hub-kubeconfig=/etc/clustermap-hub/kubeconfig", "--silent-cluster-ttl=5m"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("the controller's arguments lack %s: %v", want, args)
+		}
+	}
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--region") || strings.HasPrefix(a, "--cloudmap") }) {
+		t.Errorf("Cloud Map arguments with a hub registry: %v", args)
+	}
+	if secret != "hub-member" {
+		t.Errorf("the hub volume's Secret is %q, want hub-member", secret)
 	}
 }
 

@@ -41,6 +41,12 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- end -}}
 
 {{/* Restricted PodSecurity: what every container runs with. */}}
+{{- /* Non-empty when a mode reaches Cloud Map: mcs over Cloud Map, or
+cloudmapDNS. */}}
+{{- define "clustermap.cloudMap" -}}
+{{- if or (and .Values.mcs.enabled (ne (.Values.mcs.registry | default "cloudmap") "hub")) .Values.cloudmapDNS.enabled }}true{{ end }}
+{{- end }}
+
 {{- define "clustermap.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
