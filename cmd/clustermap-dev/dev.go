@@ -113,6 +113,7 @@ func newRoot() *cobra.Command {
 
 	dev.PersistentFlags().StringVar(&stateIn, "state-dir", defaultDevDir, "directory holding the environment's files")
 	up.Flags().BoolVar(&opts.Dataplane, "dataplane", false, dataplaneHelp)
+	up.Flags().BoolVar(&opts.Hub, "hub", false, "start a hub cluster too (context hub), the clusterset's registry in place of Cloud Map, with each member's kubeconfig for it (docs/hub.md)")
 	up.Flags().BoolVar(&opts.AllPods, "all-pods", false, "with --dataplane, network and run every pod (but those on the host's network), not only those annotated "+dataplane.Annotation+"=true")
 	demo.Flags().BoolVar(&opts.Dataplane, "dataplane", true, "end with a real request from cluster-2 to cluster-1 (see dev up --dataplane, whose risks apply)")
 	dev.AddCommand(up, down, demo, ipamCmd, newDevNode(), newDevPodServer(), newDevPodExec(), newDevProbe())
@@ -131,6 +132,12 @@ func printUsage(cmd *cobra.Command, env *devenv.Env) {
 	fmt.Fprintf(w, "  export KUBECONFIG=%s\n", abs)
 	for _, c := range env.Clusters {
 		fmt.Fprintf(w, "  kubectl --context %s get clusterproperties    # pods %s, services %s\n", c.ID, strings.Join(c.PodCIDRs, ","), strings.Join(c.ServiceCIDRs, ","))
+	}
+	if env.HubCluster != nil {
+		fmt.Fprintf(w, "The hub (context hub) holds clusterset %s's registry; run each member's controller over it with:\n", env.ClusterSet)
+		for _, c := range env.Clusters {
+			fmt.Fprintf(w, "  clustermap controller --context %s --registry=hub --hub-kubeconfig %s\n", c.ID, env.HubKubeconfigs[c.ID])
+		}
 	}
 	fmt.Fprintln(w, "Stop them with: clustermap-dev down")
 }

@@ -14,14 +14,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
+	"github.com/clustermap/clustermap/internal/registry/hub"
 )
 
 // Defaults of a development environment.
@@ -68,13 +71,21 @@ type Options struct {
 	// namespace and run their containers' commands as host processes in
 	// it; with AllPods every pod does.
 	Dataplane, AllPods bool
-	Log                io.Writer
+	// Hub starts a hub cluster beside the members, initialised as the
+	// clusterset's registry (clustermap hub init), and writes each
+	// member's kubeconfig for it (clustermap hub join) under StateDir/hub.
+	Hub bool
+	Log io.Writer
 }
 
 // Env is a running environment.
 type Env struct {
 	Options
 	Clusters []*Cluster
+	// HubCluster, with Options.Hub, is the hub; HubKubeconfigs each
+	// member's kubeconfig file for it, by cluster id.
+	HubCluster     *Cluster
+	HubKubeconfigs map[string]string
 }
 
 // stopped holds the ports of the clusters StopCluster stopped, by kwok
@@ -167,6 +178,10 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
+	all := specs
+	if opts.Hub {
+		all = append(slices.Clip(specs), HubSpec(opts.Prefix, opts.PortBase))
+	}
 	if err := CheckBinaries(opts.BinDir); err != nil {
 		return nil, err
 	}
@@ -178,14 +193,14 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 			return nil, err
 		}
 	}
-	if err := checkPorts(specs); err != nil {
+	if err := checkPorts(all); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(opts.StateDir, 0o755); err != nil {
 		return nil, err
 	}
 	// The state goes down first, so that Down finds a crashed Up's leftovers.
-	st := state{Prefix: opts.Prefix, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, Clusters: specs}
+	st := state{Prefix: opts.Prefix, Kubeconfig: opts.Kubeconfig, BinDir: opts.BinDir, Clusters: all}
 	if err := writeJSON(filepath.Join(opts.StateDir, stateFile), st); err != nil {
 		return nil, err
 	}
@@ -218,17 +233,54 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 			return nil, err
 		}
 	}
+	if opts.Hub {
+		if err := env.startHub(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := env.writeKubeconfig(); err != nil {
 		return nil, err
 	}
 	return env, nil
 }
 
+// startHub starts the hub cluster (initialised by prepare) and joins every
+// member to it.
+func (e *Env) startHub(ctx context.Context) error {
+	o := e.Options
+	o.Dataplane = false // the hub runs no pods
+	c, err := startCluster(ctx, o, HubSpec(e.Prefix, e.PortBase))
+	if err != nil {
+		return err
+	}
+	e.HubCluster, e.HubKubeconfigs = c, map[string]string{}
+	dir := filepath.Join(e.StateDir, "hub")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, m := range e.Clusters {
+		data, _, err := hub.Join(ctx, c.Config, e.ClusterSet, m.ID, "", 24*time.Hour)
+		if err != nil {
+			return fmt.Errorf("joining %s to the hub: %w", m.ID, err)
+		}
+		path := filepath.Join(dir, m.ID+".kubeconfig")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return err
+		}
+		e.HubKubeconfigs[m.ID] = path
+	}
+	return nil
+}
+
 // writeKubeconfig merges the clusters into one file, a context per cluster id,
 // credentials inlined so that the file stands on its own.
 func (e *Env) writeKubeconfig() error {
 	out := clientcmdapi.NewConfig()
-	for _, c := range e.Clusters {
+	all := e.Clusters
+	if e.HubCluster != nil {
+		all = append(slices.Clip(all), e.HubCluster)
+	}
+	for _, c := range all {
 		kc, err := clientcmd.LoadFromFile(filepath.Join(kwokClusterDir(e.StateDir, c.KwokName), "kubeconfig.yaml"))
 		if err != nil {
 			return err

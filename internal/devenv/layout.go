@@ -38,6 +38,19 @@ type ClusterSpec struct {
 	// APIServerPort is fixed when the environment has a port base, else 0
 	// (kwokctl picks a free one).
 	APIServerPort int `json:"apiServerPort,omitempty"`
+	// Hub marks the hub cluster (Options.Hub): the clusterset's registry,
+	// no member (no ClusterProperty, no nodes).
+	Hub bool `json:"hub,omitempty"`
+}
+
+// HubSpec is the hub cluster of an environment: apiserver port PortBase
+// (members take PortBase+i), ranges of its own.
+func HubSpec(prefix string, portBase int) ClusterSpec {
+	s := ClusterSpec{ID: "hub", KwokName: prefix + "-hub", PodCIDRs: []string{"10.99.0.0/16"}, ServiceCIDRs: []string{"10.199.0.0/16"}, Hub: true}
+	if portBase > 0 {
+		s.APIServerPort = portBase
+	}
+	return s
 }
 
 // Layout computes the clusters of an environment. Cluster i (from 1) gets

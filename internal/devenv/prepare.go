@@ -25,6 +25,7 @@ import (
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/config/crd"
+	"github.com/clustermap/clustermap/internal/registry/hub"
 )
 
 // Scheme knows the types devenv writes.
@@ -62,6 +63,9 @@ func prepare(ctx context.Context, c *Cluster, opts Options) error {
 	}
 	if err := InstallCRDs(ctx, cl); err != nil {
 		return err
+	}
+	if c.Hub {
+		return hub.Init(ctx, c.Config, opts.ClusterSet)
 	}
 	props := map[string]string{
 		aboutv1alpha1.ClusterIDProperty:  c.ID,
