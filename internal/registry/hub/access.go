@@ -9,9 +9,11 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	hubv1alpha1 "github.com/clustermap/clustermap/api/hub/v1alpha1"
 	hubcrd "github.com/clustermap/clustermap/config/hub"
 	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/kube"
@@ -215,4 +218,54 @@ func Leave(ctx context.Context, c client.Client, clusterSet, cluster string) err
 		}
 	}
 	return nil
+}
+
+// Forget removes a member gone for good from the hub that cfg reaches (as
+// an admin): its ClusterExports (every importer then drops it), its Lease,
+// and its access (Leave). It refuses a member whose Lease the hub saw
+// renewed within silentAfter (the hub's own clock: the Lease's
+// managed-fields time), unless force. It returns how many ClusterExports
+// went.
+func Forget(ctx context.Context, cfg *rest.Config, clusterSet, cluster string, silentAfter time.Duration, force bool) (int, error) {
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return 0, err
+	}
+	ns := Namespace(clusterSet)
+	lease := &coordinationv1.Lease{}
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: LeaseName(cluster)}, lease); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return 0, fmt.Errorf("reading the Lease of %s on the hub: %w", cluster, err)
+	default:
+		var renewed time.Time
+		for _, m := range lease.ManagedFields {
+			if m.Time != nil && m.Time.After(renewed) {
+				renewed = m.Time.Time
+			}
+		}
+		if since := time.Since(renewed); !force && since < silentAfter {
+			return 0, fmt.Errorf("cluster %s proved alive %v ago (within --silent-cluster-ttl %v): it is not gone; --force forgets it anyway", cluster, since.Round(time.Second), silentAfter)
+		}
+	}
+	list := &hubv1alpha1.ClusterExportList{}
+	if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{hubv1alpha1.ClusterLabel: cluster}); err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range list.Items {
+		if list.Items[i].Spec.Cluster != cluster {
+			continue
+		}
+		if err := client.IgnoreNotFound(c.Delete(ctx, &list.Items[i])); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if lease.Name != "" {
+		if err := client.IgnoreNotFound(c.Delete(ctx, lease)); err != nil {
+			return n, err
+		}
+	}
+	return n, Leave(ctx, c, clusterSet, cluster)
 }

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -69,11 +69,12 @@ func Namespace(clusterSet string) string {
 // LeaseName is a member's Lease on the hub.
 func LeaseName(cluster string) string { return "member-" + cluster }
 
-// Scheme holds the hub's types this package reads and writes.
+// Scheme holds the hub's types this package reads and writes: the
+// built-in ones and ClusterExport.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
-	_ = hubv1alpha1.AddToScheme(s)    // static registrations: cannot fail
-	_ = coordinationv1.AddToScheme(s) // as above
+	_ = clientgoscheme.AddToScheme(s) // static registrations: cannot fail
+	_ = hubv1alpha1.AddToScheme(s)    // as above
 	return s
 }
 

@@ -373,3 +373,55 @@ func BenchmarkResync(b *testing.B) {
 		b.Logf("resync of %d services x 20 endpoints: %v", services, took)
 	}
 }
+
+// TestForgetMember: forget-cluster on a hub refuses a member that proved
+// alive, and for one gone deletes its exports (every watcher drops them),
+// its Lease and its access. The TTL passed is 2 s here, not the shipped
+// 2 min, so that the member is past it within the test.
+func TestForgetMember(t *testing.T) {
+	h := startHub(t)
+	set := h.clusterset(t, "set")
+	ctx := context.Background()
+	w := watch(t, ctx, h.registry(t, set, "reader", hub.Options{}))
+	goneCfg := h.member(t, set, "gone")
+	gone, err := hub.New(goneCfg, hub.Options{ClusterSet: set, Cluster: "gone"})
+	harness.Must(t, err)
+	harness.Must(t, gone.Publish(ctx, registrytest.Export(set, "gone", 2)))
+	beat, stop := context.WithCancel(ctx)
+	go gone.Heartbeat(beat)
+	harness.Eventually(t, 30*time.Second, "the export and the Lease", func() error {
+		if len(w.of(cart)) != 1 {
+			return fmt.Errorf("export not heard")
+		}
+		return h.adminClient(t).Get(ctx, client.ObjectKey{Namespace: hub.Namespace(set), Name: hub.LeaseName("gone")}, &coordinationv1.Lease{})
+	})
+	if _, err := hub.Forget(ctx, h.admin, set, "gone", time.Minute, false); err == nil || !strings.Contains(err.Error(), "proved alive") {
+		t.Fatalf("forgetting a live member: %v", err)
+	}
+	stop()
+	time.Sleep(3 * time.Second)
+	n, err := hub.Forget(ctx, h.admin, set, "gone", 2*time.Second, false)
+	harness.Must(t, err)
+	if n != 1 {
+		t.Errorf("%d ClusterExports deleted, want 1", n)
+	}
+	harness.Eventually(t, 30*time.Second, "the export dropped", func() error {
+		if got := w.of(cart); len(got) != 0 {
+			return fmt.Errorf("still heard: %d exports", len(got))
+		}
+		return nil
+	})
+	harness.Eventually(t, 30*time.Second, "the member's access gone", func() error {
+		err := gone.Publish(ctx, registrytest.Export(set, "gone", 1))
+		if err == nil || !strings.Contains(err.Error(), "Unauthorized") {
+			return fmt.Errorf("publish after forget: %v", err)
+		}
+		return nil
+	})
+}
+
+func (h *hubEnv) adminClient(t *testing.T) client.Client {
+	c, err := client.New(h.admin, client.Options{Scheme: hub.Scheme()})
+	harness.Must(t, err)
+	return c
+}
