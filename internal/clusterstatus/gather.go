@@ -132,6 +132,10 @@ func Table(w io.Writer, clusters []Cluster) error {
 				if s.Error != "" {
 					sync += ", failing: " + s.Error
 				}
+				if name == statuslease.HubSource {
+					fmt.Fprintf(tw, "  hub registry: last sync %s\n", sync)
+					continue
+				}
 				fmt.Fprintf(tw, "  Cloud Map %s (Region/account): last sync %s\n", name, sync)
 			}
 			if ctl.RecordFormat != "" {

@@ -310,7 +310,11 @@ func Run(ctx context.Context, o Options) error {
 			Namespaces: inScope, Withdrawal: withdrawal, Recorder: recorder, Log: log,
 			Metrics: metrics.Registry, OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) },
 			OnRead: func(region string, err error) {
-				reporter.CloudMapRead(region+"/"+account, err)
+				source := region + "/" + account
+				if region == mcs.HubSource {
+					source = region
+				}
+				reporter.CloudMapRead(source, err)
 				if err == nil {
 					telemetry.Synced(telemetry.ModeMCS, region, time.Now())
 				}

@@ -31,6 +31,7 @@ import (
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/internal/registry/hub"
 	"github.com/clustermap/clustermap/internal/registry/multi"
+	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/internal/telemetry"
 	"github.com/clustermap/clustermap/internal/withdraw"
 )
@@ -86,6 +87,9 @@ type Options struct {
 	Log     logr.Logger
 }
 
+// HubSource names a hub registry where OnRead and OnProofs name a Region.
+const HubSource = statuslease.HubSource
+
 // Region is one Region's Cloud Map client.
 type Region struct {
 	Name   string
@@ -115,7 +119,17 @@ func Setup(mgr manager.Manager, o Options) error {
 			reg = o.Registry(id)
 		case o.Hub != nil:
 			if reg, err = hub.New(o.Hub, hub.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, SilentAfter: o.Watch.SilentAfter,
-				MaxImportEndpoints: o.MaxImportEndpoints, OnSilent: silentEvents(mgr.GetAPIReader(), o.Recorder), Log: o.Log.WithName("hub")}); err != nil {
+				MaxImportEndpoints: o.MaxImportEndpoints, OnSilent: silentEvents(mgr.GetAPIReader(), o.Recorder), Log: o.Log.WithName("hub"),
+				OnRead: func(err error) {
+					if o.OnRead != nil {
+						o.OnRead(HubSource, err)
+					}
+				},
+				OnProofs: func(p map[string]time.Time, d map[string]bool) {
+					if o.OnProofs != nil {
+						o.OnProofs(HubSource, p, d)
+					}
+				}}); err != nil {
 				return err
 			}
 		default:

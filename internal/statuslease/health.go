@@ -115,6 +115,10 @@ func (r *Reporter) SetProofs(source string, proofs map[string]time.Time, drained
 	}
 }
 
+// HubSource is the source name of a hub registry (where a Cloud Map
+// source names its Region and account).
+const HubSource = "hub"
+
 // Source is how reading one Cloud Map source (a Region, as an account) went.
 type Source struct {
 	LastSync *time.Time `json:"lastSync,omitempty"`

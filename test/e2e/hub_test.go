@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	hubv1alpha1 "github.com/clustermap/clustermap/api/hub/v1alpha1"
 	"github.com/clustermap/clustermap/internal/registry/hub"
+	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -26,6 +28,9 @@ func TestMCSOverHub(t *testing.T) {
 	w := hubWorld(t, 3)
 	t.Cleanup(w.startControllers(t, nil))
 	t.Run("ClusterSetIP export is imported into every cluster", w.clusterSetIP)
+	// Before the scenarios that leave refused exports and conflicts, which
+	// status rightly reports.
+	t.Run("clustermap status reads the hub registry", w.hubStatus)
 	t.Run("headless export keeps hostnames", w.headless)
 	t.Run("scaling is reflected in every cluster", w.scaling)
 	t.Run("exports of two clusters are merged", w.twoExporters)
@@ -35,6 +40,31 @@ func TestMCSOverHub(t *testing.T) {
 	t.Run("unexport removes imports and cleans the hub", w.unexport)
 	t.Run("ExternalName and missing Services are rejected", w.invalid)
 	t.Run("a namespace missing in a cluster is imported once created", w.lateNamespace)
+}
+
+// hubStatus: `clustermap status` shows each controller's reads of the hub
+// and every member's proof of life, and finds nothing stuck.
+func (w *world) hubStatus(t *testing.T) {
+	harness.Eventually(t, time.Minute, "status over the hub", func() error {
+		clusters, err := statusJSON(t, w)
+		if err != nil {
+			return err
+		}
+		for i, c := range clusters {
+			id := w.env.Clusters[i].ID
+			if c.Controller == nil || c.Controller.Sources[statuslease.HubSource].LastSync == nil {
+				return fmt.Errorf("%s: controller %+v: no read of the hub", id, c.Controller)
+			}
+			if len(c.Stuck) > 0 {
+				return fmt.Errorf("%s: stuck %v", id, c.Stuck)
+			}
+		}
+		out, err := statusOf(t, w, "table")
+		if err != nil || !strings.Contains(out, "hub registry: last sync 20") {
+			return fmt.Errorf("status text: %v\n%s", err, out)
+		}
+		return nil
+	})
 }
 
 // hubWorld is n member clusters and a hub cluster, initialised for the

@@ -53,6 +53,12 @@ type Options struct {
 	MaxImportEndpoints int
 	// OnSilent, when set, hears a member drained or restored.
 	OnSilent func(cluster string, lastProof time.Time, silent bool)
+	// OnRead, when set, hears how reaching the hub went: at each renewal
+	// of this member's Lease, and at each failed watch. OnProofs hears
+	// every member's last proof of life, and who is drained, after each
+	// judgement that changed it.
+	OnRead   func(err error)
+	OnProofs func(proofs map[string]time.Time, drained map[string]bool)
 	Log      logr.Logger
 }
 

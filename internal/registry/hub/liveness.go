@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"maps"
 	"sync"
 	"time"
 )
@@ -91,4 +92,15 @@ func (p *proofs) lastProof(cluster string, fallback time.Time) time.Time {
 		return at
 	}
 	return fallback
+}
+
+// snapshot is every member's last proof, and who is drained.
+func (p *proofs) snapshot() (map[string]time.Time, map[string]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	drained := map[string]bool{}
+	for c := range p.silent {
+		drained[c] = true
+	}
+	return maps.Clone(p.at), drained
 }

@@ -32,7 +32,11 @@ const judgeEvery = time.Second
 // the cache keeps what it holds: nothing is removed. It renews this
 // member's Lease too.
 func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
-	c, err := cache.New(r.cfg, cache.Options{Scheme: Scheme(), DefaultNamespaces: map[string]cache.Config{r.ns: {}}})
+	c, err := cache.New(r.cfg, cache.Options{Scheme: Scheme(), DefaultNamespaces: map[string]cache.Config{r.ns: {}},
+		DefaultWatchErrorHandler: func(ctx context.Context, rf *toolscache.Reflector, err error) {
+			toolscache.DefaultWatchErrorHandler(ctx, rf, err)
+			r.read(err)
+		}})
 	if err != nil {
 		return fmt.Errorf("hub cache: %w", err)
 	}
@@ -101,7 +105,7 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 	for _, o := range all.Items {
 		keys[keyOf(&o)] = true
 	}
-	proofs.judge()
+	w.judge()
 	w.tell(ctx, keys)
 	sink.Synced()
 	tick := time.NewTicker(judgeEvery)
@@ -112,9 +116,7 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 			return nil
 		case <-r.wake:
 		case <-tick.C:
-			for _, cluster := range proofs.judge() {
-				w.changedLiveness(cluster)
-			}
+			w.judge()
 		}
 		r.mu.Lock()
 		keys := r.dirty
@@ -137,6 +139,8 @@ type watching struct {
 	// last holds each cluster's last whole export of each service: while
 	// a write is under way (chunks of two revisions), readers keep it.
 	last map[registry.Key]map[string]registry.Export
+	// reported is set once OnProofs heard the proofs.
+	reported bool
 }
 
 // tell reads each service from the cache and tells the sink.
@@ -187,6 +191,18 @@ func (w *watching) exports(byCluster map[string]registry.Export) []registry.Expo
 	return out
 }
 
+// judge drains and restores members, and tells who changed.
+func (w *watching) judge() {
+	changed := w.proofs.judge()
+	for _, cluster := range changed {
+		w.changedLiveness(cluster)
+	}
+	if w.r.o.OnProofs != nil && (len(changed) > 0 || !w.reported) {
+		w.reported = true
+		w.r.o.OnProofs(w.proofs.snapshot())
+	}
+}
+
 // changedLiveness tells again every service a drained or restored
 // cluster exports.
 func (w *watching) changedLiveness(cluster string) {
@@ -211,13 +227,24 @@ func (r *Registry) heartbeat(ctx context.Context) {
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(r.o.Cluster), RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
 				LeaseDurationSeconds: ptr.To(int32(r.o.SilentAfter / time.Second))},
 		}
-		if err := r.c.Patch(ctx, lease, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil && ctx.Err() == nil {
+		err := r.c.Patch(ctx, lease, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
 			r.o.Log.Error(err, "renewing this member's Lease on the hub: other members will drain this cluster if it lasts", "lease", r.ns+"/"+lease.Name)
 		}
+		r.read(err)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(r.o.Heartbeat):
 		}
+	}
+}
+
+func (r *Registry) read(err error) {
+	if r.o.OnRead != nil {
+		r.o.OnRead(err)
 	}
 }
