@@ -7,13 +7,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hubv1alpha1 "github.com/clustermap/clustermap/api/hub/v1alpha1"
+	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/registry/hub"
 	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/test/harness"
@@ -103,4 +107,63 @@ func (w *world) hubClean(t *testing.T, ns, name string) {
 		}
 		return nil
 	})
+}
+
+// TestHubDeadMemberDrained: over a hub, at the shipped settings (30 s
+// Lease renewals, 2 min --silent-cluster-ttl), a member whose controller
+// stops is drained from the other's import (kept, not routed to), and
+// routed to again once its controller is back.
+func TestHubDeadMemberDrained(t *testing.T) {
+	inParallel(t)
+	w := hubWorld(t, 2)
+	t.Cleanup(w.startControllersIn(t, w.env.Clusters[:1], nil))
+	stop2 := w.startControllersIn(t, w.env.Clusters[1:], nil)
+	const ns, name = "dead", "web"
+	for _, cl := range w.clients {
+		namespace(t, cl, ns)
+		app(t, cl, ns, name, 2, false, httpPort(80, 8080))
+		exportService(t, cl, ns, name)
+	}
+	ips1 := waitPods(t, w.clients[0], ns, name, 2)
+	ips2 := waitPods(t, w.clients[1], ns, name, 2)
+	all := append(slices.Clone(ips1), ips2...)
+	slices.Sort(all)
+	w.importedEverywhere(t, time.Minute, ns, name, "cluster-1,cluster-2", all)
+
+	stop2()
+	stopped := time.Now()
+	drained := func(want bool) func() error {
+		return func() error {
+			si, err := getImport(w.clients[0], ns, name)
+			if err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClustersDrained)
+			if got := c != nil && c.Status == metav1.ConditionTrue; got != want {
+				return fmt.Errorf("ClustersDrained %v, want %v", c, want)
+			}
+			sl, err := importSlices(w.clients[0], ns, name)
+			if err != nil {
+				return err
+			}
+			ready := readyIPs(sl)
+			for _, ip := range ips2 {
+				if slices.Contains(ready, ip) != !want {
+					return fmt.Errorf("cluster-2's %s ready %v in %v", ip, !want, ready)
+				}
+			}
+			for _, ip := range ips1 {
+				if !slices.Contains(ready, ip) {
+					return fmt.Errorf("cluster-1's own %s not ready: %v", ip, ready)
+				}
+			}
+			return nil
+		}
+	}
+	harness.Eventually(t, hub.DefaultSilentAfter+2*time.Minute, "cluster-2 drained in cluster-1", drained(true))
+	t.Logf("cluster-2 drained in cluster-1 %v after its controller stopped", time.Since(stopped).Round(time.Second))
+	t.Cleanup(w.startControllersIn(t, w.env.Clusters[1:], nil))
+	back := time.Now()
+	harness.Eventually(t, 2*time.Minute, "cluster-2 routed to again", drained(false))
+	t.Logf("cluster-2 routed to again %v after its controller restarted", time.Since(back).Round(time.Second))
 }
