@@ -198,6 +198,14 @@ func TestMembersWriteOnlyTheirOwn(t *testing.T) {
 		t.Errorf("mallory's own Lease: %v", err)
 	}
 
+	// Around the policy (an admin's hand, or a hub without admission
+	// policies): a record whose name does not follow from its spec is
+	// not read.
+	ghost, err := hub.Chunks(ns, registrytest.Export(set, "ghost", 1))
+	harness.Must(t, err)
+	ghost[0].Name = hub.ObjectName("elsewhere", cart, 0)
+	harness.Must(t, h.adminClient(t).Create(ctx, ghost[0]))
+
 	// The victim's export is whole after all of it.
 	w := watch(t, ctx, h.registry(t, set, "reader", hub.Options{}))
 	harness.Eventually(t, 30*time.Second, "the victim's export, whole", func() error {
@@ -208,6 +216,11 @@ func TestMembersWriteOnlyTheirOwn(t *testing.T) {
 		}
 		return fmt.Errorf("exports %v", w.of(cart))
 	})
+	for _, got := range w.of(cart) {
+		if got.Cluster == "ghost" {
+			t.Error("a misnamed record was read as cluster ghost's export")
+		}
+	}
 }
 
 // TestLargeExportIsChunked: 2,500 endpoints are three objects, heard whole;

@@ -154,6 +154,14 @@ func (w *watching) tell(ctx context.Context, keys map[registry.Key]bool) {
 		byCluster := map[string][]*hubv1alpha1.ClusterExport{}
 		for i := range list.Items {
 			o := &list.Items[i]
+			// What the admission policy enforces, checked again: a hub
+			// without it (older than 1.30, or an admin's hand) must not
+			// let one record stand in for another's.
+			if o.Name != objectName(o.Spec.Cluster, key, int(o.Spec.Chunk)) {
+				w.r.o.Log.Info("skipping a ClusterExport whose name does not follow from its spec (written around the hub's admission policy?)",
+					"object", o.Namespace+"/"+o.Name, "cluster", o.Spec.Cluster, "chunk", o.Spec.Chunk)
+				continue
+			}
 			byCluster[o.Spec.Cluster] = append(byCluster[o.Spec.Cluster], o)
 		}
 		now := map[string]registry.Export{}
