@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -276,8 +277,8 @@ func Run(ctx context.Context, o Options) error {
 	kube.Register(metrics.Registry, version.BuildInfo("controller"))
 	var hubCfg *rest.Config
 	if o.HubKubeconfig != "" {
-		if hubCfg, err = kube.RESTConfig(o.HubKubeconfig, ""); err != nil {
-			return fmt.Errorf("--hub-kubeconfig: %w (clustermap hub join writes it)", err)
+		if hubCfg, err = hubConfig(o.HubKubeconfig); err != nil {
+			return err
 		}
 		log.Info("using a hub cluster as the registry", "hub", hubCfg.Host)
 	}
@@ -431,3 +432,16 @@ func holderName() string {
 // +kubebuilder:rbac:groups=about.k8s.io,resources=clusterproperties,verbs=get
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// hubConfig reads the member kubeconfig of a hub registry, refusing one
+// that does not stand on its own (what a peer kubeconfig may not do).
+func hubConfig(path string) (*rest.Config, error) {
+	raw, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--hub-kubeconfig: %w (clustermap hub join writes it)", err)
+	}
+	if problems := kube.KubeconfigProblems(raw); len(problems) > 0 {
+		return nil, fmt.Errorf("--hub-kubeconfig %s: %s: refused; write it with clustermap hub join (inline CA and token, an https:// server)", path, strings.Join(problems, "; "))
+	}
+	return clientcmd.NewDefaultClientConfig(*raw, nil).ClientConfig()
+}

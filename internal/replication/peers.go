@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +30,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/clustermap/clustermap/internal/kube"
 )
 
 var peerUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -200,32 +200,7 @@ var ErrInsecurePeer = errors.New("the kubeconfig reads local files, skips TLS ve
 
 // checkPeer names what makes a peer kubeconfig insecure.
 func checkPeer(raw *clientcmdapi.Config) error {
-	var problems []string
-	for _, name := range slices.Sorted(maps.Keys(raw.Clusters)) {
-		c := raw.Clusters[name]
-		if u, err := url.Parse(c.Server); err != nil || u.Scheme != "https" {
-			problems = append(problems, fmt.Sprintf("cluster %s: server %q is not https://", name, c.Server))
-		}
-		if c.InsecureSkipTLSVerify {
-			problems = append(problems, fmt.Sprintf("cluster %s: insecure-skip-tls-verify", name))
-		}
-		if c.CertificateAuthority != "" {
-			problems = append(problems, fmt.Sprintf("cluster %s: certificate-authority reads the file %s", name, c.CertificateAuthority))
-		}
-		if c.ProxyURL != "" {
-			problems = append(problems, fmt.Sprintf("cluster %s: proxy-url %s", name, c.ProxyURL))
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(raw.AuthInfos)) {
-		a := raw.AuthInfos[name]
-		for what, file := range map[string]string{"tokenFile": a.TokenFile, "client-certificate": a.ClientCertificate, "client-key": a.ClientKey} {
-			if file != "" {
-				problems = append(problems, fmt.Sprintf("user %s: %s reads the file %s", name, what, file))
-			}
-		}
-	}
-	if len(problems) > 0 {
-		slices.Sort(problems)
+	if problems := kube.KubeconfigProblems(raw); len(problems) > 0 {
 		return fmt.Errorf("%w (%s)", ErrInsecurePeer, strings.Join(problems, "; "))
 	}
 	return nil

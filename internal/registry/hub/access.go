@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -203,6 +204,9 @@ func Join(ctx context.Context, cfg *rest.Config, clusterSet, cluster, server str
 	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
 	kc.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: sa, Namespace: ns}
 	kc.CurrentContext = "hub"
+	if problems := kube.KubeconfigProblems(kc); len(problems) > 0 {
+		return nil, time.Time{}, fmt.Errorf("the member kubeconfig would not stand on its own (%s): members must reach the hub over verified https://", strings.Join(problems, "; "))
+	}
 	data, err := clientcmd.Write(*kc)
 	return data, tr.Status.ExpirationTimestamp.Time, err
 }
