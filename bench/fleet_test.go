@@ -25,6 +25,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // fleetShape is a fleet: clusters that each export every service, spread
@@ -143,7 +144,7 @@ func (m *fleetMember) writeFailed(ctx context.Context, key registry.Key) {
 			return
 		}
 		err := m.Publish(ctx, e)
-		if _, limit := err.(*cloudmap.LimitError); err == nil || limit {
+		if _, limit := err.(*recordfmt.LimitError); err == nil || limit {
 			return
 		}
 		select {
@@ -285,7 +286,7 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 		}
 		cl := srv.Client(b, co)
 		name := fmt.Sprintf("cluster-%02d", c)
-		formats := &cloudmap.Formats{Cluster: name}
+		formats := &recordfmt.Formats{Cluster: name}
 		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: fleetClusterSet, Cluster: name, Controller: "clustermap bench", Log: benchLog(name), Formats: formats, Usage: cloudmap.NewUsage(0), DecodeWhole: decodeWhole,
 			OnWriteFailed: func(key registry.Key) { go m.writeFailed(ctx, key) }})
 		sink := formats.Tap(registry.SinkFuncs{OnSet: m.set, OnSynced: func() { m.mu.Lock(); m.synced = true; m.mu.Unlock() }})
@@ -427,7 +428,7 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 		fmt.Printf(" %s %.0f of %.0f calls (%.2f%%);", op, throttled[op], calls[op], 100*throttled[op]/calls[op])
 	}
 	fmt.Println()
-	atMost(b, "instances in the fullest service", float64(perService), cloudmap.MaxInstances, "Cloud Map's fixed quota per service")
+	atMost(b, "instances in the fullest service", float64(perService), recordfmt.MaxInstances, "Cloud Map's fixed quota per service")
 	atMost(b, "instances in the fullest namespace", float64(perNamespace), cloudmap.DefaultNamespaceQuota, "the default quota per namespace")
 	fmt.Printf("  %d namespaces of 50\n", s.namespaces)
 	return r
@@ -475,7 +476,7 @@ func publishRetrying(ctx context.Context, publish func(context.Context, registry
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
-		if _, limit := err.(*cloudmap.LimitError); limit {
+		if _, limit := err.(*recordfmt.LimitError); limit {
 			return err
 		}
 		time.Sleep(time.Second)
@@ -547,13 +548,13 @@ func holds(ctx context.Context, b testing.TB, srv *cloudmaptest.Emulator, key re
 		b.Fatal(err)
 	}
 	n := map[string]int{}
-	var records []cloudmap.Instance
+	var records []recordfmt.Instance
 	for _, i := range out.Instances {
-		n[i.Attributes[cloudmap.AttrClusterID]]++
-		records = append(records, cloudmap.Instance{ID: aws.ToString(i.InstanceId), Attrs: i.Attributes})
+		n[i.Attributes[recordfmt.AttrClusterID]]++
+		records = append(records, recordfmt.Instance{ID: aws.ToString(i.InstanceId), Attrs: i.Attributes})
 	}
 	held := map[string]string{}
-	for _, e := range cloudmap.Decode(key, records) {
+	for _, e := range recordfmt.Decode(key, records) {
 		held[e.Cluster] = fmt.Sprintf("%d instances, %d endpoints", n[e.Cluster], len(e.Endpoints))
 	}
 	return held

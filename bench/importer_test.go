@@ -25,6 +25,7 @@ import (
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -77,7 +78,7 @@ func BenchmarkImporter(b *testing.B) {
 	failedLate := map[string]bool{}
 	for c := 1; c < s.clusters; c++ {
 		name := fmt.Sprintf("cluster-%02d", c)
-		formats := &cloudmap.Formats{Cluster: name}
+		formats := &recordfmt.Formats{Cluster: name}
 		formats.Tap(registry.SinkFuncs{}).Synced() // written packed, as in a fleet of this release
 		writers[c] = cloudmap.New(wc, cloudmap.Options{ClusterSet: fleetClusterSet, Cluster: name, Controller: "clustermap bench", Log: logr.Discard(), Formats: formats, Usage: cloudmap.NewUsage(0),
 			OnWriteFailed: func(key registry.Key) {

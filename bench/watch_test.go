@@ -31,6 +31,7 @@ import (
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -66,7 +67,7 @@ func BenchmarkWatcherStorm(b *testing.B) {
 				b.Fatal(err)
 			}
 			if _, err := setup.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: s.Service.Id, InstanceId: aws.String("i-1"),
-				Attributes: map[string]string{cloudmap.AttrIPv4: "10.0.0.1", cloudmap.AttrPort: "80", cloudmap.AttrClusterID: "c1", cloudmap.AttrClusterSetID: set}}); err != nil {
+				Attributes: map[string]string{recordfmt.AttrIPv4: "10.0.0.1", recordfmt.AttrPort: "80", recordfmt.AttrClusterID: "c1", recordfmt.AttrClusterSetID: set}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -347,7 +348,7 @@ func BenchmarkEmulatorOperations(b *testing.B) {
 	for _, upTo := range []int{100_000, 250_000, 500_000, 1_000_000} {
 		rate, _, _, err := load(upTo-done, 8, func(i int) error {
 			_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String(fmt.Sprint("i-", (done+i)%100)),
-				Attributes: map[string]string{cloudmap.AttrIPv4: fmt.Sprintf("10.0.0.%d", (done+i)%100)}})
+				Attributes: map[string]string{recordfmt.AttrIPv4: fmt.Sprintf("10.0.0.%d", (done+i)%100)}})
 			return err
 		})
 		if err != nil {

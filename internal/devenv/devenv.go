@@ -6,6 +6,7 @@
 package devenv
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -13,9 +14,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -161,11 +164,21 @@ func checkPorts(specs []ClusterSpec) error {
 		}
 		l, err := net.Listen("tcp", ":"+strconv.Itoa(s.APIServerPort))
 		if err != nil {
-			return fmt.Errorf("port %d for %s is in use: stop whatever listens there, or choose other ports with --port-base", s.APIServerPort, s.ID)
+			return fmt.Errorf("port %d for %s is in use%s: stop whatever listens there, or choose other ports with --port-base", s.APIServerPort, s.ID, holder(s.APIServerPort))
 		}
 		l.Close()
 	}
 	return nil
+}
+
+// holder says which process holds a port, as ss sees it (nothing when ss
+// cannot tell).
+func holder(port int) string {
+	out, err := exec.Command("ss", "-Htanp", "sport = :"+strconv.Itoa(port)).Output()
+	if err != nil || len(bytes.TrimSpace(out)) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(strings.Fields(string(out)), " ") + ")"
 }
 
 // Up starts the clusters and returns once every one is ready. On failure it

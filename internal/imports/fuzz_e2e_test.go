@@ -19,7 +19,7 @@ import (
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/merge"
 	"github.com/clustermap/clustermap/internal/registry"
-	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -45,15 +45,15 @@ func FuzzPlannedObjectsAreValid(f *testing.F) {
 	}
 	key := registry.Key{Namespace: "fuzz", Name: "svc"}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var records map[string]cloudmap.Attrs
+		var records map[string]recordfmt.Attrs
 		if json.Unmarshal(data, &records) != nil {
 			return
 		}
-		var in []cloudmap.Instance
+		var in []recordfmt.Instance
 		for id, a := range records {
-			in = append(in, cloudmap.Instance{ID: id, Attrs: a})
+			in = append(in, recordfmt.Instance{ID: id, Attrs: a})
 		}
-		exports := cloudmap.Decode(key, in)
+		exports := recordfmt.Decode(key, in)
 		if len(exports) == 0 {
 			return
 		}
@@ -98,14 +98,14 @@ func plannedSeeds(f *testing.F) [][]byte {
 	}
 	var seeds [][]byte
 	add := func(exports ...registry.Export) {
-		records := map[string]cloudmap.Attrs{}
+		records := map[string]recordfmt.Attrs{}
 		for i, e := range exports {
-			var enc map[string]cloudmap.Attrs
+			var enc map[string]recordfmt.Attrs
 			var err error
 			if i%2 == 0 {
-				enc, err = cloudmap.EncodePacked(e, "seed", nil)
+				enc, err = recordfmt.EncodePacked(e, "seed", nil)
 			} else {
-				enc, err = cloudmap.Encode(e, "seed", cloudmap.RecordVersion)
+				enc, err = recordfmt.Encode(e, "seed", recordfmt.RecordVersion)
 			}
 			if err != nil {
 				f.Fatal(err)

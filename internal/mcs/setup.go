@@ -29,6 +29,7 @@ import (
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/internal/registry/hub"
 	"github.com/clustermap/clustermap/internal/registry/multi"
 	"github.com/clustermap/clustermap/internal/statuslease"
@@ -133,7 +134,7 @@ func Setup(mgr manager.Manager, o Options) error {
 				return err
 			}
 		default:
-			formats := &cloudmap.Formats{Cluster: id.ClusterID, PerEndpoint: o.PerEndpointRecords, OnChoice: func(c cloudmap.Choice, switched bool) {
+			formats := &recordfmt.Formats{Cluster: id.ClusterID, PerEndpoint: o.PerEndpointRecords, OnChoice: func(c recordfmt.Choice, switched bool) {
 				o.Log.Info("endpoint record format", "format", c.String())
 				if o.OnRecordFormat != nil {
 					o.OnRecordFormat(c.String())
@@ -183,7 +184,7 @@ func Setup(mgr manager.Manager, o Options) error {
 
 // cloudMapRegistry is the home Region's Cloud Map, or with several
 // Regions, every Region's read together and the home one written.
-func cloudMapRegistry(o Options, id clusterid.Identity, formats *cloudmap.Formats, onSilent func(string, time.Time, bool),
+func cloudMapRegistry(o Options, id clusterid.Identity, formats *recordfmt.Formats, onSilent func(string, time.Time, bool),
 	writer string, events identityEvents, rewrites chan<- event.GenericEvent) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
 		telemetry.Reading(region)

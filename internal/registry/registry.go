@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -115,6 +116,21 @@ type Endpoint struct {
 	ServicePort mcsv1beta1.ServicePort
 	// TargetPort is the service port's targetPort, as written.
 	TargetPort string
+}
+
+// SortEndpoints orders endpoints by address, port and protocol (stable):
+// one export always reads, packs and digests the same way.
+func SortEndpoints(eps []Endpoint) {
+	sort.SliceStable(eps, func(i, j int) bool {
+		a, b := eps[i], eps[j]
+		if a.IP != b.IP {
+			return a.IP < b.IP
+		}
+		if a.Port != b.Port {
+			return a.Port < b.Port
+		}
+		return a.Protocol < b.Protocol
+	})
 }
 
 // Registry shares exports across the clusters of a clusterset: each

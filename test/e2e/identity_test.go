@@ -22,7 +22,7 @@ import (
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/registry"
-	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -105,11 +105,11 @@ func TestInvalidIdentityExportsNothing(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		var records []cloudmap.Instance
+		var records []recordfmt.Instance
 		for _, in := range out.Instances {
-			records = append(records, cloudmap.Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
+			records = append(records, recordfmt.Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
 		}
-		if exports := cloudmap.Decode(registry.Key{Namespace: "ident", Name: "web"}, records); len(exports) != 1 || len(exports[0].Endpoints) != 1 {
+		if exports := recordfmt.Decode(registry.Key{Namespace: "ident", Name: "web"}, records); len(exports) != 1 || len(exports[0].Endpoints) != 1 {
 			return fmt.Errorf("%d instances decode to %+v", len(records), exports)
 		}
 		return nil

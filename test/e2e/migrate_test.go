@@ -32,6 +32,7 @@ import (
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -157,15 +158,15 @@ func (l *legacy) toClustermap(t *testing.T) (one client.Client, stop func()) {
 
 // cluster1Records are cluster-1's records of web in Cloud Map, and the
 // controllers that wrote them.
-func (l *legacy) cluster1Records(t *testing.T) (records []cloudmap.Instance, controllers []string, err error) {
+func (l *legacy) cluster1Records(t *testing.T) (records []recordfmt.Instance, controllers []string, err error) {
 	out, err := l.w.cloudMap(t).DiscoverInstances(context.Background(), &sd.DiscoverInstancesInput{NamespaceName: aws.String(legacyNS), ServiceName: aws.String("web"),
-		QueryParameters: map[string]string{cloudmap.AttrClusterID: "cluster-1"}})
+		QueryParameters: map[string]string{recordfmt.AttrClusterID: "cluster-1"}})
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, in := range out.Instances {
-		records = append(records, cloudmap.Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
-		if c := strings.Fields(in.Attributes[cloudmap.AttrController]); len(c) > 0 && !slices.Contains(controllers, c[0]) {
+		records = append(records, recordfmt.Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
+		if c := strings.Fields(in.Attributes[recordfmt.AttrController]); len(c) > 0 && !slices.Contains(controllers, c[0]) {
 			controllers = append(controllers, c[0])
 		}
 	}
@@ -196,7 +197,7 @@ func TestMigrateFromAWSController(t *testing.T) {
 			return fmt.Errorf("records written by %v, want clustermap's only", controllers)
 		}
 		// clustermap's records, in whichever format: the endpoints once.
-		exports := cloudmap.Decode(registry.Key{Namespace: legacyNS, Name: "web"}, records)
+		exports := recordfmt.Decode(registry.Key{Namespace: legacyNS, Name: "web"}, records)
 		if len(exports) != 1 || exports[0].Foreign || len(exports[0].Endpoints) != len(l.ips) {
 			return fmt.Errorf("%d instances decode to %+v, want clustermap's export of %d endpoints", len(records), exports, len(l.ips))
 		}
@@ -324,7 +325,7 @@ func TestMigrationWayBack(t *testing.T) {
 			return fmt.Errorf("%d records written by %v, want the AWS controller's %d", len(records), controllers, len(l.ips))
 		}
 		proofs, err := l.w.cloudMap(t).DiscoverInstances(ctx, &sd.DiscoverInstancesInput{NamespaceName: aws.String(cloudmap.ChangesNamespace(devenv.DefaultClusterSet)),
-			ServiceName: aws.String(cloudmap.ChangesService), QueryParameters: map[string]string{cloudmap.AttrClusterID: "cluster-1"}})
+			ServiceName: aws.String(cloudmap.ChangesService), QueryParameters: map[string]string{recordfmt.AttrClusterID: "cluster-1"}})
 		if err == nil && len(proofs.Instances) > 0 {
 			err = fmt.Errorf("cluster-1's proof of life is left")
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
-	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -116,8 +116,8 @@ func TestRestartDuringOutageKeepsImports(t *testing.T) {
 	// A cluster with no other record exports nothing: it is not among the
 	// import's clusters.
 	c := w.cloudMap(t)
-	registerInstance(t, c, w.serviceID(t, c, ns, "fresh"), "bad-record", map[string]string{cloudmap.AttrIPv4: "10.9.9.9", cloudmap.AttrPort: "8080", cloudmap.AttrHostname: "Not_A_Label",
-		cloudmap.AttrClusterID: "cluster-9", cloudmap.AttrClusterSetID: devenv.DefaultClusterSet})
+	registerInstance(t, c, w.serviceID(t, c, ns, "fresh"), "bad-record", map[string]string{recordfmt.AttrIPv4: "10.9.9.9", recordfmt.AttrPort: "8080", recordfmt.AttrHostname: "Not_A_Label",
+		recordfmt.AttrClusterID: "cluster-9", recordfmt.AttrClusterSetID: devenv.DefaultClusterSet})
 	w.importedEverywhere(t, importDeadline, ns, "fresh", "cluster-1", fresh)
 	for _, cl := range w.clients {
 		harness.Eventually(t, importDeadline, "the InvalidRecord Event", wantEvent(cl, ns, "fresh", "InvalidRecord", corev1.EventTypeWarning, "cluster cluster-9 exports a record that was skipped: instance bad-record"))

@@ -17,7 +17,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
-	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -57,7 +57,7 @@ func TestThreeLargeExportsFit(t *testing.T) {
 	harness.Must(t, err)
 	byCluster := map[string]int{}
 	for _, in := range out.Instances {
-		byCluster[in.Attributes[cloudmap.AttrClusterID]]++
+		byCluster[in.Attributes[recordfmt.AttrClusterID]]++
 	}
 	t.Logf("3 clusters x %d pods x 2 ports (%d endpoint records): Cloud Map instances by cluster %v", pods, 3*pods*2, byCluster)
 	if len(out.Instances) > 3*2 {

@@ -22,7 +22,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/registry"
-	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -46,7 +46,7 @@ func (w *world) registerExport(t *testing.T, e registry.Export) {
 		harness.Must(t, err)
 		svcID = aws.ToString(svc.Service.Id)
 	}
-	recs, err := cloudmap.Encode(e, "clustermap test", cloudmap.RecordVersion)
+	recs, err := recordfmt.Encode(e, "clustermap test", recordfmt.RecordVersion)
 	harness.Must(t, err)
 	for id, attrs := range recs {
 		registerInstance(t, c, svcID, id, attrs)

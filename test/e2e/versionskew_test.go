@@ -18,7 +18,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
-	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -28,7 +28,7 @@ import (
 // import; once both run this release, both records carry its version.
 func TestVersionSkew(t *testing.T) {
 	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
-	versions := map[string]int{"cluster-1": 1, "cluster-2": cloudmap.RecordVersion + 1}
+	versions := map[string]int{"cluster-1": 1, "cluster-2": recordfmt.RecordVersion + 1}
 	start := func(skewed bool) func() {
 		return w.startControllers(t, func(o *controller.Options) {
 			for _, c := range w.env.Clusters {
@@ -67,13 +67,13 @@ func TestVersionSkew(t *testing.T) {
 			return err
 		})
 		harness.Eventually(t, importDeadline, "NewerRecordFormat Event", wantEvent(cl, ns, name, "NewerRecordFormat", corev1.EventTypeWarning,
-			fmt.Sprintf("cluster cluster-2 writes record format %d", cloudmap.RecordVersion+1)))
+			fmt.Sprintf("cluster cluster-2 writes record format %d", recordfmt.RecordVersion+1)))
 	}
 	// Eventually: a service record goes in after its endpoint records,
 	// and Cloud Map's reads trail its writes.
 	c := w.cloudMap(t)
 	harness.Eventually(t, importDeadline, "records in each writer's format", func() error {
-		return checkRecordVersions(c, ns, name, map[string]string{"cluster-1": "", "cluster-2": fmt.Sprint(cloudmap.RecordVersion + 1)})
+		return checkRecordVersions(c, ns, name, map[string]string{"cluster-1": "", "cluster-2": fmt.Sprint(recordfmt.RecordVersion + 1)})
 	})
 
 	// Both upgraded (or downgraded) to this release: records rewritten in
@@ -89,7 +89,7 @@ func TestVersionSkew(t *testing.T) {
 	go func() { sampled <- w.sampleImports(sampling, ns, name, all) }()
 	stop = start(false)
 	harness.Eventually(t, importDeadline, "records in this release's format", func() error {
-		return checkRecordVersions(c, ns, name, map[string]string{"cluster-1": fmt.Sprint(cloudmap.RecordVersion), "cluster-2": fmt.Sprint(cloudmap.RecordVersion)})
+		return checkRecordVersions(c, ns, name, map[string]string{"cluster-1": fmt.Sprint(recordfmt.RecordVersion), "cluster-2": fmt.Sprint(recordfmt.RecordVersion)})
 	})
 	harness.Eventually(t, importDeadline, "packed records", func() error {
 		return checkPacked(c, ns, name, 2)
@@ -135,7 +135,7 @@ func checkPacked(c *sd.Client, ns, name string, clusters int) error {
 	}
 	formats := map[string]string{}
 	for _, in := range out.Instances {
-		formats[aws.ToString(in.InstanceId)] = in.Attributes[cloudmap.AttrEndpointFormat]
+		formats[aws.ToString(in.InstanceId)] = in.Attributes[recordfmt.AttrEndpointFormat]
 	}
 	if len(out.Instances) != clusters {
 		return fmt.Errorf("%d instances, want %d (one per cluster): %v", len(out.Instances), clusters, formats)
@@ -152,13 +152,13 @@ func checkPacked(c *sd.Client, ns, name string, clusters int) error {
 // Cloud Map.
 func checkRecordVersions(c *sd.Client, ns, name string, want map[string]string) error {
 	out, err := c.DiscoverInstances(context.Background(), &sd.DiscoverInstancesInput{NamespaceName: aws.String(ns), ServiceName: aws.String(name),
-		QueryParameters: map[string]string{cloudmap.AttrRecord: "service"}})
+		QueryParameters: map[string]string{recordfmt.AttrRecord: "service"}})
 	if err != nil {
 		return err
 	}
 	got := map[string]string{}
 	for _, in := range out.Instances {
-		got[in.Attributes[cloudmap.AttrClusterID]] = in.Attributes[cloudmap.AttrRecordVersion]
+		got[in.Attributes[recordfmt.AttrClusterID]] = in.Attributes[recordfmt.AttrRecordVersion]
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		return fmt.Errorf("record versions by cluster %v, want %v", got, want)

@@ -21,7 +21,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/registry"
-	cmschema "github.com/clustermap/clustermap/internal/registry/cloudmap"
+	cmschema "github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/internal/replication"
 )
 

@@ -20,7 +20,8 @@ import (
 	sdtypes "github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/devenv"
-	cmschema "github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	cmschema "github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -127,7 +128,7 @@ func (f *fleet) forgeRecordKinds(t *testing.T, nss []sdtypes.NamespaceSummary) {
 		n++
 	}
 	old := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
-	for changes := range f.services(t, ids[cmschema.ChangesNamespace(devenv.DefaultClusterSet)]) {
+	for changes := range f.services(t, ids[cloudmap.ChangesNamespace(devenv.DefaultClusterSet)]) {
 		for _, id := range f.ids {
 			_, err := f.sd.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(changes), InstanceId: aws.String(forgedPrefix + "liveness-" + id),
 				Attributes: map[string]string{cmschema.AttrClusterID: id, cmschema.AttrClusterSetID: devenv.DefaultClusterSet, "epoch": "forged", "seq": "1", "updated": old}})

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // Across accounts a record's attributes prove nothing about its writer:
@@ -83,7 +84,7 @@ func (b *Backend) creators(ctx context.Context, key registry.Key) (map[string]st
 // account their cluster is bound to; the others are reported. It returns
 // who created each instance (id -> account). One account needs no check
 // (and makes no call).
-func (b *Backend) refuseForeign(ctx context.Context, key registry.Key, instances []Instance) ([]Instance, map[string]string, error) {
+func (b *Backend) refuseForeign(ctx context.Context, key registry.Key, instances []recordfmt.Instance) ([]recordfmt.Instance, map[string]string, error) {
 	if !b.shared() || len(instances) == 0 {
 		return instances, nil, nil
 	}
@@ -91,9 +92,9 @@ func (b *Backend) refuseForeign(ctx context.Context, key registry.Key, instances
 	if err != nil {
 		return nil, nil, err
 	}
-	kept := make([]Instance, 0, len(instances))
+	kept := make([]recordfmt.Instance, 0, len(instances))
 	for _, in := range instances {
-		cluster := in.Attrs[AttrClusterID]
+		cluster := in.Attrs[recordfmt.AttrClusterID]
 		if cluster == "" {
 			continue // nobody's (Decode drops it too)
 		}
@@ -174,7 +175,7 @@ func (b *Backend) bindRecords(ctx context.Context, clusters []string) error {
 func (b *Backend) foreignRecords(ctx context.Context, records []types.HttpInstanceSummary, check func(cluster string, attrs map[string]string) bool) (map[string]bool, error) {
 	var picked []types.HttpInstanceSummary
 	for _, in := range records {
-		if check(in.Attributes[AttrClusterID], in.Attributes) {
+		if check(in.Attributes[recordfmt.AttrClusterID], in.Attributes) {
 			picked = append(picked, in)
 		}
 	}
@@ -188,7 +189,7 @@ func (b *Backend) foreignRecords(ctx context.Context, records []types.HttpInstan
 	}
 	foreign := map[string]bool{}
 	for _, in := range picked {
-		cluster, by := in.Attributes[AttrClusterID], creators[aws.ToString(in.InstanceId)]
+		cluster, by := in.Attributes[recordfmt.AttrClusterID], creators[aws.ToString(in.InstanceId)]
 		if bound, ok := b.boundTo(cluster); ok && by != bound {
 			foreign[cluster] = true
 			if by != "" { // else not listed yet: the next move asks again

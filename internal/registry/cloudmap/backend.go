@@ -1,3 +1,11 @@
+// Package cloudmap is the Registry on AWS Cloud Map. One HTTP namespace per
+// Kubernetes namespace, one Cloud Map service per exported Service, one
+// instance per endpoint address and port with the attribute schema of the
+// AWS Cloud Map MCS controller (so both controllers share a clusterset), and
+// one service record instance per exporting cluster carrying what that
+// schema lacks (all ports, session affinity, IP families, exported labels
+// and annotations) and keeping a zero-endpoint export visible. The record
+// format itself is package recordfmt.
 package cloudmap
 
 import (
@@ -18,6 +26,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // TagClusterSet names the clusterset a namespace or service was created
@@ -36,8 +45,8 @@ type Options struct {
 	// release would.
 	RecordVersion int
 	// Formats, when set, chooses between packed and per-endpoint records
-	// (format.go); unset, the per-endpoint format is written.
-	Formats *Formats
+	// (recordfmt.Formats); unset, the per-endpoint format is written.
+	Formats *recordfmt.Formats
 	// Usage, when set, holds the clusterset's instances against Cloud
 	// Map's quotas (usage.go); unset, only this cluster's are counted.
 	Usage *Usage
@@ -250,16 +259,16 @@ func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	version := b.o.RecordVersion
 	if version == 0 {
-		version = RecordVersion
+		version = recordfmt.RecordVersion
 	}
 	// The format is known once this cluster's records are read: what no
 	// format can hold (the service record's limits) is refused before.
-	var desired map[string]Attrs
+	var desired map[string]recordfmt.Attrs
 	var err error
 	if b.mayPack(version) {
-		_, err = serviceRecord(e, b.o.Controller, version)
+		_, err = recordfmt.ServiceRecord(e, b.o.Controller, version)
 	} else {
-		desired, err = Encode(e, b.o.Controller, version)
+		desired, err = recordfmt.Encode(e, b.o.Controller, version)
 	}
 	if err != nil {
 		return err
@@ -279,14 +288,14 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	b.checkWriter(e.Key, maps.Values(current))
 	switch {
 	case b.packs(version, current):
-		desired, err = EncodePacked(e, b.o.Controller, current)
+		desired, err = recordfmt.EncodePacked(e, b.o.Controller, current)
 	case desired == nil:
-		desired, err = Encode(e, b.o.Controller, version)
+		desired, err = recordfmt.Encode(e, b.o.Controller, version)
 		if why := b.tooLarge(e.Key, current, desired, err); why != "" {
 			// Per-endpoint records are chosen for clusters that read only
 			// those; this export cannot be written so, and refusing it
 			// would freeze it everywhere: packed, they lack it.
-			if desired, err = EncodePacked(e, b.o.Controller, current); err == nil {
+			if desired, err = recordfmt.EncodePacked(e, b.o.Controller, current); err == nil {
 				b.keptPacked(e.Key, why)
 			}
 		}
@@ -294,8 +303,8 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	if err != nil {
 		return err
 	}
-	if rec := desired[ServiceRecordID(b.o.ClusterSet, b.o.Cluster)]; rec != nil && b.o.Writer != "" {
-		rec[AttrWriter] = b.o.Writer
+	if rec := desired[recordfmt.ServiceRecordID(b.o.ClusterSet, b.o.Cluster)]; rec != nil && b.o.Writer != "" {
+		rec[recordfmt.AttrWriter] = b.o.Writer
 	}
 	if len(desired) > len(current) {
 		// Refused before anything is written: never a cluster half
@@ -304,10 +313,10 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 			// What earlier tries of this export added goes too.
 			if back := b.pastWhole(e.Key, nil); len(back) > 0 {
 				if err := b.takeBack(ctx, svcID, e.Key, back); err != nil {
-					return errors.Join(&LimitError{Reason: why}, err)
+					return errors.Join(&recordfmt.LimitError{Reason: why}, err)
 				}
 			}
-			return &LimitError{Reason: why}
+			return &recordfmt.LimitError{Reason: why}
 		}
 	}
 	// The records an earlier publish registered go in before the ones they
@@ -315,7 +324,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	if done, err := b.registered(ctx, e.Key); err != nil || !done {
 		return errors.Join(ErrPending, err)
 	}
-	register, deregister := Plan(desired, current)
+	register, deregister := recordfmt.Plan(desired, current)
 	if len(register)+len(deregister) == 0 {
 		// What a failed write was to make is there: written since by a
 		// write that started before the failure was known.
@@ -327,7 +336,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	// them, at the next publish (operations finish in any order, and a
 	// read between would pair the new record with the old endpoints).
 	later := false
-	if rec := ServiceRecordID(b.o.ClusterSet, b.o.Cluster); register[rec] != nil && len(register) > 1 {
+	if rec := recordfmt.ServiceRecordID(b.o.ClusterSet, b.o.Cluster); register[rec] != nil && len(register) > 1 {
 		delete(register, rec)
 		later = true
 	}
@@ -341,12 +350,12 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	stamps := map[string]string{}
 	if err := cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
 		attrs := maps.Clone(register[ids[i]])
-		attrs[AttrWritten] = written
+		attrs[recordfmt.AttrWritten] = written
 		out, err := b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i]), Attributes: attrs})
 		if err != nil {
 			var limit *types.ResourceLimitExceeded
 			if errors.As(err, &limit) {
-				return &LimitError{Reason: "Cloud Map refused an instance: " + aws.ToString(limit.Message)}
+				return &recordfmt.LimitError{Reason: "Cloud Map refused an instance: " + aws.ToString(limit.Message)}
 			}
 			if isNotFound(err) {
 				// Another cluster removed the empty service meanwhile: the
@@ -371,7 +380,7 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		}
 		return nil
 	}); err != nil {
-		var limit *LimitError
+		var limit *recordfmt.LimitError
 		if errors.As(err, &limit) {
 			// Another writer filled the service meanwhile: what this
 			// publish added goes again, and the export stays as it was.
@@ -440,7 +449,7 @@ func (b *Backend) registered(ctx context.Context, key registry.Key) (bool, error
 	}
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
-		QueryParameters: map[string]string{AttrClusterID: b.o.Cluster, AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(MaxInstances),
+		QueryParameters: map[string]string{recordfmt.AttrClusterID: b.o.Cluster, recordfmt.AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(recordfmt.MaxInstances),
 		OwnerAccount: b.ownerAccount(),
 	})
 	if err != nil {
@@ -448,7 +457,7 @@ func (b *Backend) registered(ctx context.Context, key registry.Key) (bool, error
 	}
 	shown := map[string]string{}
 	for _, in := range out.Instances {
-		shown[aws.ToString(in.InstanceId)] = in.Attributes[AttrWritten]
+		shown[aws.ToString(in.InstanceId)] = in.Attributes[recordfmt.AttrWritten]
 	}
 	for id, stamp := range pending.stamps {
 		if shown[id] != stamp {
@@ -483,11 +492,11 @@ func (b *Backend) Cluster() string { return b.o.Cluster }
 // when per-endpoint records are asked for (--cloudmap-endpoint-records:
 // callers read Cloud Map directly, and packed records would leave them
 // nothing).
-func (b *Backend) tooLarge(key registry.Key, current, desired map[string]Attrs, err error) string {
+func (b *Backend) tooLarge(key registry.Key, current, desired map[string]recordfmt.Attrs, err error) string {
 	if b.o.Formats == nil || b.o.Formats.PerEndpoint {
 		return ""
 	}
-	var limit *LimitError
+	var limit *recordfmt.LimitError
 	if errors.As(err, &limit) {
 		return limit.Reason
 	}
@@ -513,19 +522,19 @@ func (b *Backend) keptPacked(key registry.Key, why string) {
 
 // mayPack tells whether this cluster may write packed records at all.
 func (b *Backend) mayPack(version int) bool {
-	return b.o.Formats != nil && version >= packedVersion
+	return b.o.Formats != nil && version >= recordfmt.PackedVersion
 }
 
 // packs tells whether an export is written packed: as Formats chooses,
 // and before the registry was read once, as it is written now.
-func (b *Backend) packs(version int, current map[string]Attrs) bool {
+func (b *Backend) packs(version int, current map[string]recordfmt.Attrs) bool {
 	if !b.mayPack(version) {
 		return false
 	}
 	if c := b.o.Formats.Choose(); c.Known {
 		return c.Packed
 	}
-	return current[ServiceRecordID(b.o.ClusterSet, b.o.Cluster)][AttrEndpointFormat] == packedFormat
+	return current[recordfmt.ServiceRecordID(b.o.ClusterSet, b.o.Cluster)][recordfmt.AttrEndpointFormat] == recordfmt.PackedFormat
 }
 
 // takeBack deregisters what a refused publish added, waiting for their
@@ -645,7 +654,7 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 		// deregistrations are still running (then come back).
 		all, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
-			QueryParameters: map[string]string{AttrClusterID: b.o.Cluster, AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(1),
+			QueryParameters: map[string]string{recordfmt.AttrClusterID: b.o.Cluster, recordfmt.AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(1),
 			OwnerAccount: b.ownerAccount(),
 		})
 		if err == nil && len(all.Instances) > 0 {
@@ -722,19 +731,19 @@ func (b *Backend) deleteNamespace(ctx context.Context, key registry.Key, nsID st
 }
 
 // ownInstances lists this cluster's records of a service.
-func (b *Backend) ownInstances(ctx context.Context, key registry.Key) (map[string]Attrs, error) {
+func (b *Backend) ownInstances(ctx context.Context, key registry.Key) (map[string]recordfmt.Attrs, error) {
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
-		QueryParameters: map[string]string{AttrClusterID: b.o.Cluster, AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(MaxInstances),
+		QueryParameters: map[string]string{recordfmt.AttrClusterID: b.o.Cluster, recordfmt.AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(recordfmt.MaxInstances),
 		OwnerAccount: b.ownerAccount(),
 	})
 	if isNotFound(err) {
-		return map[string]Attrs{}, nil
+		return map[string]recordfmt.Attrs{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	cur := make(map[string]Attrs, len(out.Instances))
+	cur := make(map[string]recordfmt.Attrs, len(out.Instances))
 	for _, in := range out.Instances {
 		cur[aws.ToString(in.InstanceId)] = in.Attributes
 	}
@@ -745,14 +754,14 @@ func (b *Backend) ownInstances(ctx context.Context, key registry.Key) (map[strin
 // registered (nil: deregistered), its operation, when it was written and,
 // once the change feed saw its operation finish, when that was.
 type recentWrite struct {
-	attrs    Attrs
+	attrs    recordfmt.Attrs
 	op       string
 	at, done time.Time
 }
 
 // wrote notes a write of this cluster's record id of key, by operation op
 // (empty: none, the record was gone already).
-func (b *Backend) wrote(key registry.Key, id string, attrs Attrs, op string) {
+func (b *Backend) wrote(key registry.Key, id string, attrs recordfmt.Attrs, op string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.recent[key] == nil {
@@ -785,7 +794,7 @@ func (b *Backend) writeDone(key registry.Key, op string, at time.Time) {
 // change feed saw it), or registrationTimeout after it was made where the
 // finish is not seen (a member account lists no operations); past that,
 // the read is the truth (someone else may have removed a record).
-func (b *Backend) withRecent(key registry.Key, cur map[string]Attrs) map[string]Attrs {
+func (b *Backend) withRecent(key registry.Key, cur map[string]recordfmt.Attrs) map[string]recordfmt.Attrs {
 	lag := b.o.Watch.ReadLag
 	if lag <= 0 {
 		lag = DefaultReadLag

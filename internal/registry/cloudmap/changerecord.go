@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // The change record. Each cluster keeps one instance, named after it, in
@@ -149,7 +150,7 @@ func (l *changeLog) due(now time.Time, heartbeat time.Duration, cluster, cluster
 		return nil, false // nothing exported yet (or a Region this cluster only reads), or nothing new
 	}
 	attrs := map[string]string{
-		AttrClusterID: cluster, AttrClusterSetID: clusterSet,
+		recordfmt.AttrClusterID: cluster, recordfmt.AttrClusterSetID: clusterSet,
 		attrEpoch: l.epoch, attrSeq: strconv.FormatInt(l.seq, 10), attrUpdated: strconv.FormatInt(now.Unix(), 10),
 		attrBeat: strconv.Itoa(int(max(heartbeat, time.Second).Seconds())),
 	}
@@ -368,7 +369,7 @@ func (b *Backend) writeRecord(ctx context.Context, attrs map[string]string) erro
 // every writer's is. A record under another id is forged or corrupt and
 // counts for no one; reported says so, once a while.
 func (b *Backend) recordOf(in types.HttpInstanceSummary) (string, bool) {
-	c, id := in.Attributes[AttrClusterID], aws.ToString(in.InstanceId)
+	c, id := in.Attributes[recordfmt.AttrClusterID], aws.ToString(in.InstanceId)
 	if c == "" || id != c {
 		if c != "" && b.due("misfiled record "+id) {
 			b.o.Log.Error(nil, "ignored a liveness and change record whose instance id is not its cluster's: forged or corrupt; it drains, restores and announces no one: deregister it",

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // decodeCache keeps each service's last decode, per cluster, with a sum of
@@ -17,7 +18,7 @@ import (
 type decodeCache struct {
 	seed     maphash.Seed
 	services map[registry.Key]map[string]clusterDecode
-	// maxEndpoints caps each cluster's endpoints (decodeAt).
+	// maxEndpoints caps each cluster's endpoints (recordfmt.DecodeAt).
 	maxEndpoints int
 	// decodes counts clusters decoded (not taken from the cache).
 	decodes int
@@ -35,12 +36,12 @@ func newDecodeCache(maxEndpoints int) *decodeCache {
 	return &decodeCache{seed: maphash.MakeSeed(), services: map[registry.Key]map[string]clusterDecode{}, maxEndpoints: maxEndpoints}
 }
 
-// decode is decodeAt, each cluster's part taken from the cache when its
+// decode is recordfmt.DecodeAt, each cluster's part taken from the cache when its
 // records are those decoded last time.
-func (c *decodeCache) decode(key registry.Key, instances []Instance, now time.Time) ([]registry.Export, []registry.InvalidRecord) {
-	groups := map[string][]Instance{}
+func (c *decodeCache) decode(key registry.Key, instances []recordfmt.Instance, now time.Time) ([]registry.Export, []registry.InvalidRecord) {
+	groups := map[string][]recordfmt.Instance{}
 	for _, in := range instances {
-		cluster := in.Attrs[AttrClusterID]
+		cluster := in.Attrs[recordfmt.AttrClusterID]
 		groups[cluster] = append(groups[cluster], in)
 	}
 	prev, next := c.services[key], make(map[string]clusterDecode, len(groups))
@@ -51,7 +52,7 @@ func (c *decodeCache) decode(key registry.Key, instances []Instance, now time.Ti
 		d, ok := prev[cluster]
 		if !ok || d.sum != sum {
 			d.sum = sum
-			d.exports, d.orphans = decodeAt(key, group, now, c.maxEndpoints)
+			d.exports, d.orphans = recordfmt.DecodeAt(key, group, now, c.maxEndpoints)
 			c.decodes++
 		}
 		next[cluster] = d
@@ -66,7 +67,7 @@ func (c *decodeCache) decode(key registry.Key, instances []Instance, now time.Ti
 	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
 	sort.Slice(orphans, func(i, j int) bool { return orphans[i].ID < orphans[j].ID })
 	if len(out) > 0 && len(orphans) > 0 {
-		// Said on the first export, as decodeAt does (the cached export
+		// Said on the first export, as recordfmt.DecodeAt does (the cached export
 		// keeps its own list).
 		invalid := append(slices.Clone(out[0].Invalid), orphans...)
 		sort.Slice(invalid, func(i, j int) bool { return invalid[i].ID < invalid[j].ID })
@@ -81,7 +82,7 @@ func (c *decodeCache) forget(key registry.Key) {
 }
 
 // sum is a cluster's records' sum, whatever order they are read in.
-func (c *decodeCache) sum(group []Instance) uint64 {
+func (c *decodeCache) sum(group []recordfmt.Instance) uint64 {
 	var total uint64
 	for _, in := range group {
 		var pairs uint64

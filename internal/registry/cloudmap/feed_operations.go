@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // operationsFeed is the change feed in one account: the instance
@@ -61,7 +62,7 @@ func (f *operationsFeed) byRecords() bool {
 	}
 	writers := map[string]bool{f.b.o.Cluster: true}
 	for _, in := range f.records { // as last read, by either feed
-		writers[in.Attributes[AttrClusterID]] = true
+		writers[in.Attributes[recordfmt.AttrClusterID]] = true
 	}
 	for c := range f.exporters {
 		if !writers[c] {

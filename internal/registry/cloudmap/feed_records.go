@@ -6,6 +6,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // recordsFeed is the change feed across accounts: each other cluster's
@@ -103,7 +105,7 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 		}
 	}
 	for _, in := range records {
-		cluster := in.Attributes[AttrClusterID]
+		cluster := in.Attributes[recordfmt.AttrClusterID]
 		if cluster == f.b.o.Cluster {
 			continue // this cluster's changes are read back directly
 		}

@@ -18,6 +18,8 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt/recordfmttest"
 	"github.com/clustermap/clustermap/internal/registry/registrytest"
 )
 
@@ -45,12 +47,12 @@ func newFleetWith(t *testing.T, o cloudmaplocal.Options) *fleet {
 
 type member struct {
 	*Backend
-	formats *Formats
+	formats *recordfmt.Formats
 	calls   *cloudmapclient.Calls
 	stop    context.CancelFunc
 	// rechoose hears each new format choice: the export reconciler
 	// publishes every export again then.
-	rechoose chan Choice
+	rechoose chan recordfmt.Choice
 
 	mu     sync.Mutex
 	heard  map[registry.Key][]registry.Export
@@ -78,7 +80,7 @@ func (m *member) Publish(ctx context.Context, e registry.Export) error {
 	for deadline := time.Now().Add(5 * time.Minute); ; {
 		err := m.Backend.Publish(ctx, e)
 		var late *registry.LateFailureError
-		var limit *LimitError
+		var limit *recordfmt.LimitError
 		wait := time.Second
 		switch {
 		case err == nil, errors.As(err, &limit):
@@ -138,7 +140,7 @@ func (f *fleet) startIn(set, cluster string, version int, perEndpoint bool) *mem
 	f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(cancel)
-	m := &member{calls: &cloudmapclient.Calls{}, stop: cancel, heard: map[registry.Key][]registry.Export{}, rechoose: make(chan Choice, 16),
+	m := &member{calls: &cloudmapclient.Calls{}, stop: cancel, heard: map[registry.Key][]registry.Export{}, rechoose: make(chan recordfmt.Choice, 16),
 		published: map[registry.Key]registry.Export{}}
 	co := f.srv.Shipped()
 	co.OnCall = m.calls.Record
@@ -171,8 +173,8 @@ func (f *fleet) startIn(set, cluster string, version int, perEndpoint bool) *mem
 			m.mu.Unlock()
 		},
 	}
-	if version == 0 || version >= packedVersion {
-		m.formats = &Formats{Cluster: cluster, PerEndpoint: perEndpoint, OnChoice: func(c Choice, switched bool) {
+	if version == 0 || version >= recordfmt.PackedVersion {
+		m.formats = &recordfmt.Formats{Cluster: cluster, PerEndpoint: perEndpoint, OnChoice: func(c recordfmt.Choice, switched bool) {
 			if switched {
 				m.rechoose <- c
 			}
@@ -262,7 +264,7 @@ func (f *fleet) instances(key registry.Key) map[string]int {
 				f.t.Fatal(err)
 			}
 			for _, in := range page.Instances {
-				n[in.Attributes[AttrClusterID]]++
+				n[in.Attributes[recordfmt.AttrClusterID]]++
 			}
 		}
 	}
@@ -284,14 +286,14 @@ func TestFleetServiceFitsTheQuota(t *testing.T) {
 	for i := range clusters {
 		ms = append(ms, f.join(fmt.Sprintf("c%d", i), 0))
 	}
-	key := fleetExport("c0", 0, true).Key
+	key := recordfmttest.FleetExport("c0", 0, true).Key
 	importer := ms[0]
 	before := importer.calls.Snapshot()["DiscoverInstances"]
 	start := time.Now()
 	errs := make(chan error, clusters)
 	for i, m := range ms {
 		go func() {
-			errs <- m.Publish(context.Background(), clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), pods, true, threePorts...), i))
+			errs <- m.Publish(context.Background(), clusterAddresses(recordfmttest.FleetExport(fmt.Sprintf("c%d", i), pods, true, recordfmttest.ThreePorts...), i))
 		}()
 	}
 	for range clusters {
@@ -306,7 +308,7 @@ func TestFleetServiceFitsTheQuota(t *testing.T) {
 			return false
 		}
 		for _, n := range got {
-			if n != pods*2*len(threePorts) {
+			if n != pods*2*len(recordfmttest.ThreePorts) {
 				return false
 			}
 		}
@@ -316,14 +318,14 @@ func TestFleetServiceFitsTheQuota(t *testing.T) {
 	for _, n := range f.instances(key) {
 		total += n
 	}
-	if total > MaxInstances {
-		t.Errorf("%d instances in one service, past the quota of %d", total, MaxInstances)
+	if total > recordfmt.MaxInstances {
+		t.Errorf("%d instances in one service, past the quota of %d", total, recordfmt.MaxInstances)
 	}
 	if c := importer.formats.Choose(); !c.Packed {
 		t.Errorf("c0 writes %s", c)
 	}
 	t.Logf("%d clusters x %d dual-stack pods x %d ports: %d endpoint records in %d instances; published in %v, read whole by c0 in %v with %.0f DiscoverInstances calls in all",
-		clusters, pods, len(threePorts), clusters*pods*2*len(threePorts), total, published.Round(time.Millisecond), time.Since(start).Round(time.Millisecond),
+		clusters, pods, len(recordfmttest.ThreePorts), clusters*pods*2*len(recordfmttest.ThreePorts), total, published.Round(time.Millisecond), time.Since(start).Round(time.Millisecond),
 		importer.calls.Snapshot()["DiscoverInstances"]-before)
 }
 
@@ -350,7 +352,7 @@ func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
 	f := newFleet(t)
 	const pods = 40 // 80 records per cluster: 4 s of registrations each at the shipped 20 calls per second
 	exp := func(i int) registry.Export {
-		return clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), pods, false, threePorts[:2]...), i)
+		return clusterAddresses(recordfmttest.FleetExport(fmt.Sprintf("c%d", i), pods, false, recordfmttest.ThreePorts[:2]...), i)
 	}
 	key, want := exp(0).Key, pods*2
 	importer := f.join("c0", 0)
@@ -458,7 +460,7 @@ func TestExportPastTheQuotaIsRefusedWhole(t *testing.T) {
 	t.Parallel()
 	const pods = 180
 	exp := func(i int) registry.Export {
-		return clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), pods, false, threePorts[:2]...), i)
+		return clusterAddresses(recordfmttest.FleetExport(fmt.Sprintf("c%d", i), pods, false, recordfmttest.ThreePorts[:2]...), i)
 	}
 	key, want := exp(0).Key, pods*2
 	for _, together := range []bool{false, true} {
@@ -502,7 +504,7 @@ func TestExportPastTheQuotaIsRefusedWhole(t *testing.T) {
 			wg.Wait()
 			refused := 0
 			for i, err := range errs {
-				var limit *LimitError
+				var limit *recordfmt.LimitError
 				switch {
 				case err == nil:
 				case errors.As(err, &limit):
@@ -574,7 +576,7 @@ func TestLargeClustersetReadsChangesFromRecords(t *testing.T) {
 	f := newFleet(t)
 	const clusters = 7
 	exp := func(i, pods int) registry.Export {
-		return clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), pods, false, threePorts[:1]...), i)
+		return clusterAddresses(recordfmttest.FleetExport(fmt.Sprintf("c%d", i), pods, false, recordfmttest.ThreePorts[:1]...), i)
 	}
 	key := exp(0, 1).Key
 	var ms []*member
@@ -616,7 +618,7 @@ func TestBulkExportIsReadFromTheRecords(t *testing.T) {
 	f := newFleet(t)
 	const clusters, bulk = 6, 60
 	exp := func(i, svc int) registry.Export {
-		e := clusterAddresses(fleetExport(fmt.Sprintf("c%d", i), 1, false, threePorts[:1]...), i)
+		e := clusterAddresses(recordfmttest.FleetExport(fmt.Sprintf("c%d", i), 1, false, recordfmttest.ThreePorts[:1]...), i)
 		e.Key.Name = fmt.Sprintf("bulk-%02d", svc)
 		return e
 	}
@@ -685,7 +687,7 @@ func TestUnchangedRereadsReportNothing(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	exp := func(pods int) registry.Export {
-		return clusterAddresses(fleetExport("c1", pods, false, threePorts[:1]...), 1)
+		return clusterAddresses(recordfmttest.FleetExport("c1", pods, false, recordfmttest.ThreePorts[:1]...), 1)
 	}
 	key := exp(1).Key
 	importer, exporter := f.join("c0", 0), f.join("c1", 0)

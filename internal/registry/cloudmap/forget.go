@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // ForgetOptions name a cluster gone for good and where its records are.
@@ -132,7 +133,7 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 func (b *Backend) forgetIn(ctx context.Context, ns, svc, svcRef string, onlyClustermap bool) (int, error) {
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(ns), ServiceName: aws.String(svc), HealthStatus: types.HealthStatusFilterAll, OwnerAccount: b.ownerAccount(),
-		QueryParameters: map[string]string{AttrClusterID: b.o.Cluster, AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(MaxInstances),
+		QueryParameters: map[string]string{recordfmt.AttrClusterID: b.o.Cluster, recordfmt.AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(recordfmt.MaxInstances),
 	})
 	if isNotFound(err) {
 		return 0, nil
@@ -147,7 +148,7 @@ func (b *Backend) forgetIn(ctx context.Context, ns, svc, svcRef string, onlyClus
 	}
 	n := 0
 	for _, in := range out.Instances {
-		if onlyClustermap && !writtenByClustermap(in.Attributes) {
+		if onlyClustermap && !recordfmt.WrittenByClustermap(in.Attributes) {
 			continue
 		}
 		_, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcRef), InstanceId: in.InstanceId})

@@ -15,6 +15,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // One cluster writing an older record format anywhere turns every other
@@ -29,9 +30,9 @@ func TestLargeExportOutlivesAnOldFormat(t *testing.T) {
 	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
 	var mu sync.Mutex
 	var kept []string
-	formats := map[string]*cloudmap.Formats{}
+	formats := map[string]*recordfmt.Formats{}
 	packing := func(cluster string) func(*cloudmap.Options) {
-		formats[cluster] = &cloudmap.Formats{Cluster: cluster}
+		formats[cluster] = &recordfmt.Formats{Cluster: cluster}
 		return func(o *cloudmap.Options) {
 			o.Formats, o.Usage = formats[cluster], cloudmap.NewUsage(0)
 			o.OnKeptPacked = func(key registry.Key, msg string) {

@@ -18,6 +18,8 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt/recordfmttest"
 )
 
 const hostileAccount = "333333333333"
@@ -67,9 +69,9 @@ func TestHostileMemberIsRefused(t *testing.T) {
 			var register func(id string, attrs map[string]string) error
 			forge := func(id, cluster, ip string) error {
 				return register(id, map[string]string{
-					cloudmap.AttrIPv4: ip, cloudmap.AttrPort: "8080", cloudmap.AttrEndpointPortName: "http", cloudmap.AttrEndpointProtocol: "TCP",
-					cloudmap.AttrServicePort: "80", cloudmap.AttrServicePortName: "http", cloudmap.AttrServiceProtocol: "TCP",
-					cloudmap.AttrReady: "true", cloudmap.AttrClusterID: cluster, cloudmap.AttrClusterSetID: "set", cloudmap.AttrServiceType: "ClusterSetIP",
+					recordfmt.AttrIPv4: ip, recordfmt.AttrPort: "8080", recordfmt.AttrEndpointPortName: "http", recordfmt.AttrEndpointProtocol: "TCP",
+					recordfmt.AttrServicePort: "80", recordfmt.AttrServicePortName: "http", recordfmt.AttrServiceProtocol: "TCP",
+					recordfmt.AttrReady: "true", recordfmt.AttrClusterID: cluster, recordfmt.AttrClusterSetID: "set", recordfmt.AttrServiceType: "ClusterSetIP",
 				})
 			}
 			register = func(id string, attrs map[string]string) error {
@@ -105,7 +107,7 @@ func TestHostileMemberIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			overwrote := false
-			recordID := cloudmap.ServiceRecordID("set", "west")
+			recordID := recordfmt.ServiceRecordID("set", "west")
 			if err := forge(recordID, "west", "10.9.9.3"); err == nil {
 				overwrote = true
 			} else if permissive {
@@ -156,9 +158,9 @@ func TestHostileMemberIsRefused(t *testing.T) {
 			// importer decoded it to as many endpoints, 383 MiB) and
 			// 50,000 endpoints. The first is refused, the second read up
 			// to the cap, and both importers go on.
-			bomb, wide := cloudmap.HostileChunks()
+			bomb, wide := recordfmttest.HostileChunks()
 			for n, payload := range []string{bomb, wide} {
-				if err := register(cloudmap.ChunkID("set", "mallory", n+1), cloudmap.ChunkAttrs("set", "mallory", payload)); err != nil {
+				if err := register(recordfmt.ChunkID("set", "mallory", n+1), recordfmt.ChunkAttrs("set", "mallory", payload)); err != nil {
 					t.Fatal(err)
 				}
 			}

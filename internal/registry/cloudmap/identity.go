@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // Two clusters configured with the same cluster id write the same
@@ -16,16 +17,10 @@ import (
 // cluster's id by another installation is a duplicate id, reported on
 // both clusters, since each reads the other's writes.
 
-// AttrWriter is the writing installation, on the service record.
-const AttrWriter = "CLUSTERMAP_WRITER"
-
-// writerMarkLength is a mark's length in hex characters.
-const writerMarkLength = 12
-
 // WriterMark is an installation's mark from its kube-system UID.
 func WriterMark(uid string) string {
 	sum := sha256.Sum256([]byte(uid))
-	return hex.EncodeToString(sum[:])[:writerMarkLength]
+	return hex.EncodeToString(sum[:])[:recordfmt.WriterMarkLength]
 }
 
 // reportEvery spaces the reports of one identity problem (a duplicate on
@@ -49,14 +44,14 @@ func (b *Backend) due(what string) bool {
 
 // otherWriter is the mark of another installation on this cluster's
 // service record among records, if any.
-func (b *Backend) otherWriter(records iter.Seq[Attrs]) string {
+func (b *Backend) otherWriter(records iter.Seq[recordfmt.Attrs]) string {
 	if b.o.Writer == "" {
 		return ""
 	}
 	for a := range records {
-		if a[AttrClusterID] == b.o.Cluster && a[AttrClusterSetID] == b.o.ClusterSet && a[AttrRecord] == recordValue &&
-			a[AttrWriter] != "" && a[AttrWriter] != b.o.Writer {
-			return a[AttrWriter]
+		if a[recordfmt.AttrClusterID] == b.o.Cluster && a[recordfmt.AttrClusterSetID] == b.o.ClusterSet && a[recordfmt.AttrRecord] == recordfmt.RecordValue &&
+			a[recordfmt.AttrWriter] != "" && a[recordfmt.AttrWriter] != b.o.Writer {
+			return a[recordfmt.AttrWriter]
 		}
 	}
 	return ""
@@ -64,7 +59,7 @@ func (b *Backend) otherWriter(records iter.Seq[Attrs]) string {
 
 // checkWriter reports another installation's records under this
 // cluster's id, at most once per duplicateReportEvery for a service.
-func (b *Backend) checkWriter(key registry.Key, records iter.Seq[Attrs]) {
+func (b *Backend) checkWriter(key registry.Key, records iter.Seq[recordfmt.Attrs]) {
 	other := b.otherWriter(records)
 	if other == "" || !b.due("duplicate "+key.String()) {
 		return

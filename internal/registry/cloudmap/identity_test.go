@@ -16,6 +16,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // Two clusters given the same id: each reports the other, whether they
@@ -98,7 +99,9 @@ func TestTwinWithdrawLeavesTheOthersRecords(t *testing.T) {
 	c := srv.Client(t, srv.Shipped())
 	// A's service record, with its mark, goes in after its endpoints.
 	deadline := time.Now().Add(30 * time.Second)
-	for !slices.ContainsFunc(listed(ctx, c, key), func(in cloudmap.Instance) bool { return in.Attrs[cloudmap.AttrWriter] == cloudmap.WriterMark("uid-a") }) {
+	for !slices.ContainsFunc(listed(ctx, c, key), func(in recordfmt.Instance) bool {
+		return in.Attrs[recordfmt.AttrWriter] == cloudmap.WriterMark("uid-a")
+	}) {
 		if time.Now().After(deadline) {
 			t.Fatal("A's service record was not written within 30 s")
 		}
@@ -159,7 +162,7 @@ func instancesOf(ctx context.Context, c *sd.Client, key registry.Key) int {
 // listed is what finished operations wrote in key's Cloud Map service
 // (ListInstances, which does not lag as DiscoverInstances may); nil when
 // it cannot be read.
-func listed(ctx context.Context, c *sd.Client, key registry.Key) []cloudmap.Instance {
+func listed(ctx context.Context, c *sd.Client, key registry.Key) []recordfmt.Instance {
 	svcs, err := c.ListServices(ctx, &sd.ListServicesInput{})
 	if err != nil {
 		return nil
@@ -172,9 +175,9 @@ func listed(ctx context.Context, c *sd.Client, key registry.Key) []cloudmap.Inst
 		if err != nil {
 			return nil
 		}
-		var instances []cloudmap.Instance
+		var instances []recordfmt.Instance
 		for _, in := range out.Instances {
-			instances = append(instances, cloudmap.Instance{ID: aws.ToString(in.Id), Attrs: in.Attributes})
+			instances = append(instances, recordfmt.Instance{ID: aws.ToString(in.Id), Attrs: in.Attributes})
 		}
 		return instances
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // Liveness. Every cluster that exports proves it is alive with its change
@@ -193,8 +194,8 @@ func (l *liveness) silentSince(cluster string) time.Time { return l.silent[clust
 func (b *Backend) readRecords(ctx context.Context) (*sd.DiscoverInstancesOutput, error) {
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(ChangesNamespace(b.o.ClusterSet)), ServiceName: aws.String(ChangesService), OwnerAccount: b.ownerAccount(),
-		HealthStatus: types.HealthStatusFilterAll, MaxResults: aws.Int32(MaxInstances),
-		QueryParameters: map[string]string{AttrClusterSetID: b.o.ClusterSet},
+		HealthStatus: types.HealthStatusFilterAll, MaxResults: aws.Int32(recordfmt.MaxInstances),
+		QueryParameters: map[string]string{recordfmt.AttrClusterSetID: b.o.ClusterSet},
 	})
 	if isNotFound(err) {
 		return nil, nil

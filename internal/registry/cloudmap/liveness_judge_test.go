@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // Drained only on positive knowledge: a cluster silent for the TTL while
@@ -80,7 +81,7 @@ func TestMisfiledRecordsProveNothing(t *testing.T) {
 	w := judgedWatcher(ttl)
 	rec := func(id, cluster string, seq int, at time.Time) types.HttpInstanceSummary {
 		return types.HttpInstanceSummary{InstanceId: aws.String(id), Attributes: map[string]string{
-			AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: strconv.FormatInt(at.Unix(), 10), attrBeat: "30"}}
+			recordfmt.AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: strconv.FormatInt(at.Unix(), 10), attrBeat: "30"}}
 	}
 	rev := int64(0)
 	read := func(now time.Time, records ...types.HttpInstanceSummary) {
@@ -288,5 +289,5 @@ func judgedWatcher(ttl time.Duration) *Watcher {
 // beatRecord is cluster's record at seq, beating every 30 s.
 func beatRecord(cluster string, seq int) types.HttpInstanceSummary {
 	return types.HttpInstanceSummary{InstanceId: aws.String(cluster), Attributes: map[string]string{
-		AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: "0", attrBeat: "30"}}
+		recordfmt.AttrClusterID: cluster, attrEpoch: "e", attrSeq: strconv.Itoa(seq), attrUpdated: "0", attrBeat: "30"}}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // noLateFailures is Cloud Map as documented but for operations failing
@@ -533,7 +534,7 @@ func TestStartRightAfterChangesReadsThem(t *testing.T) {
 // wrote them, space-separated.
 func ipsOf(ctx context.Context, c *sd.Client, key registry.Key) string {
 	var ips []string
-	for _, e := range cloudmap.Decode(key, listed(ctx, c, key)) {
+	for _, e := range recordfmt.Decode(key, listed(ctx, c, key)) {
 		for _, ep := range e.Endpoints {
 			ips = append(ips, ep.IP)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // DefaultNamespaceQuota is Cloud Map's default quota of instances per
@@ -138,9 +139,9 @@ func (u *Usage) fits(region string, key registry.Key, have, want int) string {
 	}
 	after = max(after, want)
 	switch {
-	case after > MaxInstances:
+	case after > recordfmt.MaxInstances:
 		return fmt.Sprintf("Cloud Map service %s would hold %d instances (this cluster's %d of them), past Cloud Map's fixed quota of %d per service: nothing of this export was written; "+
-			"write packed records (--cloudmap-endpoint-records=packed, and every cluster on a release that reads them), or export fewer endpoints (docs/scale.md)", key, after, want, MaxInstances)
+			"write packed records (--cloudmap-endpoint-records=packed, and every cluster on a release that reads them), or export fewer endpoints (docs/scale.md)", key, after, want, recordfmt.MaxInstances)
 	case u != nil && inNamespace > u.NamespaceQuota:
 		return fmt.Sprintf("Cloud Map namespace %s would hold %d instances, past the account's quota of %d per namespace: nothing of this export was written; "+
 			"ask AWS for a higher quota and set --cloudmap-namespace-instance-quota to it (docs/scale.md)", key.Namespace, inNamespace, u.NamespaceQuota)
@@ -212,7 +213,7 @@ func (u *Usage) Summary() string {
 		svc := u.heldBy(region, func(k registry.Key) bool { return k == f.Service })
 		ns := u.heldBy(region, func(k registry.Key) bool { return k.Namespace == f.Namespace })
 		u.mu.Unlock()
-		s += fmt.Sprintf("%s: fullest service %s %d/%d instances (%s), fullest namespace %s %d/%d (%s)", region, f.Service, f.ServiceInstances, MaxInstances, svc,
+		s += fmt.Sprintf("%s: fullest service %s %d/%d instances (%s), fullest namespace %s %d/%d (%s)", region, f.Service, f.ServiceInstances, recordfmt.MaxInstances, svc,
 			f.Namespace, f.NamespaceInstances, u.NamespaceQuota, ns)
 	}
 	return s
@@ -241,7 +242,7 @@ func (u *Usage) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (u *Usage) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(quotaDesc, prometheus.GaugeValue, MaxInstances, "service")
+	ch <- prometheus.MustNewConstMetric(quotaDesc, prometheus.GaugeValue, recordfmt.MaxInstances, "service")
 	ch <- prometheus.MustNewConstMetric(quotaDesc, prometheus.GaugeValue, float64(u.NamespaceQuota), "namespace")
 	u.mu.Lock()
 	defer u.mu.Unlock()

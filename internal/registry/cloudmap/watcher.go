@@ -16,6 +16,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // WatchOptions tune change detection. The defaults keep an idle cluster at
@@ -580,7 +581,7 @@ type read struct {
 func (w *Watcher) fetch(ctx context.Context, key registry.Key) (read, error) {
 	out, err := w.b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
-		QueryParameters: map[string]string{AttrClusterSetID: w.b.o.ClusterSet}, MaxResults: aws.Int32(MaxInstances),
+		QueryParameters: map[string]string{recordfmt.AttrClusterSetID: w.b.o.ClusterSet}, MaxResults: aws.Int32(recordfmt.MaxInstances),
 		OwnerAccount: w.b.ownerAccount(),
 	})
 	var gone *types.NamespaceNotFound
@@ -597,9 +598,9 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) (read, error) {
 	if err != nil {
 		return read{}, err
 	}
-	instances := make([]Instance, len(out.Instances))
+	instances := make([]recordfmt.Instance, len(out.Instances))
 	for i, in := range out.Instances {
-		instances[i] = Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
+		instances[i] = recordfmt.Instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes}
 	}
 	rd := read{rev: aws.ToInt64(out.InstancesRevision), sum: w.decoded.sum(instances)}
 	if held, ok := w.reported[key]; ok && held == rd.sum && !w.unreadable[key] {
@@ -612,14 +613,14 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) (read, error) {
 	// under any name; none known when that listing failed).
 	holders := map[string]int{}
 	for _, in := range instances {
-		holders[holder(in.Attrs[AttrClusterID], creators[in.ID])]++
+		holders[holder(in.Attrs[recordfmt.AttrClusterID], creators[in.ID])]++
 	}
 	w.b.o.Usage.observe(w.b.region(), key, holders)
 	if err != nil {
 		return read{}, err
 	}
 	instances = kept
-	w.b.checkWriter(key, func(yield func(Attrs) bool) {
+	w.b.checkWriter(key, func(yield func(recordfmt.Attrs) bool) {
 		for _, in := range instances {
 			if !yield(in.Attrs) {
 				return
@@ -630,7 +631,7 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) (read, error) {
 	var decoded []registry.Export
 	var refused []registry.InvalidRecord
 	if w.b.o.DecodeWhole {
-		decoded, refused = decodeAt(key, instances, time.Now(), w.b.maxImportEndpoints())
+		decoded, refused = recordfmt.DecodeAt(key, instances, time.Now(), w.b.maxImportEndpoints())
 	} else {
 		decoded, refused = w.decoded.decode(key, instances, time.Now())
 	}
@@ -654,15 +655,15 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) (read, error) {
 // propagated reports, for each other cluster's instance whose registration
 // is new since the last read (and since this watcher started: the first
 // read of an old export measures nothing), how long it took to arrive.
-func (w *Watcher) propagated(key registry.Key, instances []Instance) {
+func (w *Watcher) propagated(key registry.Key, instances []recordfmt.Instance) {
 	if w.b.o.OnPropagation == nil {
 		return
 	}
 	now, before := time.Now(), w.written[key]
 	seen := map[string]string{}
 	for _, in := range instances {
-		v := in.Attrs[AttrWritten]
-		if v == "" || in.Attrs[AttrClusterID] == w.b.o.Cluster {
+		v := in.Attrs[recordfmt.AttrWritten]
+		if v == "" || in.Attrs[recordfmt.AttrClusterID] == w.b.o.Cluster {
 			continue
 		}
 		seen[in.ID] = v

@@ -17,6 +17,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
 
 // watched is an emulator with services of this clusterset and of another,
@@ -77,7 +78,7 @@ func (w *watched) register(t *testing.T, key registry.Key, set, ip string) *stri
 	t.Helper()
 	out, err := w.setup.RegisterInstance(context.Background(), &sd.RegisterInstanceInput{
 		ServiceId: aws.String(w.svcs[key]), InstanceId: aws.String("i-" + ip),
-		Attributes: map[string]string{cloudmap.AttrIPv4: ip, cloudmap.AttrPort: "80", cloudmap.AttrClusterID: "c1", cloudmap.AttrClusterSetID: set},
+		Attributes: map[string]string{recordfmt.AttrIPv4: ip, recordfmt.AttrPort: "80", recordfmt.AttrClusterID: "c1", recordfmt.AttrClusterSetID: set},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,7 +36,9 @@ func chunks(ns string, e registry.Export) ([]*hubv1alpha1.ClusterExport, error) 
 			e.Key, len(e.Endpoints), hubv1alpha1.MaxChunks*hubv1alpha1.MaxChunkEndpoints)}
 	}
 	eps := make([]hubv1alpha1.Endpoint, len(e.Endpoints))
-	for i, ep := range sortedEndpoints(e.Endpoints) {
+	sorted := slices.Clone(e.Endpoints)
+	registry.SortEndpoints(sorted)
+	for i, ep := range sorted {
 		eps[i] = hubv1alpha1.Endpoint{IP: ep.IP, Port: ep.Port, PortName: ep.PortName, Protocol: ep.Protocol, Ready: ep.Ready, Serving: ep.Serving,
 			Terminating: ep.Terminating, Hostname: ep.Hostname, NodeName: ep.NodeName, Zone: ep.Zone, ServicePort: ep.ServicePort, TargetPort: ep.TargetPort}
 	}
@@ -62,23 +64,6 @@ func chunks(ns string, e registry.Export) ([]*hubv1alpha1.ClusterExport, error) 
 		o.Spec.Revision = rev
 	}
 	return out, nil
-}
-
-// sortedEndpoints orders endpoints so that one export always packs the
-// same way (and digests the same).
-func sortedEndpoints(eps []registry.Endpoint) []registry.Endpoint {
-	out := append([]registry.Endpoint(nil), eps...)
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.IP != b.IP {
-			return a.IP < b.IP
-		}
-		if a.Port != b.Port {
-			return a.Port < b.Port
-		}
-		return a.Protocol < b.Protocol
-	})
-	return out
 }
 
 func revision(objs []*hubv1alpha1.ClusterExport) string {

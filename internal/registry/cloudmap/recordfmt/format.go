@@ -1,4 +1,4 @@
-package cloudmap
+package recordfmt
 
 import (
 	"fmt"
@@ -127,7 +127,7 @@ func (f *Formats) count(byCluster map[string]int, by int) {
 		if f.exporting[cluster] += by; f.exporting[cluster] == 0 {
 			delete(f.exporting, cluster)
 		}
-		if v >= packedVersion {
+		if v >= PackedVersion {
 			continue
 		}
 		if f.old[cluster] == nil {

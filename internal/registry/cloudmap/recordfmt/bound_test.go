@@ -1,15 +1,10 @@
-package cloudmap
+package recordfmt
 
 import (
-	"bytes"
-	"compress/flate"
-	"encoding/base64"
-	"encoding/binary"
 	"fmt"
 	"maps"
 	"net/netip"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,91 +12,13 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt/recordfmttest"
 )
-
-// rawChunk is a chunk's payload as a hostile writer makes it: one port
-// (http/TCP 8080), then entries, each its flag byte, IPv4 address, three
-// empty strings and refs, the port indexes it names.
-func rawChunk(entries int, addr func(i int) netip.Addr, refs func(i int) []uint64, ports int) string {
-	raw := []byte{packEncoding}
-	raw = binary.AppendUvarint(raw, 2) // strings: "http", "TCP"
-	for _, s := range []string{"http", "TCP"} {
-		raw = binary.AppendUvarint(raw, uint64(len(s)))
-		raw = append(raw, s...)
-	}
-	raw = binary.AppendUvarint(raw, uint64(ports))
-	for p := range ports {
-		raw = append(raw, 0)
-		for _, s := range []uint64{1, 2, 1, 2, 0} { // name, protocol, service port name and protocol, target port
-			raw = binary.AppendUvarint(raw, s)
-		}
-		raw = binary.AppendUvarint(raw, uint64(8080+p))
-		raw = binary.AppendUvarint(raw, uint64(80+p))
-	}
-	raw = binary.AppendUvarint(raw, uint64(entries))
-	for i := range entries {
-		raw = append(raw, flagReady|flagServing)
-		raw = append(raw, addr(i).AsSlice()...)
-		raw = append(raw, 0, 0, 0)
-		r := refs(i)
-		raw = binary.AppendUvarint(raw, uint64(len(r)))
-		for _, x := range r {
-			raw = binary.AppendUvarint(raw, x)
-		}
-	}
-	// deflate64's, with one compressor for all (a new one allocates
-	// 600 KiB: 1,000 chunks took seconds).
-	var z bytes.Buffer
-	deflaterMu.Lock()
-	defer deflaterMu.Unlock()
-	if deflater == nil {
-		deflater, _ = flate.NewWriter(&z, flate.BestCompression)
-	}
-	deflater.Reset(&z)
-	deflater.Write(raw)
-	deflater.Close()
-	return base64.StdEncoding.EncodeToString(z.Bytes())
-}
-
-var (
-	deflaterMu sync.Mutex
-	deflater   *flate.Writer
-)
-
-// HostileChunks are two chunks a member can write in one instance each:
-// bomb names one port 262,000 times (it decoded to as many endpoints),
-// wide is 500 addresses of 100 distinct ports (50,000 endpoints, past the
-// default cap).
-func HostileChunks() (bomb, wide string) {
-	return hostileChunks()
-}
-
-// ChunkAttrs are the attributes of a cluster's chunk holding payload.
-func ChunkAttrs(clusterSet, cluster, payload string) Attrs {
-	a := Attrs{AttrClusterID: cluster, AttrClusterSetID: clusterSet, AttrRecord: chunkRecord}
-	splitParts(a, payload)
-	return a
-}
-
-func hostileChunks() (bomb, wide string) {
-	return rawChunk(1, podAddr, func(int) []uint64 { return make([]uint64, 262_000) }, 1),
-		rawChunk(500, podAddr, func(int) []uint64 {
-			r := make([]uint64, 100)
-			for i := range r {
-				r[i] = uint64(i)
-			}
-			return r
-		}, 100)
-}
 
 // perEndpoint is what decoding may allocate per endpoint read: its record
 // (about 200 bytes) and its entry's port, the slices' growth, sorting.
 // Unbounded, the chunks below allocated hundreds of MiB.
 const perEndpoint = 1024
-
-func podAddr(i int) netip.Addr {
-	return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-}
 
 // allocated is the least that decode allocated over a few runs (other
 // goroutines of the process allocating meanwhile only add to one run).
@@ -124,7 +41,7 @@ func allocated(decode func()) uint64 {
 // small fixed allocation; one whose addresses each name many distinct
 // ports is read up to the cap and no further.
 func TestPackedDecodeIsBoundedInObjects(t *testing.T) {
-	bomb, wide := hostileChunks()
+	bomb, wide := recordfmttest.HostileChunks()
 	if len(bomb) > 500 {
 		t.Fatalf("the bomb is %d characters; the review's fits in 400", len(bomb))
 	}
@@ -139,7 +56,7 @@ func TestPackedDecodeIsBoundedInObjects(t *testing.T) {
 	key := registry.Key{Namespace: "ns", Name: "web"}
 	var got []registry.Export
 	var refused []registry.InvalidRecord
-	if b := allocated(func() { got, refused = decodeAt(key, chunk(bomb), time.Now(), registry.DefaultMaxImportEndpoints) }); b > 2<<20 {
+	if b := allocated(func() { got, refused = DecodeAt(key, chunk(bomb), time.Now(), registry.DefaultMaxImportEndpoints) }); b > 2<<20 {
 		t.Errorf("a %d-character chunk allocated %d KiB to decode; want under 2 MiB", len(bomb), b>>10)
 	}
 	if len(got) != 0 || len(refused) != 1 {
@@ -151,7 +68,7 @@ func TestPackedDecodeIsBoundedInObjects(t *testing.T) {
 	// instance, read up to the cap.
 	const most = 5_000
 	var exports []registry.Export
-	b := allocated(func() { exports, _ = decodeAt(key, chunk(wide), time.Now(), most) })
+	b := allocated(func() { exports, _ = DecodeAt(key, chunk(wide), time.Now(), most) })
 	if len(exports) != 1 || len(exports[0].Endpoints) > most || exports[0].Capped != most {
 		t.Fatalf("a chunk of 50,000 endpoints under a cap of %d: %d endpoints, capped %d", most, len(exports[0].Endpoints), exports[0].Capped)
 	}
@@ -166,12 +83,12 @@ func TestPackedDecodeIsBoundedInObjects(t *testing.T) {
 func distinctChunks(t testing.TB, n int) []Instance {
 	base := Attrs{AttrClusterID: "c1", AttrClusterSetID: "set", AttrRecord: chunkRecord}
 	per := fitting(maxChunkEntries, func(k int) bool {
-		return len(rawChunk(k, podAddr, func(int) []uint64 { return []uint64{0} }, 1)) <= room(base)
+		return len(recordfmttest.RawChunk(k, recordfmttest.PodAddr, func(int) []uint64 { return []uint64{0} }, 1)) <= room(base)
 	})
 	out := make([]Instance, n)
 	for c := range n {
 		a := maps.Clone(base)
-		splitParts(a, rawChunk(per, func(i int) netip.Addr { return podAddr(c*per + i) }, func(int) []uint64 { return []uint64{0} }, 1))
+		splitParts(a, recordfmttest.RawChunk(per, func(i int) netip.Addr { return recordfmttest.PodAddr(c*per + i) }, func(int) []uint64 { return []uint64{0} }, 1))
 		out[c] = Instance{ID: ChunkID("set", "c1", c+1), Attrs: a}
 	}
 	if n*per < 1_000_000 {
@@ -216,12 +133,12 @@ func BenchmarkCappedServiceDecode(b *testing.B) {
 // An address that names one port twice is refused, and a writer never
 // packs one so (an address seen in two EndpointSlices of a Service).
 func TestPortNamedOnce(t *testing.T) {
-	twice := rawChunk(1, podAddr, func(int) []uint64 { return []uint64{0, 0} }, 1)
+	twice := recordfmttest.RawChunk(1, recordfmttest.PodAddr, func(int) []uint64 { return []uint64{0, 0} }, 1)
 	if _, _, err := unpackChunk(twice, registry.DefaultMaxImportEndpoints); err == nil {
 		t.Error("a chunk naming a port twice for one address was read")
 	}
 	p := port{name: "http", protocol: corev1.ProtocolTCP, number: 8080}
-	es := []entry{{addr: podAddr(1), ready: true, ports: []port{p, p}}}
+	es := []entry{{addr: recordfmttest.PodAddr(1), ready: true, ports: []port{p, p}}}
 	got, _, err := unpackChunk(packChunk(es), registry.DefaultMaxImportEndpoints)
 	if err != nil || len(got) != 1 || len(got[0].ports) != 1 {
 		t.Fatalf("an address with a port listed twice packs to %+v (%v); want it once", got, err)
@@ -289,5 +206,19 @@ func TestNamesCheckedOncePerRecordSameVerdicts(t *testing.T) {
 				t.Errorf("endpoint %d (memo %v): %v, want failure %v", i, n != nil, err, c.fail)
 			}
 		}
+	}
+}
+
+// The hostile writer of recordfmttest writes this format's chunks: its
+// constants are this package's (else its chunks would decode to nothing,
+// and the bounds above would hold trivially).
+func TestHostileWriterSpeaksTheFormat(t *testing.T) {
+	if recordfmttest.PackEncoding != packEncoding || recordfmttest.FlagReady != flagReady || recordfmttest.FlagServing != flagServing {
+		t.Fatal("recordfmttest's wire constants differ from the format's")
+	}
+	a := ChunkAttrs("set", "c1", recordfmttest.RawChunk(3, recordfmttest.PodAddr, func(int) []uint64 { return []uint64{0} }, 1))
+	got := Decode(registry.Key{Namespace: "ns", Name: "svc"}, []Instance{{ID: ChunkID("set", "c1", 1), Attrs: a}})
+	if len(got) != 1 || len(got[0].Endpoints) != 3 {
+		t.Fatalf("a hand-made chunk of 3 entries decoded to %+v", got)
 	}
 }

@@ -1,7 +1,6 @@
-package cloudmap
+package recordfmt
 
 import (
-	"fmt"
 	"maps"
 	"net/netip"
 	"reflect"
@@ -13,47 +12,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt/recordfmttest"
 )
-
-// fleetExport is a Service of n pods, dual-stack when v6, each with the
-// given ports, spread over nodes in three zones.
-func fleetExport(cluster string, n int, v6 bool, ports ...mcsv1beta1.ServicePort) registry.Export {
-	e := registry.Export{ClusterSet: "set", Cluster: cluster, Key: registry.Key{Namespace: "ns", Name: "big"},
-		Type: mcsv1beta1.ClusterSetIP, Ports: ports, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}}
-	if v6 {
-		e.IPFamilies = append(e.IPFamilies, corev1.IPv6Protocol)
-	}
-	for i := range n {
-		ips := []string{netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}).String()}
-		if v6 {
-			ips = append(ips, fmt.Sprintf("fd00:10:1::%x", i+1))
-		}
-		for _, ip := range ips {
-			for _, p := range ports {
-				e.Endpoints = append(e.Endpoints, registry.Endpoint{
-					IP: ip, Port: p.Port + 8000, PortName: p.Name, Protocol: p.Protocol, Ready: i%17 != 0, Serving: i%17 != 0,
-					NodeName: fmt.Sprintf("ip-10-0-%d-%d.eu-west-1.compute.internal", i%40, i%7), Zone: fmt.Sprintf("euw1-az%d", i%3+1),
-					ServicePort: p, TargetPort: p.Name,
-				})
-			}
-		}
-	}
-	return e
-}
-
-var threePorts = []mcsv1beta1.ServicePort{
-	{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, AppProtocol: ptr.To("http")},
-	{Name: "grpc", Protocol: corev1.ProtocolTCP, Port: 9090},
-	{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
-}
-
-func instancesOf(enc map[string]Attrs) []Instance {
-	var in []Instance
-	for id, a := range enc {
-		in = append(in, Instance{ID: id, Attrs: a})
-	}
-	return in
-}
 
 // Everything an import needs survives the packed round trip, and decodes
 // to what the per-endpoint format decodes to.
@@ -75,7 +35,7 @@ func TestPackedRoundTrip(t *testing.T) {
 		"service with every field": web,
 		"no endpoints":             {ClusterSet: "set", Cluster: "c1", Key: web.Key, Type: mcsv1beta1.ClusterSetIP, Ports: web.Ports},
 		"headless":                 {ClusterSet: "set", Cluster: "c1", Key: web.Key, Type: mcsv1beta1.Headless, Ports: web.Ports, Endpoints: web.Endpoints[3:]},
-		"2,000 dual-stack pods":    fleetExport("c1", 2000, true, threePorts...),
+		"2,000 dual-stack pods":    recordfmttest.FleetExport("c1", 2000, true, recordfmttest.ThreePorts...),
 	} {
 		t.Run(name, func(t *testing.T) {
 			packed, err := EncodePacked(e, "clustermap test", nil)
@@ -86,7 +46,7 @@ func TestPackedRoundTrip(t *testing.T) {
 			if err != nil && len(e.Endpoints) < MaxInstances {
 				t.Fatal(err)
 			}
-			got := Decode(e.Key, instancesOf(packed))
+			got := Decode(e.Key, Instances(packed))
 			if len(got) != 1 || len(got[0].Invalid) > 0 {
 				t.Fatalf("decoded %d exports: %+v", len(got), got)
 			}
@@ -101,7 +61,7 @@ func TestPackedRoundTrip(t *testing.T) {
 				t.Errorf("round trip (-want +got):\n%s", diff)
 			}
 			if err == nil {
-				if old := Decode(e.Key, instancesOf(perEndpoint)); !reflect.DeepEqual(old[0].Endpoints, canonical(e.Endpoints)) {
+				if old := Decode(e.Key, Instances(perEndpoint)); !reflect.DeepEqual(old[0].Endpoints, canonical(e.Endpoints)) {
 					t.Errorf("the per-endpoint format decodes otherwise")
 				}
 			}
@@ -119,12 +79,12 @@ func TestPackedSize(t *testing.T) {
 		ports []mcsv1beta1.ServicePort
 		max   int // instances, service record included
 	}{
-		{5, false, threePorts[:1], 1},
-		{180, false, threePorts[:2], 2},
-		{2000, true, threePorts, 2 + 2*2000/200},
-		{10000, true, threePorts[:1], 2 + 2*10000/200},
+		{5, false, recordfmttest.ThreePorts[:1], 1},
+		{180, false, recordfmttest.ThreePorts[:2], 2},
+		{2000, true, recordfmttest.ThreePorts, 2 + 2*2000/200},
+		{10000, true, recordfmttest.ThreePorts[:1], 2 + 2*10000/200},
 	} {
-		e := fleetExport("c1", c.pods, c.v6, c.ports...)
+		e := recordfmttest.FleetExport("c1", c.pods, c.v6, c.ports...)
 		enc, err := EncodePacked(e, "clustermap test", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -144,7 +104,7 @@ func TestPackedSize(t *testing.T) {
 // A change rewrites the chunk holding the changed endpoint and nothing
 // else: a pod turning unready, a pod added, a pod gone.
 func TestPackedChangesTouchOneChunk(t *testing.T) {
-	e := fleetExport("c1", 2000, true, threePorts...)
+	e := recordfmttest.FleetExport("c1", 2000, true, recordfmttest.ThreePorts...)
 	current, err := EncodePacked(e, "clustermap test", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +120,7 @@ func TestPackedChangesTouchOneChunk(t *testing.T) {
 		if len(register) != wantRegister || len(deregister) != 0 {
 			t.Errorf("%s: %d instances to register, %d to deregister; want %d and 0", what, len(register), len(deregister), wantRegister)
 		}
-		if got := Decode(e.Key, instancesOf(desired)); !reflect.DeepEqual(got[0].Endpoints, canonical(e.Endpoints)) {
+		if got := Decode(e.Key, Instances(desired)); !reflect.DeepEqual(got[0].Endpoints, canonical(e.Endpoints)) {
 			t.Errorf("%s: the new records do not decode to the export", what)
 		}
 		current = desired
@@ -193,7 +153,7 @@ func TestPackedChangesTouchOneChunk(t *testing.T) {
 // When churn leaves chunks half empty, a fresh packing replaces them:
 // the instances follow the endpoints down.
 func TestPackedChunksShrinkWithTheService(t *testing.T) {
-	e := fleetExport("c1", 2000, true, threePorts...)
+	e := recordfmttest.FleetExport("c1", 2000, true, recordfmttest.ThreePorts...)
 	current, err := EncodePacked(e, "clustermap test", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +173,7 @@ func TestPackedChunksShrinkWithTheService(t *testing.T) {
 	if len(desired) > full/2 {
 		t.Errorf("an eighth of the pods left still take %d of %d instances", len(desired), full)
 	}
-	if got := Decode(e.Key, instancesOf(desired)); !reflect.DeepEqual(got[0].Endpoints, canonical(keep)) {
+	if got := Decode(e.Key, Instances(desired)); !reflect.DeepEqual(got[0].Endpoints, canonical(keep)) {
 		t.Error("the repacked records do not decode to the export")
 	}
 }
@@ -221,7 +181,7 @@ func TestPackedChunksShrinkWithTheService(t *testing.T) {
 // A cluster switching formats holds both for a while: its endpoints are
 // read once each.
 func TestBothFormatsReadAsOne(t *testing.T) {
-	e := fleetExport("c1", 50, true, threePorts[:2]...)
+	e := recordfmttest.FleetExport("c1", 50, true, recordfmttest.ThreePorts[:2]...)
 	old, err := Encode(e, "clustermap test", RecordVersion)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +192,7 @@ func TestBothFormatsReadAsOne(t *testing.T) {
 	}
 	both := maps.Clone(old)
 	maps.Copy(both, packed)
-	got := Decode(e.Key, instancesOf(both))
+	got := Decode(e.Key, Instances(both))
 	if want := canonical(e.Endpoints); len(got) != 1 || !reflect.DeepEqual(got[0].Endpoints, want) {
 		t.Errorf("both formats decode to %d endpoints, want %d", len(got[0].Endpoints), len(want))
 	}
@@ -242,7 +202,7 @@ func TestBothFormatsReadAsOne(t *testing.T) {
 // cluster's id, one that does not inflate, one that inflates too far, and
 // an endpoint no pod could have are each reported, and the rest read.
 func TestPackedRecordsAreChecked(t *testing.T) {
-	e := fleetExport("c1", 3, false, threePorts[:1]...)
+	e := recordfmttest.FleetExport("c1", 3, false, recordfmttest.ThreePorts[:1]...)
 	good, err := EncodePacked(e, "clustermap test", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +214,7 @@ func TestPackedRecordsAreChecked(t *testing.T) {
 	}
 	loop := []entry{{addr: netip.MustParseAddr("127.0.0.1"), ready: true, ports: []port{{name: "http", protocol: corev1.ProtocolTCP, number: 80}}}}
 	bomb := make([]byte, 4*maxUnpacked)
-	in := instancesOf(good)
+	in := Instances(good)
 	in = append(in,
 		Instance{ID: ChunkID("set", "c2", 1), Attrs: chunk("c1", packChunk(loop))},
 		Instance{ID: ChunkID("set", "c1", 2), Attrs: chunk("c1", "not base64!")},
@@ -279,14 +239,14 @@ func canonical(eps []registry.Endpoint) []registry.Endpoint {
 // still say their writer reads packed records: the format choice never
 // takes such a cluster for another controller.
 func TestChunksAloneSayPackedFormat(t *testing.T) {
-	e := fleetExport("c1", 2000, true, threePorts...)
+	e := recordfmttest.FleetExport("c1", 2000, true, recordfmttest.ThreePorts...)
 	enc, err := EncodePacked(e, "clustermap test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	delete(enc, ServiceRecordID("set", "c1"))
-	got := Decode(e.Key, instancesOf(enc))
-	if len(got) != 1 || got[0].RecordVersion < packedVersion || len(got[0].Endpoints) != len(e.Endpoints) {
+	got := Decode(e.Key, Instances(enc))
+	if len(got) != 1 || got[0].RecordVersion < PackedVersion || len(got[0].Endpoints) != len(e.Endpoints) {
 		t.Fatalf("chunks alone decode to format %d with %d endpoints", got[0].RecordVersion, len(got[0].Endpoints))
 	}
 }

@@ -1,4 +1,4 @@
-package cloudmap
+package recordfmt
 
 import (
 	"errors"
@@ -155,11 +155,11 @@ func validFamilies(fams []corev1.IPFamily) bool {
 func idMismatch(id string, a Attrs) string {
 	tag := clusterTag(a[AttrClusterSetID], a[AttrClusterID])
 	switch {
-	case a[AttrRecord] == recordValue && id != ServiceRecordID(a[AttrClusterSetID], a[AttrClusterID]):
+	case a[AttrRecord] == RecordValue && id != ServiceRecordID(a[AttrClusterSetID], a[AttrClusterID]):
 		return fmt.Sprintf("a service record of cluster %q under instance id %q, which is not that cluster's", a[AttrClusterID], id)
 	case a[AttrRecord] == chunkRecord && chunkIndex(id, a[AttrClusterSetID], a[AttrClusterID]) < 0:
 		return fmt.Sprintf("packed endpoints of cluster %q under instance id %q, which is not one of that cluster's", a[AttrClusterID], id)
-	case a[AttrRecord] != recordValue && writtenByClustermap(a) && !strings.HasSuffix(id, "-"+tag):
+	case a[AttrRecord] != RecordValue && WrittenByClustermap(a) && !strings.HasSuffix(id, "-"+tag):
 		return fmt.Sprintf("an endpoint record of cluster %q under instance id %q, which does not end in that cluster's tag %q", a[AttrClusterID], id, tag)
 	}
 	return ""

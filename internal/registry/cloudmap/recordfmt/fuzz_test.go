@@ -1,4 +1,4 @@
-package cloudmap
+package recordfmt
 
 import (
 	"encoding/json"

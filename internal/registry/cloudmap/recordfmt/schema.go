@@ -1,11 +1,10 @@
-// Package cloudmap is the Registry on AWS Cloud Map. One HTTP namespace per
-// Kubernetes namespace, one Cloud Map service per exported Service, one
-// instance per endpoint address and port with the attribute schema of the
-// AWS Cloud Map MCS controller (so both controllers share a clusterset), and
-// one service record instance per exporting cluster carrying what that
-// schema lacks (all ports, session affinity, IP families, exported labels
-// and annotations) and keeping a zero-endpoint export visible.
-package cloudmap
+// Package recordfmt is clustermap's record format on Cloud Map, pure (no AWS
+// SDK): the attribute schema of endpoint and service records (the AWS
+// Cloud Map MCS controller's, so both controllers share a clusterset),
+// packed endpoint chunks, their validation and the caps on what a member's
+// records can make a reader hold, and the choice between the formats.
+// Package cloudmap does the I/O.
+package recordfmt
 
 import (
 	"crypto/sha256"
@@ -86,8 +85,8 @@ const (
 // once every cluster of the clusterset writes version 3 or later.
 const RecordVersion = 3
 
-// packedVersion is the first record format that reads packed endpoints.
-const packedVersion = 3
+// PackedVersion is the first record format that reads packed endpoints.
+const PackedVersion = 3
 
 // ourKeys are the attributes clustermap compares when deciding whether an
 // instance needs re-registering: attributes others add cause no churn, and
@@ -107,7 +106,7 @@ const (
 	maxAttrsLength   = 5000
 	maxAttrs         = 30
 	MaxInstances     = 1000
-	recordValue      = "service"
+	RecordValue      = "service"
 	instanceIDLength = 64
 )
 
@@ -133,9 +132,15 @@ func ServiceRecordID(clusterSet, cluster string) string {
 // Attrs is one instance's attributes.
 type Attrs = map[string]string
 
-// writtenByClustermap says a record names clustermap as its writer (the
+// AttrWriter is the writing installation, on the service record.
+const AttrWriter = "CLUSTERMAP_WRITER"
+
+// WriterMarkLength is a writer mark's length in hex characters.
+const WriterMarkLength = 12
+
+// WrittenByClustermap says a record names clustermap as its writer (the
 // AWS Cloud Map MCS controller names itself there too).
-func writtenByClustermap(a Attrs) bool { return strings.HasPrefix(a[AttrController], "clustermap") }
+func WrittenByClustermap(a Attrs) bool { return strings.HasPrefix(a[AttrController], "clustermap") }
 
 // LimitError reports an export Cloud Map cannot hold.
 type LimitError = registry.LimitError
@@ -144,7 +149,7 @@ type LimitError = registry.LimitError
 // record format version (RecordVersion, or an earlier one for version-skew
 // tests), with one instance per endpoint address and port.
 func Encode(e registry.Export, controller string, version int) (map[string]Attrs, error) {
-	rec, err := serviceRecord(e, controller, version)
+	rec, err := ServiceRecord(e, controller, version)
 	if err != nil {
 		return nil, err
 	}
@@ -192,11 +197,11 @@ func Encode(e registry.Export, controller string, version int) (map[string]Attrs
 // current are the cluster's instances as registered: an endpoint stays in
 // the chunk it is in, so a change rewrites only the chunks it touches.
 func EncodePacked(e registry.Export, controller string, current map[string]Attrs) (map[string]Attrs, error) {
-	rec, err := serviceRecord(e, controller, max(RecordVersion, packedVersion))
+	rec, err := ServiceRecord(e, controller, max(RecordVersion, PackedVersion))
 	if err != nil {
 		return nil, err
 	}
-	rec[AttrEndpointFormat] = packedFormat
+	rec[AttrEndpointFormat] = PackedFormat
 	es, err := entriesOf(e.Endpoints)
 	if err != nil {
 		return nil, err
@@ -248,10 +253,10 @@ func commonAttrs(e registry.Export, controller string) Attrs {
 	}
 }
 
-// serviceRecord renders what an export says beside its endpoints.
-func serviceRecord(e registry.Export, controller string, version int) (Attrs, error) {
+// ServiceRecord renders what an export says beside its endpoints.
+func ServiceRecord(e registry.Export, controller string, version int) (Attrs, error) {
 	rec := commonAttrs(e, controller)
-	rec[AttrRecord] = recordValue
+	rec[AttrRecord] = RecordValue
 	if version >= 2 {
 		rec[AttrRecordVersion] = strconv.Itoa(version)
 	}
@@ -305,7 +310,7 @@ func checkLimits(a Attrs) error {
 // instance's attributes as it is registered: the time (Unix ms, 13 digits)
 // and, on the service record, the writer's mark.
 const (
-	registrationLength = len(AttrWritten) + 13 + len(AttrWriter) + writerMarkLength
+	registrationLength = len(AttrWritten) + 13 + len(AttrWriter) + WriterMarkLength
 	registrationAttrs  = 2
 )
 
@@ -318,11 +323,21 @@ type Instance struct {
 // Decode groups a service's instances into exports, one per cluster. An
 // instance without a cluster or clusterset id is not part of any export.
 func Decode(key registry.Key, instances []Instance) []registry.Export {
-	exports, _ := decodeAt(key, instances, time.Now(), registry.DefaultMaxImportEndpoints)
+	exports, _ := DecodeAt(key, instances, time.Now(), registry.DefaultMaxImportEndpoints)
 	return exports
 }
 
-// decodeAt is Decode at a time; it also returns the records that make no
+// Instances are the instances a plan of records (an instance id's
+// attributes) reads back as.
+func Instances(records map[string]Attrs) []Instance {
+	in := make([]Instance, 0, len(records))
+	for id, a := range records {
+		in = append(in, Instance{ID: id, Attrs: a})
+	}
+	return in
+}
+
+// DecodeAt is Decode at a time; it also returns the records that make no
 // export when no export is left to say them on: a cluster is exporting
 // only by a record of its that is accepted
 // (its service record or a chunk, whose ids must be its own, or an
@@ -331,7 +346,7 @@ func Decode(key registry.Key, instances []Instance) []registry.Export {
 // its conflicts. Each cluster's endpoint records are read up to
 // maxEndpoints; past it, the export is cut there (Capped) and the rest
 // not even decoded.
-func decodeAt(key registry.Key, instances []Instance, now time.Time, maxEndpoints int) ([]registry.Export, []registry.InvalidRecord) {
+func DecodeAt(key registry.Key, instances []Instance, now time.Time, maxEndpoints int) ([]registry.Export, []registry.InvalidRecord) {
 	byCluster := map[string]*registry.Export{}
 	accepted := map[string]bool{}
 	refused := map[string][]registry.InvalidRecord{}
@@ -363,7 +378,7 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time, maxEndpoint
 			refused[cluster] = append(refused[cluster], registry.InvalidRecord{ID: in.ID, Reason: why})
 			continue
 		}
-		packed := a[AttrRecord] == recordValue || a[AttrRecord] == chunkRecord
+		packed := a[AttrRecord] == RecordValue || a[AttrRecord] == chunkRecord
 		held := 0
 		if e := byCluster[cluster]; e != nil {
 			held = len(e.Endpoints)
@@ -402,10 +417,10 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time, maxEndpoint
 		if ms, err := strconv.ParseInt(a[AttrExportCreationTime], 10, 64); err == nil && (e.Created.IsZero() || time.UnixMilli(ms).Before(e.Created)) {
 			e.Created = time.UnixMilli(ms)
 		}
-		if e.Type == "" || a[AttrRecord] == recordValue {
+		if e.Type == "" || a[AttrRecord] == RecordValue {
 			e.Type = mcsv1beta1.ServiceImportType(a[AttrServiceType])
 		}
-		if a[AttrRecord] == recordValue {
+		if a[AttrRecord] == RecordValue {
 			e.Writer = a[AttrWriter]
 			if err := decodeRecord(e, a); err != nil {
 				e.Invalid = append(e.Invalid, registry.InvalidRecord{ID: in.ID, Reason: err.Error()})
@@ -415,7 +430,7 @@ func decodeAt(key registry.Key, instances []Instance, now time.Time, maxEndpoint
 			// A chunk read before its service record (they are written
 			// at once) still says which format its writer reads: never
 			// another controller's.
-			e.RecordVersion = packedVersion
+			e.RecordVersion = PackedVersion
 		}
 		if packed {
 			e.Endpoints = append(e.Endpoints, eps...)
@@ -514,16 +529,7 @@ func withAppProtocols(eps []registry.Endpoint, ports []mcsv1beta1.ServicePort) [
 // dedupe sorts endpoints by address, port and protocol, keeping one of
 // each: a cluster switching formats holds both for a while.
 func dedupe(eps []registry.Endpoint) []registry.Endpoint {
-	sort.SliceStable(eps, func(i, j int) bool {
-		a, b := eps[i], eps[j]
-		if a.IP != b.IP {
-			return a.IP < b.IP
-		}
-		if a.Port != b.Port {
-			return a.Port < b.Port
-		}
-		return a.Protocol < b.Protocol
-	})
+	registry.SortEndpoints(eps)
 	out := eps[:0]
 	for i, ep := range eps {
 		if i > 0 {

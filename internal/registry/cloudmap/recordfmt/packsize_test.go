@@ -1,4 +1,4 @@
-package cloudmap
+package recordfmt
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/registry"
+	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt/recordfmttest"
 )
 
 // The packed-size table of docs/scale.md, built from the Services it
@@ -22,7 +23,7 @@ func TestPackedSizeTable(t *testing.T) {
 		lo, hi := 1, 4000
 		for lo < hi {
 			mid := (lo + hi + 1) / 2
-			if packedInstances(t, mid, v6, random, threePorts[:1]) == 1 {
+			if packedInstances(t, mid, v6, random, recordfmttest.ThreePorts[:1]) == 1 {
 				lo = mid
 			} else {
 				hi = mid - 1
@@ -44,11 +45,11 @@ func TestPackedSizeTable(t *testing.T) {
 			stack = "dual-stack"
 		}
 		rows = append(rows, fmt.Sprintf("| %s pods, %s, %d ports | %d (random), %d (consecutive) |", thousands(c.pods), stack, c.ports,
-			packedInstances(t, c.pods, c.v6, true, threePorts[:c.ports]), packedInstances(t, c.pods, c.v6, false, threePorts[:c.ports])))
+			packedInstances(t, c.pods, c.v6, true, recordfmttest.ThreePorts[:c.ports]), packedInstances(t, c.pods, c.v6, false, recordfmttest.ThreePorts[:c.ports])))
 	}
 	table := "| pods of one Service in one cluster | instances |\n| --- | --- |\n" + strings.Join(rows, "\n") + "\n"
 	t.Logf("packed records (TestPackedSizeTable):\n%s", table)
-	doc, err := os.ReadFile("../../../docs/scale.md")
+	doc, err := os.ReadFile("../../../../docs/scale.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestPackedSizeTable(t *testing.T) {
 // packedInstances is how many instances a Service of pods takes packed.
 func packedInstances(t *testing.T, pods int, v6, random bool, ports []mcsv1beta1.ServicePort) int {
 	t.Helper()
-	e := fleetExport("c1", pods, v6, ports...)
+	e := recordfmttest.FleetExport("c1", pods, v6, ports...)
 	if random {
 		randomAddresses(&e)
 	}

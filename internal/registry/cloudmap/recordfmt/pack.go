@@ -1,4 +1,4 @@
-package cloudmap
+package recordfmt
 
 import (
 	"bytes"
@@ -28,9 +28,9 @@ import (
 // up to maxParts attributes.
 const (
 	// AttrEndpointFormat on a service record says how the cluster writes
-	// its endpoints: packedFormat, or per endpoint when absent.
+	// its endpoints: PackedFormat, or per endpoint when absent.
 	AttrEndpointFormat = "CLUSTERMAP_ENDPOINTS"
-	packedFormat       = "packed"
+	PackedFormat       = "packed"
 	// AttrPackedParts is the prefix of the attributes holding a chunk.
 	AttrPackedParts = "CLUSTERMAP_EP_"
 	chunkRecord     = "endpoints" // AttrRecord of a chunk instance
@@ -438,6 +438,13 @@ func (r *reader) port() uint16 {
 }
 
 // splitParts spreads a payload over attributes of at most partLength.
+// ChunkAttrs are the attributes of a cluster's chunk holding payload.
+func ChunkAttrs(clusterSet, cluster, payload string) Attrs {
+	a := Attrs{AttrClusterID: cluster, AttrClusterSetID: clusterSet, AttrRecord: chunkRecord}
+	splitParts(a, payload)
+	return a
+}
+
 func splitParts(a Attrs, payload string) {
 	for i := 0; len(payload) > 0; i++ {
 		n := min(partLength, len(payload))

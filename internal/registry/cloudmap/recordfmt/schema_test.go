@@ -1,4 +1,4 @@
-package cloudmap
+package recordfmt
 
 import (
 	"errors"
@@ -228,7 +228,7 @@ func TestDecodeSkipsInvalidRecords(t *testing.T) {
 		instances = append(instances, Instance{ID: id, Attrs: a})
 	}
 	for i := range instances {
-		if instances[i].Attrs[AttrRecord] == recordValue {
+		if instances[i].Attrs[AttrRecord] == RecordValue {
 			instances[i].Attrs[AttrExportedLabels] = "{not json"
 		}
 	}
@@ -280,7 +280,7 @@ func TestDecodeDropsInvalidRecordFields(t *testing.T) {
 	} {
 		instances := encoded(t, sampleExport("c1"))
 		for _, in := range instances {
-			if in.Attrs[AttrRecord] == recordValue {
+			if in.Attrs[AttrRecord] == RecordValue {
 				in.Attrs[c.attr] = c.value
 			}
 		}
@@ -314,7 +314,7 @@ func TestDecodeChecksWhoWrote(t *testing.T) {
 	weird := maps.Clone(instances[0].Attrs)
 	weird[AttrClusterID] = "not a label value!"
 	instances = append(instances, Instance{ID: "weird", Attrs: weird})
-	out, impostors := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now, registry.DefaultMaxImportEndpoints)
+	out, impostors := DecodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now, registry.DefaultMaxImportEndpoints)
 	// c2's records are all impostors: no export of c2 (it would keep an
 	// import alive, and win conflicts, with records of nothing); they are
 	// said on c1's export, naming c2.
@@ -329,13 +329,13 @@ func TestDecodeChecksWhoWrote(t *testing.T) {
 			t.Errorf("a refused record of c2 said as %+v", inv)
 		}
 	}
-	if _, left := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances[good:], now, registry.DefaultMaxImportEndpoints); len(left) != good {
+	if _, left := DecodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances[good:], now, registry.DefaultMaxImportEndpoints); len(left) != good {
 		t.Errorf("with no export to say them on, %d refused records are returned, want %d", len(left), good)
 	}
 	// Beside a record of its own, a cluster's impostors are said on its
 	// export.
 	own := encoded(t, sampleExport("c2"))
-	out, impostors = decodeAt(registry.Key{Namespace: "ns", Name: "web"}, append(instances, own...), now, registry.DefaultMaxImportEndpoints)
+	out, impostors = DecodeAt(registry.Key{Namespace: "ns", Name: "web"}, append(instances, own...), now, registry.DefaultMaxImportEndpoints)
 	if len(out) != 2 || out[1].Cluster != "c2" || len(out[1].Invalid) != good || len(impostors) != 0 {
 		t.Errorf("c2 with records of its own: exports %+v, impostors %v", out, impostors)
 	}
@@ -351,7 +351,7 @@ func TestDecodeChecksWhoWrote(t *testing.T) {
 	} {
 		e := sampleExport("c1")
 		e.Created = c.created
-		decoded, _ := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, encoded(t, e), now, registry.DefaultMaxImportEndpoints)
+		decoded, _ := DecodeAt(registry.Key{Namespace: "ns", Name: "web"}, encoded(t, e), now, registry.DefaultMaxImportEndpoints)
 		got := decoded[0]
 		if c.sane && (!got.Created.Equal(c.created.Truncate(time.Millisecond)) || len(got.Invalid) != 0) {
 			t.Errorf("created %v: decoded %v, invalid %v", c.created, got.Created, got.Invalid)
@@ -368,7 +368,7 @@ func TestDecodeChecksWhoWrote(t *testing.T) {
 func TestClusterIDMustBeADNSLabel(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	mixed := sampleExport("Cluster-A")
-	out, left := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, append(encoded(t, sampleExport("cluster-a")), encoded(t, mixed)...), now, registry.DefaultMaxImportEndpoints)
+	out, left := DecodeAt(registry.Key{Namespace: "ns", Name: "web"}, append(encoded(t, sampleExport("cluster-a")), encoded(t, mixed)...), now, registry.DefaultMaxImportEndpoints)
 	if len(out) != 1 || out[0].Cluster != "cluster-a" || len(left) != 0 {
 		t.Fatalf("exports %+v, left %v: want cluster-a's only", out, left)
 	}
@@ -397,7 +397,7 @@ func TestRefusedRecordsMakeNoExport(t *testing.T) {
 		forged("loopback-c2", "c2", "127.0.0.1", "1577836800001"),
 		forged("metadata-c2", "c2", "169.254.169.254", "1577836800001"),
 		forged("loopback-c1", "c1", "127.0.0.1", "1577836800001"))
-	out, _ := decodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now, registry.DefaultMaxImportEndpoints)
+	out, _ := DecodeAt(registry.Key{Namespace: "ns", Name: "web"}, instances, now, registry.DefaultMaxImportEndpoints)
 	if len(out) != 1 || out[0].Cluster != "c1" {
 		t.Fatalf("exports %+v, want c1's only", out)
 	}
