@@ -4,7 +4,7 @@
 // at most 1,000 endpoints) in its clusterset's namespace on the hub, and
 // proves it is alive with a Lease there; every member watches both, from
 // the hub's watch cache, and never polls. The hub's admission policy
-// (Install) binds each object to the member it names.
+// (Init installs it) binds each object to the member it names.
 package hub
 
 import (
@@ -169,7 +169,10 @@ func (r *Registry) Withdraw(ctx context.Context, key registry.Key) error {
 			return fmt.Errorf("deleting %s/%s on the hub: %w", r.ns, h.Name, err)
 		}
 	}
-	for _, h := range held {
+	for name, h := range held {
+		if name == objectName(r.o.Cluster, key, 0) {
+			continue // gone above
+		}
 		if err := client.IgnoreNotFound(r.c.Delete(ctx, h)); err != nil {
 			return fmt.Errorf("deleting %s/%s on the hub: %w", r.ns, h.Name, err)
 		}

@@ -15,16 +15,19 @@ import (
 // stands still for this watcher, its own too) drains nobody. This member
 // is never drained by itself.
 type proofs struct {
-	mu     sync.Mutex
-	self   string
-	ttl    time.Duration
+	mu   sync.Mutex
+	self string
+	ttl  time.Duration
+	// beat is the members' heartbeat: past two of them with no Lease
+	// moving, every member stood still at once (stalled).
+	beat   time.Duration
 	rv     map[string]string
 	at     map[string]time.Time
 	silent map[string]time.Time
 }
 
-func newProofs(self string, ttl time.Duration) *proofs {
-	return &proofs{self: self, ttl: ttl, rv: map[string]string{}, at: map[string]time.Time{}, silent: map[string]time.Time{}}
+func newProofs(self string, ttl, beat time.Duration) *proofs {
+	return &proofs{self: self, ttl: ttl, beat: beat, rv: map[string]string{}, at: map[string]time.Time{}, silent: map[string]time.Time{}}
 }
 
 // saw notes a member's Lease as read at now: a proof when it changed.
@@ -32,7 +35,31 @@ func (p *proofs) saw(cluster, rv string, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.rv[cluster] != rv {
+		p.stalled(now)
 		p.rv[cluster], p.at[cluster] = rv, now
+	}
+}
+
+// stalled moves every live member's proof on by the time no Lease moved
+// at all, past two heartbeats, before a proof at now: the hub was down or
+// unreachable for everyone (this watcher too), which proves nobody
+// silent. Else the first member seen renewing after an outage longer
+// than the TTL would drain every other until its next renewal.
+func (p *proofs) stalled(now time.Time) {
+	var newest time.Time
+	for c, at := range p.at {
+		if _, drained := p.silent[c]; !drained && at.After(newest) {
+			newest = at
+		}
+	}
+	gap := now.Sub(newest) - 2*p.beat
+	if newest.IsZero() || gap <= 0 {
+		return
+	}
+	for c, at := range p.at {
+		if _, drained := p.silent[c]; !drained {
+			p.at[c] = at.Add(gap)
+		}
 	}
 }
 

@@ -45,7 +45,7 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 	}); err != nil {
 		return err
 	}
-	proofs := newProofs(r.o.Cluster, r.o.SilentAfter)
+	proofs := newProofs(r.o.Cluster, r.o.SilentAfter, r.o.Heartbeat)
 	exports, err := c.GetInformer(ctx, &hubv1alpha1.ClusterExport{})
 	if err != nil {
 		return err
