@@ -40,13 +40,19 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- if or .Values.mcs.enabled .Values.cloudmapDNS.enabled .Values.syndicate.enabled -}}true{{- end -}}
 {{- end -}}
 
-{{/* Restricted PodSecurity: what every container runs with. */}}
-{{- /* Non-empty when a mode reaches Cloud Map: mcs over Cloud Map, or
-cloudmapDNS. */}}
+{{/* cloudMap: whether a mode reaches Cloud Map (mcs over Cloud Map, or
+cloudmapDNS). */}}
 {{- define "clustermap.cloudMap" -}}
-{{- if or (and .Values.mcs.enabled (ne (.Values.mcs.registry | default "cloudmap") "hub")) .Values.cloudmapDNS.enabled }}true{{ end }}
+{{- if or (and .Values.mcs.enabled (ne (include "clustermap.registry" .) "hub")) .Values.cloudmapDNS.enabled }}true{{ end }}
 {{- end }}
 
+{{/* registry: the MCS registry, cloudmap unless mcs.registry says hub
+(values of an older chart, kept by --reuse-values, have none). */}}
+{{- define "clustermap.registry" -}}
+{{- .Values.mcs.registry | default "cloudmap" -}}
+{{- end -}}
+
+{{/* Restricted PodSecurity: what every container runs with. */}}
 {{- define "clustermap.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
