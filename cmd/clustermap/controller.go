@@ -27,7 +27,7 @@ func newController() *cobra.Command {
 	endpointRecords, registryKind := "packed", "cloudmap"
 	cmd := &cobra.Command{
 		Use:   "controller",
-		Short: "Run the controller in a member cluster (Multi-Cluster Services over AWS Cloud Map)",
+		Short: "Run the controller in a member cluster (Multi-Cluster Services over AWS Cloud Map or a hub cluster)",
 		Long: `Exports this cluster's ServiceExports to AWS Cloud Map and imports every
 cluster's exports as ServiceImports, derived Services and EndpointSlices
 (--mcs, on by default).

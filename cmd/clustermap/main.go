@@ -26,7 +26,7 @@ func main() {
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "clustermap",
-		Short:         "Multi-cluster service discovery for Kubernetes over AWS Cloud Map",
+		Short:         "Multi-cluster service discovery for Kubernetes over AWS Cloud Map or a hub cluster",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -135,7 +135,8 @@ func SortEndpoints(eps []Endpoint) {
 
 // Registry shares exports across the clusters of a clusterset: each
 // cluster publishes and withdraws its own, and watches everyone's. Cloud
-// Map in one account and Region is one implementation, memory another;
+// Map in one account and Region is one implementation, a hub cluster
+// (package hub) another, memory a third for tests;
 // several registries compose behind this seam.
 type Registry interface {
 	// Publish makes the registry hold exactly this export for its cluster,
