@@ -2,12 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry/hub"
 )
 
@@ -43,11 +41,10 @@ cluster and its own Lease.`,
 			if err := needSet(); err != nil {
 				return err
 			}
-			cfg, err := kube.RESTConfig(kubeconfig, kctx)
+			cfg, err := adminConfig(kubeconfig, kctx)
 			if err != nil {
 				return err
 			}
-			cfg.Timeout = 15 * time.Second
 			if err := hub.Init(cmd.Context(), cfg, clusterSet); err != nil {
 				return err
 			}
@@ -74,11 +71,10 @@ it (its records stay until clustermap forget-cluster).`,
 			if err := needSet(); err != nil {
 				return err
 			}
-			cfg, err := kube.RESTConfig(kubeconfig, kctx)
+			cfg, err := adminConfig(kubeconfig, kctx)
 			if err != nil {
 				return err
 			}
-			cfg.Timeout = 15 * time.Second
 			if leave {
 				c, err := clusterClient(kubeconfig, kctx)
 				if err != nil {
@@ -94,12 +90,7 @@ it (its records stay until clustermap forget-cluster).`,
 			if err != nil {
 				return fmt.Errorf("%w (--server names the https:// address members reach the hub at)", err)
 			}
-			if out == "-" {
-				_, err = cmd.OutOrStdout().Write(data)
-			} else {
-				err = os.WriteFile(out, data, 0o600)
-			}
-			if err != nil {
+			if err := writeOutput(cmd, out, data); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "kubeconfig for member %s of clusterset %s; the token expires %s: run this again before then\n",

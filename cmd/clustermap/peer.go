@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/replication"
@@ -42,11 +43,10 @@ When the token expires, the peer counts as down and its replicas are kept.`,
 			if a.For == "" {
 				return fmt.Errorf("--for: name the cluster that will use the kubeconfig (its --cluster-name)")
 			}
-			cfg, err := kube.RESTConfig(kubeconfig, kctx)
+			cfg, err := adminConfig(kubeconfig, kctx)
 			if err != nil {
 				return err
 			}
-			cfg.Timeout = 15 * time.Second
 			if revoke {
 				c, err := clusterClient(kubeconfig, kctx)
 				if err != nil {
@@ -65,12 +65,7 @@ When the token expires, the peer counts as down and its replicas are kept.`,
 			if err != nil {
 				return fmt.Errorf("%w (--server names the https:// address %s reaches this cluster at)", err, a.For)
 			}
-			if out == "-" {
-				_, err = cmd.OutOrStdout().Write(data)
-			} else {
-				err = os.WriteFile(out, data, 0o600)
-			}
-			if err != nil {
+			if err := writeOutput(cmd, out, data); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "kubeconfig for %s to reach %s as ServiceAccount %s/%s; the token expires %s: run this again before then\n",
@@ -91,4 +86,25 @@ When the token expires, the peer counts as down and its replicas are kept.`,
 	f.StringVarP(&out, "output", "o", "-", "file to write the kubeconfig to (mode 0600; - for stdout)")
 	f.BoolVar(&revoke, "revoke", false, "delete the access of --for instead")
 	return cmd
+}
+
+// adminConfig reaches a cluster as its admin, for the commands that grant
+// access in it (peer-kubeconfig, hub).
+func adminConfig(kubeconfig, kctx string) (*rest.Config, error) {
+	cfg, err := kube.RESTConfig(kubeconfig, kctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 15 * time.Second
+	return cfg, nil
+}
+
+// writeOutput writes a kubeconfig to out (- for stdout; a file is 0600:
+// it holds a token).
+func writeOutput(cmd *cobra.Command, out string, data []byte) error {
+	if out == "-" {
+		_, err := cmd.OutOrStdout().Write(data)
+		return err
+	}
+	return os.WriteFile(out, data, 0o600)
 }

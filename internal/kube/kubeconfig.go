@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"os"
 	"slices"
 
+	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
@@ -40,4 +42,14 @@ func KubeconfigProblems(raw *clientcmdapi.Config) []string {
 	}
 	slices.Sort(problems)
 	return problems
+}
+
+// CAData is the certificate authority cfg verifies its server with, inline
+// (read from its file where it names one): what a kubeconfig handed to
+// another cluster must carry.
+func CAData(cfg *rest.Config) ([]byte, error) {
+	if len(cfg.CAData) > 0 || cfg.CAFile == "" {
+		return cfg.CAData, nil
+	}
+	return os.ReadFile(cfg.CAFile)
 }

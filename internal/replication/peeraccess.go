@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -201,11 +200,9 @@ func IssuePeerKubeconfig(ctx context.Context, cfg *rest.Config, name, server str
 	if server == "" {
 		server = cfg.Host
 	}
-	ca := cfg.CAData
-	if len(ca) == 0 && cfg.CAFile != "" {
-		if ca, err = os.ReadFile(cfg.CAFile); err != nil {
-			return nil, time.Time{}, err
-		}
+	ca, err := kube.CAData(cfg)
+	if err != nil {
+		return nil, time.Time{}, err
 	}
 	data, err := PeerKubeconfig(name, server, ca, token)
 	return data, expiry, err

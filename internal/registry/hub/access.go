@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -193,11 +192,9 @@ func Join(ctx context.Context, cfg *rest.Config, clusterSet, cluster, server str
 	if server == "" {
 		server = cfg.Host
 	}
-	ca := cfg.CAData
-	if len(ca) == 0 && cfg.CAFile != "" {
-		if ca, err = os.ReadFile(cfg.CAFile); err != nil {
-			return nil, time.Time{}, err
-		}
+	ca, err := kube.CAData(cfg)
+	if err != nil {
+		return nil, time.Time{}, err
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["hub"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
