@@ -257,6 +257,14 @@ func Up(ctx context.Context, opts Options) (env *Env, err error) {
 	return env, nil
 }
 
+// withHub is every cluster of the environment, the hub's too.
+func (e *Env) withHub() []*Cluster {
+	if e.HubCluster == nil {
+		return e.Clusters
+	}
+	return append(slices.Clip(e.Clusters), e.HubCluster)
+}
+
 // startHub starts the hub cluster (initialised by prepare) and joins every
 // member to it.
 func (e *Env) startHub(ctx context.Context) error {
@@ -289,11 +297,7 @@ func (e *Env) startHub(ctx context.Context) error {
 // credentials inlined so that the file stands on its own.
 func (e *Env) writeKubeconfig() error {
 	out := clientcmdapi.NewConfig()
-	all := e.Clusters
-	if e.HubCluster != nil {
-		all = append(slices.Clip(all), e.HubCluster)
-	}
-	for _, c := range all {
+	for _, c := range e.withHub() {
 		kc, err := clientcmd.LoadFromFile(filepath.Join(kwokClusterDir(e.StateDir, c.KwokName), "kubeconfig.yaml"))
 		if err != nil {
 			return err

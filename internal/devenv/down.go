@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
@@ -68,11 +67,7 @@ func Down(ctx context.Context, stateDir string, log io.Writer) error {
 // Pids lists the processes of the environment's clusters.
 func (e *Env) Pids() []int {
 	var all []int
-	clusters := e.Clusters
-	if e.HubCluster != nil {
-		clusters = append(slices.Clip(clusters), e.HubCluster)
-	}
-	for _, c := range clusters {
+	for _, c := range e.withHub() {
 		all = append(all, readPids(filepath.Join(kwokClusterDir(e.StateDir, c.KwokName), "pids"))...)
 	}
 	return all

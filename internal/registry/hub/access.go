@@ -15,10 +15,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -55,9 +53,8 @@ const (
 // namespace, the members' Role and the admission policy. It is safe to
 // run again (an upgrade).
 func Init(ctx context.Context, cfg *rest.Config, clusterSet string) error {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)  // static registrations: cannot fail
-	_ = apiextensionsv1.AddToScheme(s) // as above
+	s := Scheme()
+	_ = apiextensionsv1.AddToScheme(s) // a static registration: cannot fail
 	c, err := client.New(cfg, client.Options{Scheme: s})
 	if err != nil {
 		return err

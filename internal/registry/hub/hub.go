@@ -73,7 +73,7 @@ func Namespace(clusterSet string) string {
 }
 
 // LeaseName is a member's Lease on the hub.
-func LeaseName(cluster string) string { return "member-" + cluster }
+func LeaseName(cluster string) string { return memberPrefix + cluster }
 
 // Scheme holds the hub's types this package reads and writes: the
 // built-in ones and ClusterExport.

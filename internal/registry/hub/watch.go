@@ -51,10 +51,7 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 		return err
 	}
 	onExport := func(obj any) {
-		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if o, ok := obj.(*hubv1alpha1.ClusterExport); ok {
+		if o, ok := unwrap(obj).(*hubv1alpha1.ClusterExport); ok {
 			r.mark(keyOf(o))
 		}
 	}
@@ -68,20 +65,15 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 		return err
 	}
 	onLease := func(obj any) {
-		if l, ok := obj.(*coordinationv1.Lease); ok {
-			if cluster, ok := strings.CutPrefix(l.Name, "member-"); ok {
-				proofs.saw(cluster, l.ResourceVersion, time.Now())
-			}
+		if l, cluster, ok := memberLease(obj); ok {
+			proofs.saw(cluster, l.ResourceVersion, time.Now())
 		}
 	}
 	if _, err := leases.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: onLease, UpdateFunc: func(_, o any) { onLease(o) },
 		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if l, ok := obj.(*coordinationv1.Lease); ok {
-				proofs.gone(strings.TrimPrefix(l.Name, "member-"))
+			if _, cluster, ok := memberLease(obj); ok {
+				proofs.gone(cluster)
 			}
 		},
 	}); err != nil {
@@ -124,6 +116,25 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 		r.mu.Unlock()
 		w.tell(ctx, keys)
 	}
+}
+
+// unwrap is an object an informer hands over: a deleted one whose last
+// state it missed comes in a tombstone.
+func unwrap(obj any) any {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		return tomb.Obj
+	}
+	return obj
+}
+
+// memberLease is obj as a member's Lease, and the member it names.
+func memberLease(obj any) (*coordinationv1.Lease, string, bool) {
+	l, ok := unwrap(obj).(*coordinationv1.Lease)
+	if !ok {
+		return nil, "", false
+	}
+	cluster, ok := strings.CutPrefix(l.Name, memberPrefix)
+	return l, cluster, ok
 }
 
 func keyOf(o *hubv1alpha1.ClusterExport) registry.Key {
