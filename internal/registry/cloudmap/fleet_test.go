@@ -726,3 +726,73 @@ func TestUnchangedRereadsReportNothing(t *testing.T) {
 	}
 	t.Logf("%.0f reads, %d reports", reads, len(sets))
 }
+
+// The instances an importer counts against Cloud Map's quotas are those of
+// the reads it takes: a re-read that goes back past the revision held (a
+// lagging replica) is ignored, and does not leave the count short of what
+// the service holds. Runs under a read lag of 4 s, within the watcher's
+// 5 s window but twice the profile's: reads that go back are common then.
+// (A count left short had an exporter wait on its own export in
+// TestExportPastTheQuotaIsRefusedWhole.)
+func TestUsageCountsTheReadsThatStand(t *testing.T) {
+	t.Parallel()
+	p := cloudmaplocal.AWS()
+	p.ReadLag, p.TenantOperations, p.LateFailureRate = 4*time.Second, 0, 0
+	f := newFleetWith(t, cloudmaplocal.Options{Profile: &p})
+	const services = 24
+	exp := func(i, pods int) registry.Export {
+		e := clusterAddresses(recordfmttest.FleetExport("c1", pods, false, recordfmttest.ThreePorts[:1]...), 1)
+		e.Key.Name = fmt.Sprintf("svc-%d", i)
+		return e
+	}
+	importer, exporter := f.join("c0", 0), f.start("c1", 0, true)
+	publishAll := func(pods int) {
+		var wg sync.WaitGroup
+		for i := range services {
+			wg.Go(func() {
+				if err := exporter.Publish(context.Background(), exp(i, pods)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		f.waitFor("every change in c0", time.Minute, func() bool {
+			for i := range services {
+				if importer.endpoints(exp(i, pods).Key)["c1"] != pods {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	publishAll(1)
+	publishAll(2)
+	// A count left short stays short (the reads after show what was
+	// reported); one that is right is so once the re-reads of the changes
+	// are done, within the read lag of the last.
+	var short []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+		short = nil
+		for i := range services {
+			key := exp(i, 0).Key
+			held := 0
+			for _, n := range f.instances(key) {
+				held += n
+			}
+			for _, m := range []*member{importer, exporter} {
+				m.o.Usage.mu.Lock()
+				counted := m.o.Usage.counts[cloudmaptest.Region][key]
+				m.o.Usage.mu.Unlock()
+				if counted != held {
+					short = append(short, fmt.Sprintf("%s: %s counts %d instances, Cloud Map holds %d", key, m.o.Cluster, counted, held))
+				}
+			}
+		}
+		if len(short) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, s := range short {
+		t.Error(s)
+	}
+}

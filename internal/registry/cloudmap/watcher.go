@@ -211,7 +211,7 @@ func newWatcher(b *Backend, sink registry.Sink) *Watcher {
 		alive:   newLiveness(b.o.Cluster, opts.SilentAfter), recordRev: -1, decoded: newDecodeCache(b.maxImportEndpoints()),
 		exporters: map[string]bool{}, reported: map[registry.Key]uint64{},
 	}
-	if b.shared() {
+	if b.tenancy.feedsByRecords() {
 		w.feed = newRecordsFeed(w)
 	} else {
 		w.feed = newOperationsFeed(w)
@@ -295,7 +295,7 @@ func (w *Watcher) changed(key registry.Key, now time.Time) {
 		w.dirty[key] = time.Time{}
 	}
 	window := w.opts.ReadLag
-	if w.b.shared() {
+	if w.b.tenancy.heardEarly() {
 		window += w.opts.OperationWait
 	}
 	w.settling[key] = settling{until: now.Add(window)}
@@ -431,8 +431,8 @@ func (w *Watcher) list(ctx context.Context, all bool) error {
 			return err
 		}
 		for _, ns := range page.Namespaces {
-			nsName, nsRef := aws.ToString(ns.Name), w.b.ref(ns.Id, ns.Arn)
-			if w.b.shared() && aws.ToString(ns.ResourceOwner) != w.b.o.Owner || nsName == ChangesNamespace(w.b.o.ClusterSet) {
+			nsName, nsRef := aws.ToString(ns.Name), w.b.tenancy.ref(ns.Id, ns.Arn)
+			if !w.b.tenancy.holds(ns.ResourceOwner) || nsName == ChangesNamespace(w.b.o.ClusterSet) {
 				continue // not the clusterset's: this account's own, or the change records
 			}
 			// ServiceCount is not consulted: it lags, and a namespace
@@ -448,7 +448,7 @@ func (w *Watcher) list(ctx context.Context, all bool) error {
 				}
 				for _, s := range sp.Services {
 					key := registry.Key{Namespace: nsName, Name: aws.ToString(s.Name)}
-					w.b.remember(key, w.b.ref(s.Id, s.Arn))
+					w.b.remember(key, w.b.tenancy.ref(s.Id, s.Arn))
 					listed[key] = true
 					_, read := w.revisions[key]
 					if _, pending := w.dirty[key]; all || (!read && !pending) {
@@ -477,7 +477,7 @@ func (w *Watcher) sweep(ctx context.Context) error {
 			continue
 		}
 		out, err := w.b.c.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
-			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), OwnerAccount: w.b.ownerAccount(),
+			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), OwnerAccount: w.b.tenancy.ownerAccount(),
 		})
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -530,6 +530,9 @@ func (w *Watcher) fetchDirty(ctx context.Context) {
 		if (rd.same || exports != nil) && !w.settled(key, rev, now) {
 			continue
 		}
+		if !rd.same {
+			w.b.o.Usage.observe(w.b.region(), key, rd.holders)
+		}
 		switch {
 		case rd.same:
 			w.revisions[key] = rev
@@ -575,6 +578,10 @@ type read struct {
 	rev     int64
 	sum     uint64
 	same    bool
+	// holders count the instances read by holder (holder), for Usage
+	// once the read stands: one that went back past the revision held
+	// is not what the service holds.
+	holders map[string]int
 }
 
 // fetch reads one service's exports in this clusterset.
@@ -582,17 +589,16 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) (read, error) {
 	out, err := w.b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
 		QueryParameters: map[string]string{recordfmt.AttrClusterSetID: w.b.o.ClusterSet}, MaxResults: aws.Int32(recordfmt.MaxInstances),
-		OwnerAccount: w.b.ownerAccount(),
+		OwnerAccount: w.b.tenancy.ownerAccount(),
 	})
 	var gone *types.NamespaceNotFound
-	if w.b.shared() && errors.As(err, &gone) {
+	if w.b.tenancy.shared() && errors.As(err, &gone) {
 		// Unshared, or deleted: this account cannot tell which, so what
 		// was imported stays (services are withdrawn before their
 		// namespace goes, so a deletion was read as such before).
 		return read{}, &registry.NotSharedError{Namespace: key.Namespace, Owner: w.b.o.Owner, Account: w.b.o.Account}
 	}
 	if isNotFound(err) {
-		w.b.o.Usage.observe(w.b.region(), key, nil)
 		return read{}, nil
 	}
 	if err != nil {
@@ -615,7 +621,7 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) (read, error) {
 	for _, in := range instances {
 		holders[holder(in.Attrs[recordfmt.AttrClusterID], creators[in.ID])]++
 	}
-	w.b.o.Usage.observe(w.b.region(), key, holders)
+	rd.holders = holders
 	if err != nil {
 		return read{}, err
 	}
