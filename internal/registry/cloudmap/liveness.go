@@ -151,39 +151,15 @@ func (l *liveness) forget(cluster string) {
 	delete(l.beats, cluster)
 }
 
-// judge drains and restores clusters from the proofs as last read; it
-// returns the clusters whose state changed. A cluster is silent when its
-// record has not moved for the TTL while another's did: measured against
-// the newest proof, not the clock, so that when every record stops at
-// once (Cloud Map refusing writes, an expired role shared by all) nobody
-// is drained, however long it lasts.
+// judge drains and restores clusters from the proofs as last read
+// (registry.JudgeSilent); it returns the clusters whose state changed.
 func (l *liveness) judge() []string {
-	var newest time.Time
-	for _, at := range l.proofs {
-		if at.After(newest) {
-			newest = at
+	return registry.JudgeSilent(l.proofs, l.silent, l.self, func(cluster string) time.Duration {
+		if l.ttl <= 0 {
+			return 0
 		}
-	}
-	var changed []string
-	for cluster, at := range l.proofs {
-		drain := l.ttl > 0 && cluster != l.self && newest.Sub(at) > l.silentAfter(cluster)
-		_, was := l.silent[cluster]
-		switch {
-		case drain && !was:
-			l.silent[cluster] = at
-			changed = append(changed, cluster)
-		case !drain && was:
-			delete(l.silent, cluster)
-			changed = append(changed, cluster)
-		}
-	}
-	for cluster := range l.silent {
-		if _, ok := l.proofs[cluster]; !ok { // its record is gone
-			delete(l.silent, cluster)
-			changed = append(changed, cluster)
-		}
-	}
-	return changed
+		return l.silentAfter(cluster)
+	})
 }
 
 // silentSince is the last proof of a drained cluster (zero: not drained).

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"sync"
 	"time"
+
+	"github.com/clustermap/clustermap/internal/registry"
 )
 
 // proofs is the members' liveness as one member watches it. A proof is
@@ -72,36 +74,12 @@ func (p *proofs) gone(cluster string) {
 	delete(p.at, cluster)
 }
 
-// judge drains and restores members from the proofs; it returns those
-// whose state changed.
+// judge drains and restores members from the proofs
+// (registry.JudgeSilent); it returns those whose state changed.
 func (p *proofs) judge() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var newest time.Time
-	for _, at := range p.at {
-		if at.After(newest) {
-			newest = at
-		}
-	}
-	var changed []string
-	for cluster, at := range p.at {
-		drain := p.ttl > 0 && cluster != p.self && newest.Sub(at) > p.ttl
-		_, was := p.silent[cluster]
-		if drain && !was {
-			p.silent[cluster] = at
-			changed = append(changed, cluster)
-		} else if !drain && was {
-			delete(p.silent, cluster)
-			changed = append(changed, cluster)
-		}
-	}
-	for cluster := range p.silent {
-		if _, ok := p.at[cluster]; !ok {
-			delete(p.silent, cluster)
-			changed = append(changed, cluster)
-		}
-	}
-	return changed
+	return registry.JudgeSilent(p.at, p.silent, p.self, func(string) time.Duration { return p.ttl })
 }
 
 // silentSince is a drained member's last proof (zero: not drained).
