@@ -85,7 +85,7 @@ func (b *Backend) creators(ctx context.Context, key registry.Key) (map[string]st
 // who created each instance (id -> account). One account needs no check
 // (and makes no call).
 func (b *Backend) refuseForeign(ctx context.Context, key registry.Key, instances []recordfmt.Instance) ([]recordfmt.Instance, map[string]string, error) {
-	if !b.shared() || len(instances) == 0 {
+	if !b.tenancy.bindsWriters() || len(instances) == 0 {
 		return instances, nil, nil
 	}
 	creators, err := b.creators(ctx, key)
@@ -117,7 +117,7 @@ func (b *Backend) refuseForeign(ctx context.Context, key registry.Key, instances
 // reported and left alone (removing them may be refused, and would fail
 // the export or its withdrawal for good). One account needs no check.
 func (b *Backend) ownedOnly(ctx context.Context, key registry.Key, ids []string) ([]string, error) {
-	if !b.shared() || b.o.Account == "" || len(ids) == 0 {
+	if !b.tenancy.bindsWriters() || b.o.Account == "" || len(ids) == 0 {
 		return ids, nil
 	}
 	creators, err := b.creators(ctx, key)

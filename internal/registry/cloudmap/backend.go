@@ -53,7 +53,7 @@ type Options struct {
 	// Owner, when set, is the AWS account that owns the clusterset's
 	// namespaces, shared through AWS RAM with every member account, this
 	// cluster's (Account) included; empty: the clusterset lives in one
-	// account, as before sharing existed. See shared.go.
+	// account, as before sharing existed. See tenancy.go.
 	Owner, Account string
 	// Watch tunes Watch; OnRead, when set, hears how each of its steps'
 	// reads went.
@@ -99,9 +99,10 @@ type Options struct {
 
 // Backend is the Cloud Map Registry of one cluster.
 type Backend struct {
-	c     *sd.Client
-	o     Options
-	owner ownership
+	c       *sd.Client
+	o       Options
+	tenancy tenancy
+	owner   ownership
 
 	mu sync.Mutex
 	// Cloud Map names namespaces and services by id, or by ARN (refs),
@@ -168,12 +169,9 @@ type ownOp struct {
 
 // New returns the backend for one cluster of a clusterset.
 func New(c *sd.Client, o Options) *Backend {
-	var owner ownership = tagged{c: c, clusterSet: o.ClusterSet}
-	if o.Owner != "" {
-		owner = requested{account: o.Account, token: creatorMark(o.ClusterSet)}
-	}
+	t := tenancy{owner: o.Owner, account: o.Account}
 	return &Backend{
-		c: c, o: o, owner: owner,
+		c: c, o: o, tenancy: t, owner: t.ownership(c, o.ClusterSet),
 		namespaces: map[string]string{}, services: map[registry.Key]string{}, keys: map[string]registry.Key{},
 		ownOps: map[string]ownOp{}, created: map[string]bool{}, changed: make(chan registry.Key, 1024), checks: make(chan registry.Key, 1024),
 		record: newChangeLog(), unshared: map[string]time.Time{}, exporting: map[registry.Key]bool{},
@@ -190,11 +188,7 @@ const unsharedMemory = 5 * time.Second
 // this cluster's change record once it exports.
 func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
 	go b.writeChanges(ctx)
-	if b.shared() {
-		go b.confirmOwnOps(ctx, confirmAfter)
-	} else {
-		go b.confirmOwnOps(ctx, unseenAfter) // what the feed missed
-	}
+	go b.confirmOwnOps(ctx, b.tenancy.confirmAfter())
 	w := newWatcher(b, sink)
 	return w.Start(ctx)
 }
@@ -245,9 +239,8 @@ func (b *Backend) Publish(ctx context.Context, e registry.Export) error {
 		b.mu.Lock()
 		b.exporting[e.Key] = true
 		b.mu.Unlock()
-		if !b.shared() {
-			// In one account the record proves an exporting cluster alive;
-			// a withdrawal must not bring it back (retireRecord).
+		if b.tenancy.exportsProveAlive() {
+			// A withdrawal must not bring it back (retireRecord).
 			b.record.alive()
 		}
 		b.reread(e.Key)
@@ -450,7 +443,7 @@ func (b *Backend) registered(ctx context.Context, key registry.Key) (bool, error
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
 		QueryParameters: map[string]string{recordfmt.AttrClusterID: b.o.Cluster, recordfmt.AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(recordfmt.MaxInstances),
-		OwnerAccount: b.ownerAccount(),
+		OwnerAccount: b.tenancy.ownerAccount(),
 	})
 	if err != nil {
 		return false, err
@@ -655,7 +648,7 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 		all, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
 			QueryParameters: map[string]string{recordfmt.AttrClusterID: b.o.Cluster, recordfmt.AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(1),
-			OwnerAccount: b.ownerAccount(),
+			OwnerAccount: b.tenancy.ownerAccount(),
 		})
 		if err == nil && len(all.Instances) > 0 {
 			return ErrPending
@@ -735,7 +728,7 @@ func (b *Backend) ownInstances(ctx context.Context, key registry.Key) (map[strin
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
 		QueryParameters: map[string]string{recordfmt.AttrClusterID: b.o.Cluster, recordfmt.AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(recordfmt.MaxInstances),
-		OwnerAccount: b.ownerAccount(),
+		OwnerAccount: b.tenancy.ownerAccount(),
 	})
 	if isNotFound(err) {
 		return map[string]recordfmt.Attrs{}, nil
@@ -835,7 +828,7 @@ func (b *Backend) ensureNamespace(ctx context.Context, name string) (string, err
 }
 
 func (b *Backend) lookUpNamespace(ctx context.Context, name string) (string, error) {
-	member := b.shared() && b.o.Owner != b.o.Account
+	member := b.tenancy.member()
 	notShared := &registry.NotSharedError{Namespace: name, Owner: b.o.Owner, Account: b.o.Account}
 	b.mu.Lock()
 	missing := time.Since(b.unshared[name]) < unsharedMemory
@@ -899,7 +892,7 @@ func (b *Backend) findNamespace(ctx context.Context, name string) (string, error
 	if ns == nil {
 		return "", nil
 	}
-	return b.ref(ns.Id, ns.Arn), nil
+	return b.tenancy.ref(ns.Id, ns.Arn), nil
 }
 
 // ensureService finds or creates a service. A service not in the cache is
@@ -921,20 +914,20 @@ func (b *Backend) ensureService(ctx context.Context, nsID string, key registry.K
 	var exists *types.ServiceAlreadyExists
 	switch {
 	case errors.As(err, &exists):
-		id = b.ref(exists.ServiceId, exists.ServiceArn)
+		id = b.tenancy.ref(exists.ServiceId, exists.ServiceArn)
 	case err != nil:
 		var gone *types.NamespaceNotFound
 		if errors.As(err, &gone) {
 			b.mu.Lock()
 			delete(b.namespaces, key.Namespace)
 			b.mu.Unlock()
-			if b.shared() && b.o.Owner != b.o.Account {
+			if b.tenancy.member() {
 				return "", &registry.NotSharedError{Namespace: key.Namespace, Owner: b.o.Owner, Account: b.o.Account}
 			}
 		}
 		return "", fmt.Errorf("creating Cloud Map service %s: %w", key, err)
 	default:
-		id = b.ref(out.Service.Id, out.Service.Arn)
+		id = b.tenancy.ref(out.Service.Id, out.Service.Arn)
 		b.mu.Lock()
 		b.created[id] = true
 		b.mu.Unlock()
@@ -968,7 +961,7 @@ func (b *Backend) serviceID(ctx context.Context, key registry.Key) (string, erro
 		}
 		for _, s := range page.Services {
 			if aws.ToString(s.Name) == key.Name {
-				ref := b.ref(s.Id, s.Arn)
+				ref := b.tenancy.ref(s.Id, s.Arn)
 				b.remember(key, ref)
 				return ref, nil
 			}
@@ -1063,7 +1056,7 @@ func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, s
 	}
 	reason := "Cloud Map accepted a write of this export's records, then failed it (operation " + id + ")"
 	if op == nil {
-		if out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id), OwnerAccount: b.ownerAccount()}); err == nil {
+		if out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id), OwnerAccount: b.tenancy.ownerAccount()}); err == nil {
 			op = out.Operation
 		}
 	}

@@ -278,7 +278,7 @@ func (b *Backend) heartbeat(set time.Duration) time.Duration {
 // clusters whose records were last read (those that export), none across
 // accounts, where the change feed lists no operations.
 func (b *Backend) pollers() int {
-	if b.shared() {
+	if b.tenancy.feedsByRecords() {
 		return 0
 	}
 	return b.record.clustersHeard()

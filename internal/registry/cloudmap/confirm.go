@@ -69,7 +69,7 @@ func (b *Backend) confirmOwnOps(ctx context.Context, after time.Duration) {
 
 // confirm asks how operation id ended; false when the question failed.
 func (b *Backend) confirm(ctx context.Context, id string) bool {
-	out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id), OwnerAccount: b.ownerAccount()})
+	out, err := b.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id), OwnerAccount: b.tenancy.ownerAccount()})
 	var gone *types.OperationNotFound
 	switch {
 	case errors.As(err, &gone):

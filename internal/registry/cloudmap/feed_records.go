@@ -40,7 +40,7 @@ func (f *recordsFeed) read(ctx context.Context, baseline bool) error {
 	now := f.clock.Now
 	ns := aws.String(ChangesNamespace(f.b.o.ClusterSet))
 	rev, err := f.b.c.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
-		NamespaceName: ns, ServiceName: aws.String(ChangesService), OwnerAccount: f.b.ownerAccount(),
+		NamespaceName: ns, ServiceName: aws.String(ChangesService), OwnerAccount: f.b.tenancy.ownerAccount(),
 	})
 	if err == nil && !baseline && aws.ToInt64(rev.InstancesRevision) == f.rev {
 		f.clock.LastPoll = now

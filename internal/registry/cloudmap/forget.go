@@ -100,11 +100,11 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 		}
 		for _, ns := range page.Namespaces {
 			name := aws.ToString(ns.Name)
-			if b.shared() && aws.ToString(ns.ResourceOwner) != o.Owner || name == ChangesNamespace(o.ClusterSet) {
+			if !b.tenancy.holds(ns.ResourceOwner) || name == ChangesNamespace(o.ClusterSet) {
 				continue
 			}
 			svcPages := sd.NewListServicesPaginator(c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
-				{Name: types.ServiceFilterNameNamespaceId, Values: []string{b.ref(ns.Id, ns.Arn)}},
+				{Name: types.ServiceFilterNameNamespaceId, Values: []string{b.tenancy.ref(ns.Id, ns.Arn)}},
 			}})
 			for svcPages.HasMorePages() {
 				sp, err := svcPages.NextPage(ctx)
@@ -112,7 +112,7 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 					return n, err
 				}
 				for _, s := range sp.Services {
-					gone, err := b.forgetIn(ctx, name, aws.ToString(s.Name), b.ref(s.Id, s.Arn), o.OnlyClustermap)
+					gone, err := b.forgetIn(ctx, name, aws.ToString(s.Name), b.tenancy.ref(s.Id, s.Arn), o.OnlyClustermap)
 					n += gone
 					if err != nil {
 						return n, err
@@ -132,7 +132,7 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 // finds the service by name), with onlyClustermap those clustermap wrote.
 func (b *Backend) forgetIn(ctx context.Context, ns, svc, svcRef string, onlyClustermap bool) (int, error) {
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
-		NamespaceName: aws.String(ns), ServiceName: aws.String(svc), HealthStatus: types.HealthStatusFilterAll, OwnerAccount: b.ownerAccount(),
+		NamespaceName: aws.String(ns), ServiceName: aws.String(svc), HealthStatus: types.HealthStatusFilterAll, OwnerAccount: b.tenancy.ownerAccount(),
 		QueryParameters: map[string]string{recordfmt.AttrClusterID: b.o.Cluster, recordfmt.AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(recordfmt.MaxInstances),
 	})
 	if isNotFound(err) {

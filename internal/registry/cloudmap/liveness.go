@@ -169,7 +169,7 @@ func (l *liveness) silentSince(cluster string) time.Time { return l.silent[clust
 // when none was written yet.
 func (b *Backend) readRecords(ctx context.Context) (*sd.DiscoverInstancesOutput, error) {
 	out, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
-		NamespaceName: aws.String(ChangesNamespace(b.o.ClusterSet)), ServiceName: aws.String(ChangesService), OwnerAccount: b.ownerAccount(),
+		NamespaceName: aws.String(ChangesNamespace(b.o.ClusterSet)), ServiceName: aws.String(ChangesService), OwnerAccount: b.tenancy.ownerAccount(),
 		HealthStatus: types.HealthStatusFilterAll, MaxResults: aws.Int32(recordfmt.MaxInstances),
 		QueryParameters: map[string]string{recordfmt.AttrClusterSetID: b.o.ClusterSet},
 	})
@@ -256,7 +256,7 @@ func (b *Backend) retireRecord(ctx context.Context, key registry.Key) error {
 	delete(b.exporting, key)
 	last := len(b.exporting) == 0
 	b.mu.Unlock()
-	if b.shared() || !last {
+	if b.tenancy.feedsByRecords() || !last {
 		return nil
 	}
 	b.recordMu.Lock()

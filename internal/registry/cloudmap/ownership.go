@@ -55,7 +55,7 @@ func (tagged) deletesNamespaces() bool { return true }
 
 // requested is ownership in a namespace shared across accounts, where
 // nothing takes tags: the creating account and the CreatorRequestId
-// clustermap sets (shared.go). The namespace is the owner's to delete,
+// clustermap sets (tenancy.go). The namespace is the owner's to delete,
 // and sits in a RAM share: clustermap leaves it.
 type requested struct {
 	account, token string
