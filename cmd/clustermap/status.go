@@ -26,7 +26,7 @@ func newStatus() *cobra.Command {
 of the kubeconfig; the current context by default): its identity, every
 ServiceExport with its Valid/Ready/Conflict conditions, every ServiceImport
 with its exporting clusters and ready endpoints per address family, the
-controller's last Cloud Map sync and errors (from its status Lease), and
+controller's last registry sync (Cloud Map, or the hub) and errors (from its status Lease), and
 anything stuck (a finalizer pending, DomainConflict, an unreachable peer or
 registry), and every export and import whose conditions say it fails
 (Valid or Ready False, RemovalHeld, EndpointsCapped). Exits non-zero when a

@@ -23,6 +23,7 @@ import (
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
+	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/statuslease"
 )
 
@@ -67,6 +68,15 @@ type Controller struct {
 	// Proofs is every exporting cluster's last proof of life as read here,
 	// and whether it is drained.
 	Proofs map[string]statuslease.Proof `json:"clusterProofs,omitempty"`
+}
+
+// Registry names the registry the controller reads (the JSON fields keep
+// their Cloud Map names, which a hub's reads fill too).
+func (c *Controller) Registry() string {
+	if _, ok := c.Sources[statuslease.HubSource]; ok {
+		return registry.Hub
+	}
+	return registry.CloudMap
 }
 
 // Export is a ServiceExport and its conditions ("True/Exported").
@@ -129,7 +139,7 @@ func Summarize(r Read, now time.Time) Cluster {
 			c.Stuck = append(c.Stuck, fmt.Sprintf("controller silent since %s (%s ago)", ctl.LastReport.Format(time.RFC3339), now.Sub(ctl.LastReport).Round(time.Second)))
 		}
 		if ctl.CloudMapError != "" {
-			c.Stuck = append(c.Stuck, "Cloud Map unreachable: "+ctl.CloudMapError)
+			c.Stuck = append(c.Stuck, ctl.Registry()+" unreachable: "+ctl.CloudMapError)
 		}
 		for _, p := range ctl.PeersDown {
 			c.Stuck = append(c.Stuck, "peer unreachable: "+p)

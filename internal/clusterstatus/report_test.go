@@ -37,6 +37,9 @@ func TestSummarizeStuck(t *testing.T) {
 		{"registry and peer down", Read{ClusterID: "c1", ClusterSet: "set",
 			Lease: lease(now, map[string]string{statuslease.AnnotationCloudMapErr: "RequestLimitExceeded", statuslease.AnnotationPeersDown: "cluster-2"})},
 			[]string{"Cloud Map unreachable: RequestLimitExceeded", "peer unreachable: cluster-2"}},
+		{"the hub down", Read{ClusterID: "c1", ClusterSet: "set",
+			Lease: lease(now, map[string]string{statuslease.AnnotationCloudMapErr: "connection refused", statuslease.AnnotationSources: `{"` + statuslease.HubSource + `":{"error":"connection refused"}}`})},
+			[]string{"the hub unreachable: connection refused"}},
 		{"a finalizer pending for long, another for a moment", Read{ClusterID: "c1", ClusterSet: "set", Lease: lease(now, nil),
 			Exports: []mcsv1beta1.ServiceExport{
 				{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "old", DeletionTimestamp: deleting(5 * time.Minute), Finalizers: []string{"clustermap.io/export"}}},

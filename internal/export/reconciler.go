@@ -75,6 +75,9 @@ type Reconciler struct {
 	// Withdrawal, when requested (clustermap uninstall), withdraws every
 	// export and lets go of its ServiceExport, which stays.
 	Withdrawal *withdraw.Signal
+	// Registry names the registry in conditions and Events:
+	// registry.CloudMap (when empty) or registry.Hub.
+	Registry string
 }
 
 // DefaultDrift republishes each export every 10 minutes, give or take a
@@ -287,13 +290,23 @@ func (r *Reconciler) retry(ctx context.Context, se *mcsv1beta1.ServiceExport, be
 		}
 		return reconcile.Result{RequeueAfter: f.Retry}, r.updateStatus(ctx, se, before)
 	default:
-		msg := "publishing to Cloud Map failed, retrying: " + err.Error()
+		name, reason := cmp.Or(r.Registry, registry.CloudMap), ReasonCloudMapError
+		if name == registry.Hub {
+			reason = ReasonHubError
+		}
+		msg := "publishing to " + name + " failed, retrying: " + err.Error()
 		if setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonPending, msg) {
-			r.Recorder.Event(se, corev1.EventTypeWarning, "CloudMapError", msg)
+			r.Recorder.Event(se, corev1.EventTypeWarning, reason, msg)
 		}
 		return reconcile.Result{}, errors.Join(err, r.updateStatus(ctx, se, before))
 	}
 }
+
+// Events of a failed publish, by registry.
+const (
+	ReasonCloudMapError = "CloudMapError"
+	ReasonHubError      = "HubError"
+)
 
 // exportWorkers is how many exports are published at once: an export's
 // calls run 8 at a time (cloudmapclient.FanOut) but its steps one after

@@ -120,7 +120,7 @@ func Setup(mgr manager.Manager, o Options) error {
 			reg = o.Registry(id)
 		case o.Hub != nil:
 			if reg, err = hub.New(o.Hub, hub.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, SilentAfter: o.Watch.SilentAfter,
-				MaxImportEndpoints: o.MaxImportEndpoints, OnSilent: silentEvents(mgr.GetAPIReader(), o.Recorder), Log: o.Log.WithName("hub"),
+				MaxImportEndpoints: o.MaxImportEndpoints, OnSilent: silentEvents(mgr.GetAPIReader(), o.Recorder, registryName(o)), Log: o.Log.WithName("hub"),
 				OnRead: func(err error) {
 					if o.OnRead != nil {
 						o.OnRead(HubSource, err)
@@ -150,7 +150,7 @@ func Setup(mgr manager.Manager, o Options) error {
 			writer := writerMark(ctx, mgr.GetAPIReader(), o.Log)
 			orphans.Cluster, orphans.Writer = id.ClusterID, writer
 			sink = orphans.Sink(formats.Tap(view))
-			reg = cloudMapRegistry(o, id, formats, silentEvents(mgr.GetAPIReader(), o.Recorder),
+			reg = cloudMapRegistry(o, id, formats, silentEvents(mgr.GetAPIReader(), o.Recorder, registryName(o)),
 				writer, identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID}, rewrites)
 		}
 		if o.OnIdentity != nil {
@@ -163,7 +163,7 @@ func Setup(mgr manager.Manager, o Options) error {
 		return err
 	}
 	if err := (&export.Reconciler{Client: mgr.GetClient(), Gate: gate, Recorder: o.Recorder, Namespaces: o.Namespaces, Republish: republish,
-		Orphans: orphans.Orphans, Orphaned: orphans.Orphaned, APIReader: mgr.GetAPIReader(), Rewrites: rewrites, Withdrawal: o.Withdrawal}).SetupWithManager(mgr); err != nil {
+		Orphans: orphans.Orphans, Orphaned: orphans.Orphaned, APIReader: mgr.GetAPIReader(), Rewrites: rewrites, Withdrawal: o.Withdrawal, Registry: registryName(o)}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	region := ""
@@ -228,9 +228,18 @@ func cloudMapRegistry(o Options, id clusterid.Identity, formats *recordfmt.Forma
 	return m
 }
 
+// registryName names the registry o writes to, for users.
+func registryName(o Options) string {
+	if o.Hub != nil {
+		return registry.Hub
+	}
+	return registry.CloudMap
+}
+
 // silentEvents tells, on this cluster's ClusterProperty, that another
-// cluster is drained for silence, or restored.
-func silentEvents(c client.Reader, rec record.EventRecorder) func(string, time.Time, bool) {
+// cluster is drained for silence, or restored; registryName is where its
+// proofs of life go.
+func silentEvents(c client.Reader, rec record.EventRecorder, registryName string) func(string, time.Time, bool) {
 	return func(cluster string, lastProof time.Time, silent bool) {
 		cp := &aboutv1alpha1.ClusterProperty{}
 		if c.Get(context.Background(), client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, cp) != nil {
@@ -238,8 +247,8 @@ func silentEvents(c client.Reader, rec record.EventRecorder) func(string, time.T
 		}
 		if silent {
 			rec.Eventf(cp, corev1.EventTypeWarning, "ClusterDrained",
-				"cluster %s has not proved alive since %s (past --silent-cluster-ttl) while others did: its endpoints stay imported here but are not routed to; it lost access to Cloud Map, its controller is down, or it is gone (docs/troubleshooting.md)",
-				cluster, lastProof.UTC().Format(time.RFC3339))
+				"cluster %s has not proved alive since %s (past --silent-cluster-ttl) while others did: its endpoints stay imported here but are not routed to; it lost access to %s, its controller is down, or it is gone (docs/troubleshooting.md)",
+				cluster, lastProof.UTC().Format(time.RFC3339), registryName)
 			return
 		}
 		rec.Eventf(cp, corev1.EventTypeNormal, "ClusterRestored", "cluster %s proved alive again (or its record went): its endpoints are routed to again", cluster)

@@ -14,6 +14,13 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
+// Names of the registries where users read them: messages and Event
+// reasons say which one failed or went silent.
+const (
+	CloudMap = "Cloud Map"
+	Hub      = "the hub"
+)
+
 // Key names a service across the clusterset (namespace sameness).
 type Key struct {
 	Namespace, Name string

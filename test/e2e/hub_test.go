@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hubv1alpha1 "github.com/clustermap/clustermap/api/hub/v1alpha1"
+	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/registry/hub"
 	"github.com/clustermap/clustermap/internal/statuslease"
@@ -162,6 +164,10 @@ func TestHubDeadMemberDrained(t *testing.T) {
 	}
 	harness.Eventually(t, hub.DefaultSilentAfter+2*time.Minute, "cluster-2 drained in cluster-1", drained(true))
 	t.Logf("cluster-2 drained in cluster-1 %v after its controller stopped", time.Since(stopped).Round(time.Second))
+	// Told on cluster-1's ClusterProperty (cluster-scoped: its Events are
+	// in default), naming the registry the silent cluster lost.
+	harness.Eventually(t, time.Minute, "a ClusterDrained Event naming the hub", wantEvent(w.clients[0], metav1.NamespaceDefault,
+		aboutv1alpha1.ClusterIDProperty, "ClusterDrained", corev1.EventTypeWarning, "lost access to the hub"))
 	t.Cleanup(w.startControllersIn(t, w.env.Clusters[1:], nil))
 	back := time.Now()
 	harness.Eventually(t, 2*time.Minute, "cluster-2 routed to again", drained(false))
