@@ -121,7 +121,7 @@ func Table(w io.Writer, clusters []Cluster) error {
 			if ctl.LastCloudMap != nil {
 				sync = ctl.LastCloudMap.Format("2006-01-02T15:04:05Z07:00")
 			}
-			fmt.Fprintf(tw, "  controller %s (%s, modes %s, status in namespace %s), last report %s, last %s sync %s\n",
+			fmt.Fprintf(tw, "  controller %s (%s, modes %s, status in namespace %s), last report %s, last sync of %s %s\n",
 				ctl.Holder, orDash(ctl.Version), orDash(strings.Join(ctl.Modes, ",")), ctl.Namespace, ctl.LastReport.Format("2006-01-02T15:04:05Z07:00"), ctl.Registry(), sync)
 			for _, name := range slices.Sorted(maps.Keys(ctl.Sources)) {
 				s := ctl.Sources[name]
