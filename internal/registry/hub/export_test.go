@@ -14,8 +14,6 @@ var (
 	ObjectName = objectName
 )
 
-func (r *Registry) Heartbeat(ctx context.Context) { r.heartbeat(ctx) }
-
 func (r *Registry) Held(ctx context.Context, key registry.Key) (map[string]*hubv1alpha1.ClusterExport, error) {
-	return r.held(ctx, key)
+	return r.held(ctx, key, true)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -93,8 +94,13 @@ type Registry struct {
 
 	mu sync.Mutex
 	// synced is set once the watch's caches have synced: Check answers only
-	// after that.
+	// after that, and Publish reads this member's chunks from view (no
+	// call to the hub) while the watch runs.
 	synced bool
+	view   client.Reader
+	// wrote is this member's last whole write of each export: its
+	// revision and chunk count. The cache may not show it yet.
+	wrote map[registry.Key]written
 	// dirty holds the services to tell the watch's sink of; wake wakes it.
 	dirty map[registry.Key]bool
 	wake  chan struct{}
@@ -102,8 +108,22 @@ type Registry struct {
 
 var _ registry.Registry = (*Registry)(nil)
 
+// DefaultQPS and DefaultBurst are a member's calls to the hub, where its
+// kubeconfig sets none (hub join's does not): client-go's own 5 a second
+// would take 200 s to write a new member's 1,000 Services; at 20, a
+// fleet of 50 members writing at once asks 1,000 a second at most, which
+// the hub's API Priority and Fairness queues.
+const (
+	DefaultQPS   = 20
+	DefaultBurst = 40
+)
+
 // New makes cluster's registry on the hub that cfg reaches.
 func New(cfg *rest.Config, o Options) (*Registry, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
+	}
 	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("hub client: %w", err)
@@ -120,7 +140,13 @@ func New(cfg *rest.Config, o Options) (*Registry, error) {
 	if o.MaxImportEndpoints <= 0 {
 		o.MaxImportEndpoints = registry.DefaultMaxImportEndpoints
 	}
-	return &Registry{cfg: cfg, c: c, o: o, ns: o.Namespace, dirty: map[registry.Key]bool{}, wake: make(chan struct{}, 1)}, nil
+	return &Registry{cfg: cfg, c: c, o: o, ns: o.Namespace, dirty: map[registry.Key]bool{}, wake: make(chan struct{}, 1), wrote: map[registry.Key]written{}}, nil
+}
+
+// written is a whole write of an export: its revision and chunk count.
+type written struct {
+	revision string
+	chunks   int
 }
 
 // Publish makes the hub hold e as this member's export: the chunks whose
@@ -135,35 +161,50 @@ func (r *Registry) Publish(ctx context.Context, e registry.Export) error {
 	if err != nil {
 		return err
 	}
-	held, err := r.held(ctx, e.Key)
+	held, err := r.held(ctx, e.Key, false)
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	last, wrote := r.wrote[e.Key]
+	r.mu.Unlock()
+	rev := want[0].Spec.Revision
 	for _, o := range append(want[1:], want[0]) {
-		if h := held[o.Name]; h != nil && h.Spec.Revision == o.Spec.Revision {
+		// What the hub holds at this revision stands, unless this member
+		// wrote another since (which the cache may not show yet).
+		if h := held[o.Name]; h != nil && h.Spec.Revision == rev && (!wrote || last.revision == rev) {
 			continue
 		}
 		if err := r.c.Patch(ctx, o, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 			return fmt.Errorf("writing %s/%s on the hub: %w", r.ns, o.Name, err)
 		}
 	}
+	past := last.chunks
 	for _, h := range held {
-		if int(h.Spec.Chunk) >= len(want) {
-			if err := client.IgnoreNotFound(r.c.Delete(ctx, h)); err != nil {
-				return fmt.Errorf("deleting %s/%s on the hub: %w", r.ns, h.Name, err)
-			}
+		past = max(past, int(h.Spec.Chunk)+1)
+	}
+	for chunk := len(want); chunk < past; chunk++ {
+		stale := &hubv1alpha1.ClusterExport{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: objectName(r.o.Cluster, e.Key, chunk)}}
+		if err := client.IgnoreNotFound(r.c.Delete(ctx, stale)); err != nil {
+			return fmt.Errorf("deleting %s/%s on the hub: %w", r.ns, stale.Name, err)
 		}
 	}
+	r.mu.Lock()
+	r.wrote[e.Key] = written{revision: rev, chunks: len(want)}
+	r.mu.Unlock()
 	return nil
 }
 
 // Withdraw deletes this member's chunks of a service, the head first (a
 // reader then sees no export, never a part of one).
 func (r *Registry) Withdraw(ctx context.Context, key registry.Key) error {
-	held, err := r.held(ctx, key)
+	held, err := r.held(ctx, key, true)
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	delete(r.wrote, key)
+	r.mu.Unlock()
 	if h := held[objectName(r.o.Cluster, key, 0)]; h != nil {
 		if err := client.IgnoreNotFound(r.c.Delete(ctx, h)); err != nil {
 			return fmt.Errorf("deleting %s/%s on the hub: %w", r.ns, h.Name, err)
@@ -180,9 +221,28 @@ func (r *Registry) Withdraw(ctx context.Context, key registry.Key) error {
 	return nil
 }
 
-// held reads this member's chunks of a service from the hub, by name.
-func (r *Registry) held(ctx context.Context, key registry.Key) (map[string]*hubv1alpha1.ClusterExport, error) {
+// held reads this member's chunks of a service, by name: from the watch's
+// cache while it runs (a read of the service's index, no call), else, or
+// fromHub, from the hub (a list the hub filters from its whole
+// namespace). The cache may not show this member's last writes yet
+// (Publish knows them); a withdrawal reads the hub, which does.
+func (r *Registry) held(ctx context.Context, key registry.Key, fromHub bool) (map[string]*hubv1alpha1.ClusterExport, error) {
+	r.mu.Lock()
+	view := r.view
+	r.mu.Unlock()
 	list := &hubv1alpha1.ClusterExportList{}
+	if view != nil && !fromHub {
+		if err := view.List(ctx, list, client.MatchingFields{serviceIndex: key.String()}); err != nil {
+			return nil, fmt.Errorf("reading this cluster's exports of %s from the hub's cache: %w", key, err)
+		}
+		held := map[string]*hubv1alpha1.ClusterExport{}
+		for i := range list.Items {
+			if o := &list.Items[i]; o.Spec.Cluster == r.o.Cluster && o.Name == objectName(r.o.Cluster, key, int(o.Spec.Chunk)) {
+				held[o.Name] = o
+			}
+		}
+		return held, nil
+	}
 	if err := r.c.List(ctx, list, client.InNamespace(r.ns), client.MatchingLabels{hubv1alpha1.ClusterLabel: r.o.Cluster,
 		hubv1alpha1.ServiceNamespaceLabel: key.Namespace, hubv1alpha1.ServiceNameLabel: key.Name}); err != nil {
 		if apierrors.IsNotFound(err) {

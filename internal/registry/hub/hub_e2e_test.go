@@ -346,6 +346,41 @@ func TestHubDownRemovesNothing(t *testing.T) {
 	})
 }
 
+// TestPublishesFollowEachOtherFast: a member whose watch runs reads its
+// own chunks from the watch's cache, which may not show its last write
+// yet. Publishes one right after another (2,500 endpoints, 12, 2,500, 12,
+// then 2,500 and the 12 again: a flapping Deployment) leave the hub with
+// the last one, and no chunk past it.
+func TestPublishesFollowEachOtherFast(t *testing.T) {
+	h := startHub(t)
+	set := h.clusterset(t, "set")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := h.registry(t, set, "flap", hub.Options{})
+	watch(t, ctx, r) // its own watch: Publish reads the cache now
+	big, small := registrytest.Export(set, "flap", 625), registrytest.Export(set, "flap", 3)
+	for _, e := range []registry.Export{big, small, big, small, big, small} {
+		harness.Must(t, r.Publish(ctx, e))
+	}
+	held, err := r.Held(ctx, cart)
+	harness.Must(t, err)
+	if len(held) != 1 {
+		t.Fatalf("the hub holds %d chunks of 12 endpoints, want 1", len(held))
+	}
+	for _, o := range held {
+		if len(o.Spec.Endpoints) != 12 {
+			t.Fatalf("the hub holds %d endpoints, want the last publish's 12", len(o.Spec.Endpoints))
+		}
+	}
+	// Back and forth again, ending on the large one.
+	for _, e := range []registry.Export{big, small, big} {
+		harness.Must(t, r.Publish(ctx, e))
+	}
+	if held, _ = r.Held(ctx, cart); len(held) != 3 {
+		t.Fatalf("the hub holds %d chunks of 2,500 endpoints, want 3", len(held))
+	}
+}
+
 // BenchmarkResync: a watch started against a hub holding 1,000 services of
 // one member (a restarted controller) syncs from one list, with no read
 // per service.

@@ -80,13 +80,13 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 		return err
 	}
 	go func() { _ = c.Start(ctx) }()
-	go r.heartbeat(ctx)
+	go r.Heartbeat(ctx)
 	if !c.WaitForCacheSync(ctx) {
 		return ctx.Err()
 	}
 	w := &watching{r: r, cache: c, sink: sink, proofs: proofs, last: map[registry.Key]map[string]registry.Export{}}
 	r.mu.Lock()
-	r.synced = true
+	r.synced, r.view = true, c
 	keys := r.dirty
 	r.dirty = map[registry.Key]bool{}
 	r.mu.Unlock()
@@ -100,6 +100,11 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 	w.judge()
 	w.tell(ctx, keys)
 	sink.Synced()
+	defer func() {
+		r.mu.Lock()
+		r.view = nil // stopped with ctx: publishes read the hub again
+		r.mu.Unlock()
+	}()
 	tick := time.NewTicker(judgeEvery)
 	defer tick.Stop()
 	for {
@@ -237,8 +242,9 @@ func (w *watching) changedLiveness(cluster string) {
 	}
 }
 
-// heartbeat renews this member's Lease every Heartbeat until ctx ends.
-func (r *Registry) heartbeat(ctx context.Context) {
+// Heartbeat renews this member's Lease every Heartbeat until ctx ends.
+// Watch runs it; a member that holds no watch (a benchmark's) may too.
+func (r *Registry) Heartbeat(ctx context.Context) {
 	for {
 		lease := &coordinationv1.Lease{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
