@@ -90,6 +90,11 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 	keys := r.dirty
 	r.dirty = map[registry.Key]bool{}
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.view = nil // stopped with ctx: publishes read the hub again
+		r.mu.Unlock()
+	}()
 	all := &hubv1alpha1.ClusterExportList{}
 	if err := c.List(ctx, all); err != nil {
 		return err
@@ -100,11 +105,6 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 	w.judge()
 	w.tell(ctx, keys)
 	sink.Synced()
-	defer func() {
-		r.mu.Lock()
-		r.view = nil // stopped with ctx: publishes read the hub again
-		r.mu.Unlock()
-	}()
 	tick := time.NewTicker(judgeEvery)
 	defer tick.Stop()
 	for {
