@@ -293,17 +293,7 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 		go func() { _ = m.Watch(ctx, sink) }()
 		ms = append(ms, m)
 	}
-	waitAll(b, "every cluster's first sync", 5*time.Minute, func() bool {
-		for _, m := range ms {
-			m.mu.Lock()
-			ok := m.synced
-			m.mu.Unlock()
-			if !ok {
-				return false
-			}
-		}
-		return true
-	})
+	waitAll(b, "every cluster's first sync", 5*time.Minute, func() bool { return synced(ms) })
 
 	// Every cluster but the last exports everything; then the last one's
 	// bulk export is timed to its last import in the others.
@@ -568,6 +558,19 @@ func waitAll(b testing.TB, what string, within time.Duration, ok func() bool) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// synced says whether every member's watch has synced.
+func synced(ms []*fleetMember) bool {
+	for _, m := range ms {
+		m.mu.Lock()
+		ok := m.synced
+		m.mu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // total sums every cluster's calls by operation, or those throttled.

@@ -101,17 +101,7 @@ func BenchmarkHubFleet(b *testing.B) {
 			go watchBytes(ctx, b, cfg, path, n)
 		}
 	}
-	waitAll(b, "the importers' first sync", time.Minute, func() bool {
-		for _, m := range ims {
-			m.mu.Lock()
-			ok := m.synced
-			m.mu.Unlock()
-			if !ok {
-				return false
-			}
-		}
-		return true
-	})
+	waitAll(b, "the importers' first sync", time.Minute, func() bool { return synced(ims) })
 
 	// Every member but the last publishes everything; then the last one's
 	// bulk export is timed to its last import in both importers.
