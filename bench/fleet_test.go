@@ -169,6 +169,12 @@ func (m *fleetMember) set(key registry.Key, exports []registry.Export) {
 	m.seen[key] = counts
 }
 
+func (m *fleetMember) markSynced() {
+	m.mu.Lock()
+	m.synced = true
+	m.mu.Unlock()
+}
+
 func (m *fleetMember) has(key registry.Key, cluster string, endpoints int) (time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -187,20 +193,7 @@ func (m *fleetMember) has(key registry.Key, cluster string, endpoints int) (time
 // in a burst and after a quiet spell, and the instances used against the
 // quotas; each against its target (targets_test.go).
 func BenchmarkFleet(b *testing.B) {
-	window := time.Minute
-	if v := os.Getenv("CLUSTERMAP_BENCH_WINDOW"); v != "" {
-		var err error
-		if window, err = time.ParseDuration(v); err != nil {
-			b.Fatal(err)
-		}
-	}
-	changes := 50
-	if v := os.Getenv("CLUSTERMAP_BENCH_CHANGES"); v != "" {
-		var err error
-		if changes, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	changes, window := fleetRun(b)
 	// At 50 x 1,000 every cluster's decode cache would hold all the others'
 	// exports: 49 copies in this process, where each controller holds one
 	// (its import view's). Past 10 clusters, every read decodes whole.
@@ -208,6 +201,26 @@ func BenchmarkFleet(b *testing.B) {
 	r := runFleet(b, shipped(), s, changes, window, s.clusters > 10)
 	b.ReportMetric(r.bulk.Seconds(), "bulk-s")
 	b.ReportMetric(float64(percentile(r.quiet, 99).Milliseconds()), "podchange-quiet-p99-ms")
+}
+
+// fleetRun is how many pod changes a fleet benchmark times
+// (CLUSTERMAP_BENCH_CHANGES, 50 by default) and how long it stays idle
+// (CLUSTERMAP_BENCH_WINDOW, 1 minute by default).
+func fleetRun(b testing.TB) (changes int, window time.Duration) {
+	changes, window = 50, time.Minute
+	if v := os.Getenv("CLUSTERMAP_BENCH_CHANGES"); v != "" {
+		var err error
+		if changes, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if v := os.Getenv("CLUSTERMAP_BENCH_WINDOW"); v != "" {
+		var err error
+		if window, err = time.ParseDuration(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return changes, window
 }
 
 // A reduced fleet, at the shipped settings under the AWS profile, holds
@@ -289,7 +302,7 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 		formats := &recordfmt.Formats{Cluster: name}
 		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: fleetClusterSet, Cluster: name, Controller: "clustermap bench", Log: benchLog(name), Formats: formats, Usage: cloudmap.NewUsage(0), DecodeWhole: decodeWhole,
 			OnWriteFailed: func(key registry.Key) { go m.writeFailed(ctx, key) }})
-		sink := formats.Tap(registry.SinkFuncs{OnSet: m.set, OnSynced: func() { m.mu.Lock(); m.synced = true; m.mu.Unlock() }})
+		sink := formats.Tap(registry.SinkFuncs{OnSet: m.set, OnSynced: m.markSynced})
 		go func() { _ = m.Watch(ctx, sink) }()
 		ms = append(ms, m)
 	}
@@ -298,14 +311,14 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 	// Every cluster but the last exports everything; then the last one's
 	// bulk export is timed to its last import in the others.
 	seedStart := time.Now()
-	publishAll(ctx, b, s, ms[:len(ms)-1], 0)
+	publishAll(ctx, b, s, ms[:len(ms)-1])
 	fmt.Printf("fleet: %d clusters published %d services each in %v\n", len(ms)-1, s.services, time.Since(seedStart).Round(time.Second))
 	last := len(ms) - 1
 	lastName := fmt.Sprintf("cluster-%02d", last)
 	before := ms[last].calls.Snapshot()
 	allBefore, throttledBefore := total(ms, false), total(ms, true)
 	bulkStart := time.Now()
-	publishAll(ctx, b, s, ms[last:], 0)
+	publishAll(ctx, b, s, ms[last:])
 	published := time.Since(bulkStart)
 	bulkCalls, _ := controlPlane(diffMap(before, ms[last].calls.Snapshot()))
 	bulkDone := waitHeard(ctx, b, srv, s, ms[:last], lastName, 0, 15*time.Minute)
@@ -426,35 +439,34 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 
 // publishAll has each member publish every service, at once (each within
 // its own call budget).
-func publishAll(ctx context.Context, b testing.TB, s fleetShape, ms []*fleetMember, extra int) {
+func publishAll(ctx context.Context, b testing.TB, s fleetShape, ms []*fleetMember) {
 	var wg sync.WaitGroup
-	errs := make(chan error, len(ms))
 	for _, m := range ms {
 		var c int
 		fmt.Sscanf(m.Backend.Cluster(), "cluster-%d", &c)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem := make(chan struct{}, 8) // the export reconciler's workers
-			var inner sync.WaitGroup
-			for i := range s.services {
-				sem <- struct{}{}
-				inner.Add(1)
-				go func() {
-					defer func() { <-sem; inner.Done() }()
-					if err := publishRetrying(ctx, m.Publish, s.export(c, i, extra)); err != nil {
-						errs <- fmt.Errorf("cluster-%02d %s: %w", c, s.key(i), err)
-					}
-				}()
-			}
-			inner.Wait()
-		}()
+		wg.Go(func() { publishEvery(ctx, b, s, c, m.Publish, 8) })
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
+	if b.Failed() {
+		b.FailNow()
 	}
+}
+
+// publishEvery publishes every service of member c, workers at a time (the
+// export reconciler runs 4).
+func publishEvery(ctx context.Context, b testing.TB, s fleetShape, c int, publish func(context.Context, registry.Export) error, workers int) {
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	for i := range s.services {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := publishRetrying(ctx, publish, s.export(c, i, 0)); err != nil {
+				b.Errorf("cluster-%02d %s: %v", c, s.key(i), err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // publishRetrying publishes e until it is written, a second between

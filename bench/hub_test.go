@@ -9,8 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,19 +50,7 @@ import (
 // under 1 s at 2 clusters, under 2 s at more.
 func BenchmarkHubFleet(b *testing.B) {
 	s := shape(b)
-	changes, window := 50, time.Minute
-	if v := os.Getenv("CLUSTERMAP_BENCH_CHANGES"); v != "" {
-		var err error
-		if changes, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if v := os.Getenv("CLUSTERMAP_BENCH_WINDOW"); v != "" {
-		var err error
-		if window, err = time.ParseDuration(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	changes, window := fleetRun(b)
 	ctrllog.SetLogger(harness.HeldLog(b))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -90,7 +76,7 @@ func BenchmarkHubFleet(b *testing.B) {
 			m := &fleetMember{seen: map[registry.Key]map[string]int{}, heard: map[string]time.Time{}}
 			ims = append(ims, m)
 			go func() {
-				_ = members[c].Watch(ctx, registry.SinkFuncs{OnSet: m.set, OnSynced: func() { m.mu.Lock(); m.synced = true; m.mu.Unlock() }})
+				_ = members[c].Watch(ctx, registry.SinkFuncs{OnSet: m.set, OnSynced: m.markSynced})
 			}()
 			continue
 		}
@@ -108,14 +94,14 @@ func BenchmarkHubFleet(b *testing.B) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for c := range s.clusters - 1 {
-		wg.Go(func() { publishEvery(ctx, b, s, c, members[c].Publish) })
+		wg.Go(func() { publishEvery(ctx, b, s, c, members[c].Publish, 4) })
 	}
 	wg.Wait()
 	waitHeardBy(b, s, ims, 0, s.clusters-1, 30*time.Minute)
 	fmt.Printf("hub fleet: %d members published %d services each; imported by %d members in %v\n", s.clusters-1, s.services, importers, time.Since(start).Round(time.Second))
 	last := s.clusters - 1
 	start = time.Now()
-	publishEvery(ctx, b, s, last, members[last].Publish)
+	publishEvery(ctx, b, s, last, members[last].Publish, 4)
 	written := time.Since(start)
 	bulk := waitHeardBy(b, s, ims, last, last+1, 15*time.Minute).Sub(start)
 	fmt.Printf("hub fleet: cluster-%02d's bulk export of %d services written in %v, imported by both importers in %v\n", last, s.services, written.Round(100*time.Millisecond), bulk.Round(100*time.Millisecond))
@@ -167,23 +153,6 @@ func BenchmarkHubFleet(b *testing.B) {
 	b.ReportMetric(float64(p50.Milliseconds()), "podchange-p50-ms")
 	b.ReportMetric(float64(p99.Milliseconds()), "podchange-p99-ms")
 	b.ReportMetric(reqs/window.Seconds(), "idle-req/s")
-}
-
-// publishEvery publishes every service of member c, on the export
-// reconciler's 4 workers.
-func publishEvery(ctx context.Context, b testing.TB, s fleetShape, c int, publish func(context.Context, registry.Export) error) {
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
-	for i := range s.services {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := publishRetrying(ctx, publish, s.export(c, i, 0)); err != nil {
-				b.Errorf("cluster-%02d %s: %v", c, s.key(i), err)
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // waitHeardBy waits until every importer heard every service of the
