@@ -202,8 +202,8 @@ func (r *Reconciler) withdraw(ctx context.Context, svc *corev1.Service, had Targ
 			}
 		}
 		r.mu.Unlock()
-		_, dereg, err := cm.Apply(ctx, main.ID, MakePlan(owners, nil, cur), true)
-		r.announce(svc, Changes(had, nil, cur, nil, nil, dereg))
+		done, err := cm.Apply(ctx, main.ID, MakePlan(owners, nil, cur), true)
+		r.announce(svc, Changes(had, nil, cur, nil, nil, done.Deregistered))
 		if err != nil {
 			return err
 		}
@@ -213,7 +213,7 @@ func (r *Reconciler) withdraw(ctx context.Context, svc *corev1.Service, had Targ
 		if wait := cloudmapclient.OperationRun - time.Since(r.leading); wait > 0 {
 			return settling{wait}
 		}
-		log.FromContext(ctx).Info("withdrawn from Cloud Map", "service", key.String(), "target", had.String(), "instances", len(cur), "deregistered", len(dereg))
+		log.FromContext(ctx).Info("withdrawn from Cloud Map", "service", key.String(), "target", had.String(), "instances", len(cur), "deregistered", len(done.Deregistered))
 	}
 	var c Claim
 	if lock, ok := found[LockName(had.Hostname)]; ok {

@@ -172,22 +172,32 @@ func (m CloudMap) Instances(ctx context.Context, serviceID string) (map[string]A
 	return out, nil
 }
 
+// Applied is what an Apply did: the instances written, and the
+// operations of the writes it did not wait for.
+type Applied struct {
+	Registered, Deregistered []string
+	Running                  []string // operation ids
+}
+
 // Apply registers, then deregisters (so that a name never goes empty
 // while it changes), a few calls at a time, waiting for the operations when
 // wait is set. It returns what succeeded.
-func (m CloudMap) Apply(ctx context.Context, serviceID string, p Plan, wait bool) (registered, deregistered []string, err error) {
+func (m CloudMap) Apply(ctx context.Context, serviceID string, p Plan, wait bool) (Applied, error) {
 	regs := make([]string, 0, len(p.Register))
 	for id := range p.Register {
 		regs = append(regs, id)
 	}
-	registered, err1 := m.each(ctx, regs, wait, func(id string) (*string, error) {
+	var a Applied
+	var ops1, ops2 []string
+	var err1, err2 error
+	a.Registered, ops1, err1 = m.each(ctx, regs, wait, func(id string) (*string, error) {
 		out, err := m.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(serviceID), InstanceId: aws.String(id), Attributes: p.Register[id]})
 		if err != nil {
 			return nil, err
 		}
 		return out.OperationId, nil
 	})
-	deregistered, err2 := m.each(ctx, p.Deregister, wait, func(id string) (*string, error) {
+	a.Deregistered, ops2, err2 = m.each(ctx, p.Deregister, wait, func(id string) (*string, error) {
 		out, err := m.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(serviceID), InstanceId: aws.String(id)})
 		var gone *types.InstanceNotFound
 		if errors.As(err, &gone) {
@@ -198,13 +208,16 @@ func (m CloudMap) Apply(ctx context.Context, serviceID string, p Plan, wait bool
 		}
 		return out.OperationId, nil
 	})
-	return registered, deregistered, errors.Join(err1, err2)
+	a.Running = append(ops1, ops2...)
+	return a, errors.Join(err1, err2)
 }
 
 // each calls f for every id (cloudmapclient.Each), waiting for its
-// operation when wait is set, and returns the ids that worked.
-func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(string) (*string, error)) ([]string, error) {
+// operation when wait is set, and returns the ids that worked and the
+// operations not waited for.
+func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(string) (*string, error)) ([]string, []string, error) {
 	worked := make([]bool, len(ids))
+	ops := make([]*string, len(ids))
 	err := cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
 		op, err := f(ids[i])
 		if err == nil && wait && op != nil {
@@ -214,15 +227,47 @@ func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(stri
 			return fmt.Errorf("instance %s: %w", ids[i], err)
 		}
 		worked[i] = true
+		if !wait {
+			ops[i] = op
+		}
 		return nil
 	})
-	var ok []string
+	var ok, running []string
 	for i, id := range ids {
 		if worked[i] {
 			ok = append(ok, id)
 		}
+		if ops[i] != nil {
+			running = append(running, *ops[i])
+		}
 	}
-	return ok, err
+	return ok, running, err
+}
+
+// Ended looks up operations: those still running, and the failures of
+// those that ended FAIL (Cloud Map accepted the write, then did not make it).
+func (m CloudMap) Ended(ctx context.Context, ops []string) (running []string, failed error, err error) {
+	status := make([]*types.Operation, len(ops))
+	err = cloudmapclient.Each(ctx, len(ops), func(ctx context.Context, i int) error {
+		out, err := m.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(ops[i])})
+		if err == nil {
+			status[i] = out.Operation
+		}
+		return err
+	})
+	var fails []error
+	for i, op := range status {
+		switch {
+		case op == nil: // unread: asked again next time
+			running = append(running, ops[i])
+		case op.Status == types.OperationStatusFail:
+			fails = append(fails, fmt.Errorf("%s of instance %s: %s %s", op.Type, op.Targets[string(types.OperationTargetTypeInstance)],
+				aws.ToString(op.ErrorCode), aws.ToString(op.ErrorMessage)))
+		case op.Status != types.OperationStatusSuccess:
+			running = append(running, ops[i])
+		}
+	}
+	return running, errors.Join(fails...), err
 }
 
 // DeleteIfCreated deletes a service clustermap created, unless others

@@ -23,6 +23,11 @@ type entry struct {
 	service string           // the Cloud Map service registered in
 	current map[string]Attrs // every instance of it, as last read or written
 	stale   bool             // re-read the claim and current before planning (drift check)
+	// running are the operations of writes not yet seen ended, looked up
+	// from checkAt on: Cloud Map may accept a write and then FAIL it.
+	running []string
+	checkAt time.Time
+	failed  error // the last late failure, until the writes made again succeed
 }
 
 // remembered is where memory says the Service is registered.

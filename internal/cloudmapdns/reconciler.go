@@ -259,6 +259,21 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 	refresh := e.stale
 	e.stale = false
 	r.mu.Unlock()
+	if len(e.running) > 0 && !time.Now().Before(e.checkAt) {
+		running, failed, err := cm.Ended(ctx, e.running)
+		e.running, e.checkAt = running, time.Now().Add(time.Second)
+		switch {
+		case failed != nil:
+			// Memory counted those writes: what Cloud Map holds is read
+			// again, and what lacks is written again.
+			e.failed = failed
+			refresh = true
+			r.report(ctx, svc, metav1.ConditionFalse, ReasonCloudMapError, fmt.Sprintf(
+				"Cloud Map accepted a write to %s, then failed it (%v); written again", e.target, failed))
+		case err == nil && len(running) == 0:
+			e.failed = nil
+		}
+	}
 	if refresh {
 		cur, err := cm.Instances(ctx, e.service)
 		if r.OnRead != nil {
@@ -281,16 +296,20 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 	}
 	desired := Desired(r.Cluster, svc, eps.Items)
 	before := e.current
-	reg, dereg, err := cm.Apply(ctx, e.service, MakePlan(owners, desired, before), false)
+	done, err := cm.Apply(ctx, e.service, MakePlan(owners, desired, before), false)
 	next := maps.Clone(before)
-	for _, id := range reg {
+	for _, id := range done.Registered {
 		next[id] = desired[id]
 	}
-	for _, id := range dereg {
+	for _, id := range done.Deregistered {
 		delete(next, id)
 	}
 	e.current = next
-	r.announce(svc, Changes(e.target, remembered, before, desired, reg, dereg))
+	if len(done.Running) > 0 {
+		e.running = append(e.running, done.Running...)
+		e.checkAt = time.Now().Add(operationCheck)
+	}
+	r.announce(svc, Changes(e.target, remembered, before, desired, done.Registered, done.Deregistered))
 	if err != nil && onlyBusy(err) {
 		// A write of those instances is still running (Cloud Map answers
 		// DuplicateRequest while its operation runs): memory leaves them
@@ -309,9 +328,21 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 			return reconcile.Result{}, err
 		}
 	}
+	var res reconcile.Result
+	if len(e.running) > 0 {
+		res.RequeueAfter = time.Until(e.checkAt) + time.Millisecond
+	}
+	if e.failed != nil {
+		return res, nil // the condition says so until the writes made again succeed
+	}
 	r.report(ctx, svc, metav1.ConditionTrue, ReasonRegistered, fmt.Sprintf("%d instances registered in %s", len(desired), e.target))
-	return reconcile.Result{}, nil
+	return res, nil
 }
+
+// operationCheck is how long after a write its operation is looked up:
+// inside the AWS profile's 0.5-4 s most have ended by then, so most cost
+// one GetOperation.
+const operationCheck = 3 * time.Second
 
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups="",resources=services/status,verbs=get;update;patch
