@@ -24,11 +24,13 @@ const (
 )
 
 // ClusterExportSpec is one chunk of one cluster's export of one Service.
-// Chunk 0 (the head) holds the Service's fields and how many chunks the
-// export has; every chunk holds up to MaxChunkEndpoints endpoints. A
-// reader takes an export whole only when every chunk carries the head's
-// revision, so a reader never sees half of a write.
-// +kubebuilder:validation:XValidation:rule="self.chunk == 0 || (!has(self.ports) && !has(self.labels) && !has(self.annotations))",message="only chunk 0 holds the Service's fields"
+// Chunk 0 (the head) holds the Service's fields, how many chunks the
+// export has and the revision of each other chunk; every chunk holds up
+// to MaxChunkEndpoints endpoints. A reader takes an export whole only
+// when every chunk carries the revision its head names, so a reader never
+// sees half of a write, and a change rewrites only the chunks it changes
+// and the head.
+// +kubebuilder:validation:XValidation:rule="self.chunk == 0 || (!has(self.ports) && !has(self.labels) && !has(self.annotations) && !has(self.chunkRevisions))",message="only chunk 0 holds the Service's fields"
 // +kubebuilder:validation:XValidation:rule="self.chunk < self.chunks",message="chunk must be below chunks"
 type ClusterExportSpec struct {
 	// Cluster is the exporting cluster's id (a DNS label).
@@ -46,9 +48,16 @@ type ClusterExportSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=20
 	Chunks int32 `json:"chunks"`
-	// Revision is the write this chunk belongs to.
+	// Revision is a digest of what this chunk holds; on the head, of the
+	// whole export.
 	// +kubebuilder:validation:MaxLength=64
 	Revision string `json:"revision"`
+	// ChunkRevisions, on the head, are the revisions of chunks 1 and on,
+	// in order.
+	// +optional
+	// +kubebuilder:validation:MaxItems=19
+	// +kubebuilder:validation:items:MaxLength=64
+	ChunkRevisions []string `json:"chunkRevisions,omitempty"`
 	// Created is the ServiceExport's creation time (the oldest export wins
 	// conflicts).
 	// +optional

@@ -72,6 +72,11 @@ func (in *ClusterExportList) DeepCopyObject() runtime.Object {
 func (in *ClusterExportSpec) DeepCopyInto(out *ClusterExportSpec) {
 	*out = *in
 	out.Service = in.Service
+	if in.ChunkRevisions != nil {
+		in, out := &in.ChunkRevisions, &out.ChunkRevisions
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Created != nil {
 		in, out := &in.Created, &out.Created
 		*out = (*in).DeepCopy()

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 
@@ -25,15 +26,17 @@ func objectName(cluster string, key registry.Key, chunk int) string {
 }
 
 // chunks are the objects that hold e, in the hub namespace ns: the head
-// (chunk 0, with the Service's fields) first. Each carries the revision,
-// a digest of the whole export, so an unchanged export plans no write and
-// a reader can tell chunks of one write from another's. An export of more
-// than MaxChunks chunks is refused whole.
+// (chunk 0, with the Service's fields) first. Endpoints go to chunks by
+// a hash of their address, so a pod's change rewrites its chunk and the
+// head, not the whole export. Each chunk carries the digest of what it
+// holds, and the head the digest of the whole and of each other chunk:
+// an unchanged chunk plans no write, and a reader can tell chunks of one
+// write from another's. An export of more than MaxChunks chunks is
+// refused whole.
 func chunks(ns string, e registry.Export) ([]*hubv1alpha1.ClusterExport, error) {
-	n := max(1, (len(e.Endpoints)+hubv1alpha1.MaxChunkEndpoints-1)/hubv1alpha1.MaxChunkEndpoints)
-	if n > hubv1alpha1.MaxChunks {
+	if max := hubv1alpha1.MaxChunks * hubv1alpha1.MaxChunkEndpoints; len(e.Endpoints) > max {
 		return nil, &registry.LimitError{Reason: fmt.Sprintf("%s has %d endpoints: the hub holds at most %d a cluster and Service",
-			e.Key, len(e.Endpoints), hubv1alpha1.MaxChunks*hubv1alpha1.MaxChunkEndpoints)}
+			e.Key, len(e.Endpoints), max)}
 	}
 	eps := make([]hubv1alpha1.Endpoint, len(e.Endpoints))
 	sorted := slices.Clone(e.Endpoints)
@@ -42,16 +45,12 @@ func chunks(ns string, e registry.Export) ([]*hubv1alpha1.ClusterExport, error) 
 		eps[i] = hubv1alpha1.Endpoint{IP: ep.IP, Port: ep.Port, PortName: ep.PortName, Protocol: ep.Protocol, Ready: ep.Ready, Serving: ep.Serving,
 			Terminating: ep.Terminating, Hostname: ep.Hostname, NodeName: ep.NodeName, Zone: ep.Zone, ServicePort: ep.ServicePort, TargetPort: ep.TargetPort}
 	}
+	parts := partition(eps)
+	n := len(parts)
 	out := make([]*hubv1alpha1.ClusterExport, n)
 	for i := range out {
 		spec := hubv1alpha1.ClusterExportSpec{Cluster: e.Cluster, Service: hubv1alpha1.ServiceRef{Namespace: e.Namespace, Name: e.Name},
-			Chunk: int32(i), Chunks: int32(n), Endpoints: eps[i*len(eps)/n : (i+1)*len(eps)/n]}
-		if i == 0 {
-			spec.Created = ptr.To(metav1.NewMicroTime(e.Created))
-			spec.Type, spec.Ports, spec.SessionAffinity, spec.SessionAffinityConfig = e.Type, e.Ports, e.SessionAffinity, e.SessionAffinityConfig
-			spec.IPFamilies, spec.InternalTrafficPolicy, spec.TrafficDistribution = e.IPFamilies, e.InternalTrafficPolicy, e.TrafficDistribution
-			spec.Labels, spec.Annotations = e.Labels, e.Annotations
-		}
+			Chunk: int32(i), Chunks: int32(n), Endpoints: parts[i]}
 		out[i] = &hubv1alpha1.ClusterExport{
 			TypeMeta: metav1.TypeMeta{APIVersion: hubv1alpha1.GroupVersion.String(), Kind: "ClusterExport"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: objectName(e.Cluster, e.Key, i), Labels: map[string]string{
@@ -59,26 +58,59 @@ func chunks(ns string, e registry.Export) ([]*hubv1alpha1.ClusterExport, error) 
 			Spec: spec,
 		}
 	}
-	rev := revision(out)
-	for _, o := range out {
-		o.Spec.Revision = rev
+	head := &out[0].Spec
+	head.Created = ptr.To(metav1.NewMicroTime(e.Created))
+	head.Type, head.Ports, head.SessionAffinity, head.SessionAffinityConfig = e.Type, e.Ports, e.SessionAffinity, e.SessionAffinityConfig
+	head.IPFamilies, head.InternalTrafficPolicy, head.TrafficDistribution = e.IPFamilies, e.InternalTrafficPolicy, e.TrafficDistribution
+	head.Labels, head.Annotations = e.Labels, e.Annotations
+	for _, o := range out[1:] {
+		o.Spec.Revision = digest(o.Spec)
+		head.ChunkRevisions = append(head.ChunkRevisions, o.Spec.Revision)
 	}
+	head.Revision = digest(*head)
 	return out, nil
 }
 
-func revision(objs []*hubv1alpha1.ClusterExport) string {
-	h := sha256.New()
-	for _, o := range objs {
-		b, _ := json.Marshal(o.Spec) // plain data: cannot fail
-		h.Write(b)
+// partition spreads endpoints (sorted) over chunks by a hash of their
+// address, at about three quarters of a chunk's room so that the count
+// holds while a Service scales a little; more chunks while one overflows.
+// An export too large for that within MaxChunks is cut in order instead
+// (any change then moves most endpoints).
+func partition(eps []hubv1alpha1.Endpoint) [][]hubv1alpha1.Endpoint {
+	room := hubv1alpha1.MaxChunkEndpoints
+	for n := max(1, (4*len(eps)+3*room-1)/(3*room)); n <= hubv1alpha1.MaxChunks; n++ {
+		parts := make([][]hubv1alpha1.Endpoint, n)
+		fits := true
+		for _, ep := range eps {
+			h := fnv.New32a()
+			h.Write([]byte(ep.IP))
+			i := h.Sum32() % uint32(n)
+			parts[i] = append(parts[i], ep)
+			fits = fits && len(parts[i]) <= room
+		}
+		if fits {
+			return parts
+		}
 	}
-	return hex.EncodeToString(h.Sum(nil))[:20]
+	n := (len(eps) + room - 1) / room
+	parts := make([][]hubv1alpha1.Endpoint, n)
+	for i := range parts {
+		parts[i] = eps[i*len(eps)/n : (i+1)*len(eps)/n]
+	}
+	return parts
+}
+
+// digest is a chunk's revision: of its spec, itself left out.
+func digest(spec hubv1alpha1.ClusterExportSpec) string {
+	spec.Revision = ""
+	b, _ := json.Marshal(spec) // plain data: cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:20]
 }
 
 // assemble reads one cluster's export from the chunks the hub holds of
-// it: whole only when the head and every chunk it names carry one
-// revision (else false: a write is under way, keep what was read
-// before). No more than MaxChunks are read, whatever the head says.
+// it: whole only when every chunk carries the revision the head names
+// for it (else false: a write is under way, keep what was read before). No more than MaxChunks are read, whatever the head says.
 func assemble(set string, objs []*hubv1alpha1.ClusterExport) (registry.Export, bool) {
 	byChunk := map[int32]*hubv1alpha1.ClusterExport{}
 	for _, o := range objs {
@@ -96,9 +128,12 @@ func assemble(set string, objs []*hubv1alpha1.ClusterExport) (registry.Export, b
 	if s.Created != nil {
 		e.Created = s.Created.Time
 	}
+	if len(s.ChunkRevisions) != int(s.Chunks)-1 {
+		return registry.Export{}, false
+	}
 	for i := range s.Chunks {
 		c := byChunk[i]
-		if c == nil || c.Spec.Revision != s.Revision || c.Spec.Chunks != s.Chunks || c.Spec.Cluster != s.Cluster {
+		if c == nil || i > 0 && c.Spec.Revision != s.ChunkRevisions[i-1] || c.Spec.Chunks != s.Chunks || c.Spec.Cluster != s.Cluster {
 			return registry.Export{}, false
 		}
 		for _, ep := range c.Spec.Endpoints {

@@ -143,16 +143,14 @@ func New(cfg *rest.Config, o Options) (*Registry, error) {
 	return &Registry{cfg: cfg, c: c, o: o, ns: o.Namespace, dirty: map[registry.Key]bool{}, wake: make(chan struct{}, 1), wrote: map[registry.Key]written{}}, nil
 }
 
-// written is a whole write of an export: its revision and chunk count.
-type written struct {
-	revision string
-	chunks   int
-}
+// written is a whole write of an export: each chunk's revision, by chunk.
+type written []string
 
 // Publish makes the hub hold e as this member's export: the chunks whose
 // revision differs are applied, every other chunk before the head, then
 // chunks past the new count are deleted. A hub that cannot be reached
-// fails the publish and changes nothing.
+// fails the publish; what it wrote before failing is named by no head
+// yet, so readers keep the export they had.
 func (r *Registry) Publish(ctx context.Context, e registry.Export) error {
 	if e.Cluster != r.o.Cluster || e.ClusterSet != r.o.ClusterSet {
 		return fmt.Errorf("export of %s by cluster %q of %q published as cluster %q of %q", e.Key, e.Cluster, e.ClusterSet, r.o.Cluster, r.o.ClusterSet)
@@ -168,18 +166,18 @@ func (r *Registry) Publish(ctx context.Context, e registry.Export) error {
 	r.mu.Lock()
 	last, wrote := r.wrote[e.Key]
 	r.mu.Unlock()
-	rev := want[0].Spec.Revision
 	for _, o := range append(want[1:], want[0]) {
 		// What the hub holds at this revision stands, unless this member
 		// wrote another since (which the cache may not show yet).
-		if h := held[o.Name]; h != nil && h.Spec.Revision == rev && (!wrote || last.revision == rev) {
+		rev := o.Spec.Revision
+		if h := held[o.Name]; h != nil && h.Spec.Revision == rev && (!wrote || int(o.Spec.Chunk) < len(last) && last[o.Spec.Chunk] == rev) {
 			continue
 		}
 		if err := r.c.Patch(ctx, o, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 			return fmt.Errorf("writing %s/%s on the hub: %w", r.ns, o.Name, err)
 		}
 	}
-	past := last.chunks
+	past := len(last)
 	for _, h := range held {
 		past = max(past, int(h.Spec.Chunk)+1)
 	}
@@ -189,8 +187,12 @@ func (r *Registry) Publish(ctx context.Context, e registry.Export) error {
 			return fmt.Errorf("deleting %s/%s on the hub: %w", r.ns, stale.Name, err)
 		}
 	}
+	now := make(written, len(want))
+	for i, o := range want {
+		now[i] = o.Spec.Revision
+	}
 	r.mu.Lock()
-	r.wrote[e.Key] = written{revision: rev, chunks: len(want)}
+	r.wrote[e.Key] = now
 	r.mu.Unlock()
 	return nil
 }

@@ -5,6 +5,7 @@ package hub_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -223,8 +224,9 @@ func TestMembersWriteOnlyTheirOwn(t *testing.T) {
 	}
 }
 
-// TestLargeExportIsChunked: 2,500 endpoints are three objects, heard whole;
-// shrunk to 12, the surplus chunks go.
+// TestLargeExportIsChunked: 2,500 endpoints are four objects (at three
+// quarters full), heard whole; one pod fewer rewrites its chunks and the
+// head, not the others; shrunk to 12, the surplus chunks go.
 func TestLargeExportIsChunked(t *testing.T) {
 	h := startHub(t)
 	set := h.clusterset(t, "set")
@@ -236,11 +238,30 @@ func TestLargeExportIsChunked(t *testing.T) {
 	harness.Must(t, r.Publish(ctx, e))
 	held, err := r.Held(ctx, cart)
 	harness.Must(t, err)
-	if len(held) != 3 {
-		t.Fatalf("%d objects hold 2,500 endpoints, want 3", len(held))
+	if len(held) != 4 {
+		t.Fatalf("%d objects hold 2,500 endpoints, want 4", len(held))
 	}
 	harness.Eventually(t, 30*time.Second, "2,500 endpoints", func() error {
 		if got := w.of(cart); len(got) != 1 || len(got[0].Endpoints) != 2500 {
+			return fmt.Errorf("heard %d exports", len(got))
+		}
+		return nil
+	})
+	// One pod (two addresses) fewer.
+	harness.Must(t, r.Publish(ctx, registrytest.Export(set, "big", 624)))
+	after, err := r.Held(ctx, cart)
+	harness.Must(t, err)
+	var rewritten []string
+	for name, o := range after {
+		if o.ResourceVersion != held[name].ResourceVersion {
+			rewritten = append(rewritten, name)
+		}
+	}
+	if len(rewritten) > 3 || !slices.Contains(rewritten, "shop.cart.big.0") {
+		t.Errorf("one pod fewer rewrote %v of 4 chunks: want its chunks (at most 2) and the head", rewritten)
+	}
+	harness.Eventually(t, 30*time.Second, "2,496 endpoints", func() error {
+		if got := w.of(cart); len(got) != 1 || len(got[0].Endpoints) != 2496 {
 			return fmt.Errorf("heard %d exports", len(got))
 		}
 		return nil
@@ -376,8 +397,8 @@ func TestPublishesFollowEachOtherFast(t *testing.T) {
 	for _, e := range []registry.Export{big, small, big} {
 		harness.Must(t, r.Publish(ctx, e))
 	}
-	if held, _ = r.Held(ctx, cart); len(held) != 3 {
-		t.Fatalf("the hub holds %d chunks of 2,500 endpoints, want 3", len(held))
+	if held, _ = r.Held(ctx, cart); len(held) != 4 {
+		t.Fatalf("the hub holds %d chunks of 2,500 endpoints, want 4", len(held))
 	}
 }
 
