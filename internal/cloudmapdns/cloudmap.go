@@ -244,11 +244,12 @@ func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(stri
 	return ok, running, err
 }
 
-// Ended looks up operations: those still running, and the failures of
-// those that ended FAIL (Cloud Map accepted the write, then did not make it).
-func (m CloudMap) Ended(ctx context.Context, ops []string) (running []string, failed error, err error) {
+// Ended looks up operations: those still running or unanswered (a
+// throttled lookup), and the failures of those that ended FAIL (Cloud Map
+// accepted the write, then did not make it).
+func (m CloudMap) Ended(ctx context.Context, ops []string) (running []string, failed error) {
 	status := make([]*types.Operation, len(ops))
-	err = cloudmapclient.Each(ctx, len(ops), func(ctx context.Context, i int) error {
+	_ = cloudmapclient.Each(ctx, len(ops), func(ctx context.Context, i int) error {
 		out, err := m.c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(ops[i])})
 		if err == nil {
 			status[i] = out.Operation
@@ -267,7 +268,7 @@ func (m CloudMap) Ended(ctx context.Context, ops []string) (running []string, fa
 			running = append(running, ops[i])
 		}
 	}
-	return running, errors.Join(fails...), err
+	return running, errors.Join(fails...)
 }
 
 // DeleteIfCreated deletes a service clustermap created, unless others

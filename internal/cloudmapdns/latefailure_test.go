@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -31,8 +32,7 @@ import (
 // saw a DNS record missing 30 s after its last fault.
 func TestLateFailedWriteIsWrittenAgain(t *testing.T) {
 	ctx := context.Background()
-	// Operations take 1 s, so that the test knows when the failed one
-	// has ended; late failures come only from the fault below.
+	// Operations take 1 s; late failures come only from the fault below.
 	profile := cloudmaplocal.AWS()
 	profile.OperationTime = cloudmaplocal.Spread{Min: time.Second, Max: time.Second}
 	profile.LateFailureRate = 0
@@ -66,7 +66,21 @@ func TestLateFailedWriteIsWrittenAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(profile.OperationTime.Max + 500*time.Millisecond)
+	if len(r.entries[key].running) != 1 {
+		t.Fatalf("the registration's operation is not followed: %v", r.entries[key].running)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(r.entries[key].running[0])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Operation.Status == types.OperationStatusFail {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the registration's operation is %s 10 s on, want FAIL", out.Operation.Status)
+		}
+	}
 	srv.SetFaults(cloudmaplocal.Faults{})
 	serviceID := r.entries[key].service
 	if n := instances(t, c, serviceID); n != 0 {

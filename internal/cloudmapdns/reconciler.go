@@ -260,18 +260,15 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 	e.stale = false
 	r.mu.Unlock()
 	if len(e.running) > 0 && !time.Now().Before(e.checkAt) {
-		running, failed, err := cm.Ended(ctx, e.running)
+		running, failed := cm.Ended(ctx, e.running)
 		e.running, e.checkAt = running, time.Now().Add(time.Second)
-		switch {
-		case failed != nil:
+		if failed != nil {
 			// Memory counted those writes: what Cloud Map holds is read
 			// again, and what lacks is written again.
 			e.failed = failed
 			refresh = true
 			r.report(ctx, svc, metav1.ConditionFalse, ReasonCloudMapError, fmt.Sprintf(
 				"Cloud Map accepted a write to %s, then failed it (%v); written again", e.target, failed))
-		case err == nil && len(running) == 0:
-			e.failed = nil
 		}
 	}
 	if refresh {
@@ -331,6 +328,8 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 	var res reconcile.Result
 	if len(e.running) > 0 {
 		res.RequeueAfter = time.Until(e.checkAt) + time.Millisecond
+	} else {
+		e.failed = nil // every write made again ended well
 	}
 	if e.failed != nil {
 		return res, nil // the condition says so until the writes made again succeed

@@ -34,9 +34,9 @@ func objectName(cluster string, key registry.Key, chunk int) string {
 // write from another's. An export of more than MaxChunks chunks is
 // refused whole.
 func chunks(ns string, e registry.Export) ([]*hubv1alpha1.ClusterExport, error) {
-	if max := hubv1alpha1.MaxChunks * hubv1alpha1.MaxChunkEndpoints; len(e.Endpoints) > max {
+	if most := hubv1alpha1.MaxChunks * hubv1alpha1.MaxChunkEndpoints; len(e.Endpoints) > most {
 		return nil, &registry.LimitError{Reason: fmt.Sprintf("%s has %d endpoints: the hub holds at most %d a cluster and Service",
-			e.Key, len(e.Endpoints), max)}
+			e.Key, len(e.Endpoints), most)}
 	}
 	eps := make([]hubv1alpha1.Endpoint, len(e.Endpoints))
 	sorted := slices.Clone(e.Endpoints)
@@ -110,7 +110,8 @@ func digest(spec hubv1alpha1.ClusterExportSpec) string {
 
 // assemble reads one cluster's export from the chunks the hub holds of
 // it: whole only when every chunk carries the revision the head names
-// for it (else false: a write is under way, keep what was read before). No more than MaxChunks are read, whatever the head says.
+// for it (else false: a write is under way, keep what was read before).
+// No more than MaxChunks are read, whatever the head says.
 func assemble(set string, objs []*hubv1alpha1.ClusterExport) (registry.Export, bool) {
 	byChunk := map[int32]*hubv1alpha1.ClusterExport{}
 	for _, o := range objs {
