@@ -10,19 +10,15 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
-	"github.com/clustermap/clustermap/internal/kube"
 )
 
 // Cloud Map accepts a registration, then fails it: the Service is
@@ -40,18 +36,7 @@ func TestLateFailedWriteIsWrittenAgain(t *testing.T) {
 	c := srv.Client(t, cloudmapclient.Options{})
 	cloudmaptest.DNSNamespace(t, c, "late.local", "vpc-1")
 
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web",
-			Annotations: map[string]string{AnnotationNamespace: "late.local", AnnotationHostname: "web"}},
-		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
-	}
-	cl := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(svc, slice).WithStatusSubresource(&corev1.Service{}).Build()
+	cl, svc := webService("late.local")
 	key := client.ObjectKeyFromObject(svc)
 	r := newTestReconciler(cl, c)
 	events := r.Recorder.(*record.FakeRecorder).Events

@@ -36,18 +36,7 @@ func TestWithdrawalAfterTakeOverWaitsForRunningRegistrations(t *testing.T) {
 	profile.LateFailureRate = 0
 	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: &profile}, "takeover.local")
 
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web",
-			Annotations: map[string]string{AnnotationNamespace: "takeover.local", AnnotationHostname: "web"}},
-		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
-	}
-	cl := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(svc, slice).WithStatusSubresource(&corev1.Service{}).Build()
+	cl, svc := webService("takeover.local")
 	key := client.ObjectKeyFromObject(svc)
 	req := reconcile.Request{NamespacedName: key}
 
@@ -111,4 +100,22 @@ func newTestReconciler(cl client.Client, c *sd.Client) *Reconciler {
 		Recorder: record.NewFakeRecorder(100), Namespaces: func(string) bool { return true }}
 	r.init()
 	return r
+}
+
+// webService is a fake cluster holding the headless Service default/web,
+// annotated for hostname web in the Cloud Map namespace ns, and one ready
+// endpoint of it.
+func webService(ns string) (client.Client, *corev1.Service) {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web",
+			Annotations: map[string]string{AnnotationNamespace: ns, AnnotationHostname: "web"}},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+	}
+	return fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(svc, slice).WithStatusSubresource(&corev1.Service{}).Build(), svc
 }
