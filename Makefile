@@ -5,7 +5,10 @@ BIN := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/clustermap/clustermap/internal/version.Version=$(VERSION)
 MCS_API_DIR = $(shell go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api)
-GOTEST_FLAGS ?= -timeout 40m -parallel 3
+# -parallel 5: the lab and registry tests mostly wait (operations, read
+# lag, TTLs) rather than compute; at 3 the 2 cores sat half idle through a
+# clean-clone run (vmstat, 2026-12-06).
+GOTEST_FLAGS ?= -timeout 40m -parallel 5
 # go.mod's toolchain line names the patched Go release the build, tests and
 # govulncheck use; auto fetches it once through the module proxy when the
 # machine's Go is older (the Go distribution's go.env says local).
@@ -99,7 +102,7 @@ static-checks:
 	$(BIN)/govulncheck -db file://$(BIN)/vulndb -tags e2e ./...
 
 ## test-packages: every package's tests but the fault campaign's. test/e2e
-## is listed first: it is the longest package (about 15 minutes) and go
+## is listed first: it is the longest package (about 20 minutes) and go
 ## test starts packages in the order given, so the others run beside it,
 ## not before it.
 test-packages:

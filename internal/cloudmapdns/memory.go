@@ -28,6 +28,9 @@ type entry struct {
 	running []string
 	checkAt time.Time
 	failed  error // the last late failure, until the writes made again succeed
+	// rereadAt is when a read made as a new leader is made again: the
+	// previous leader's writes have ended by then.
+	rereadAt time.Time
 }
 
 // remembered is where memory says the Service is registered.

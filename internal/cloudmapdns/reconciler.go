@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/withdraw"
 )
@@ -259,6 +260,9 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 	refresh := e.stale
 	e.stale = false
 	r.mu.Unlock()
+	if !e.rereadAt.IsZero() && !time.Now().Before(e.rereadAt) {
+		refresh, e.rereadAt = true, time.Time{}
+	}
 	if len(e.running) > 0 && !time.Now().Before(e.checkAt) {
 		running, failed := cm.Ended(ctx, e.running)
 		e.running, e.checkAt = running, time.Now().Add(time.Second)
@@ -286,6 +290,13 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 			return reconcile.Result{}, err
 		}
 		e.current = cur
+		// A registration the previous leader started may still run, and
+		// the listing shows only finished operations: read again once
+		// such an operation must have ended, or its instance, if its
+		// endpoint went meanwhile, stays until the drift check.
+		if wait := cloudmapclient.OperationRun - time.Since(r.leading); wait > 0 {
+			e.rereadAt = time.Now().Add(wait)
+		}
 	}
 	eps := &discoveryv1.EndpointSliceList{}
 	if err := r.Client.List(ctx, eps, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
@@ -330,6 +341,9 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 		res.RequeueAfter = time.Until(e.checkAt) + time.Millisecond
 	} else {
 		e.failed = nil // every write made again ended well
+	}
+	if wait := time.Until(e.rereadAt) + time.Millisecond; wait > 0 && (res.RequeueAfter == 0 || wait < res.RequeueAfter) {
+		res.RequeueAfter = wait
 	}
 	if e.failed != nil {
 		return res, nil // the condition says so until the writes made again succeed

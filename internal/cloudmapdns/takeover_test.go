@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/kube"
 )
@@ -42,20 +43,7 @@ func TestWithdrawalAfterTakeOverWaitsForRunningRegistrations(t *testing.T) {
 
 	// The old leader registers (without waiting for the operation), and
 	// is gone; the Service is deleted.
-	old := newTestReconciler(cl, newClient())
-	for {
-		res, err := old.Reconcile(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.IsZero() {
-			break
-		}
-		time.Sleep(res.RequeueAfter)
-	}
-	old.mu.Lock()
-	serviceID := old.entries[key].service
-	old.mu.Unlock()
+	serviceID := oldLeaderRegisters(t, cl, newClient(), req)
 	if err := cl.Delete(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
@@ -118,4 +106,77 @@ func webService(ns string) (client.Client, *corev1.Service) {
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
 	}
 	return fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(svc, slice).WithStatusSubresource(&corev1.Service{}).Build(), svc
+}
+
+// oldLeaderRegisters reconciles req as a leader that is gone right after
+// it sent its registrations (their operations still run), and returns
+// the Cloud Map service it registered in.
+func oldLeaderRegisters(t *testing.T, cl client.Client, c *sd.Client, req reconcile.Request) string {
+	t.Helper()
+	old := newTestReconciler(cl, c)
+	for {
+		res, err := old.Reconcile(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := old.entries[req.NamespacedName]; e != nil && len(e.running) > 0 {
+			return e.service
+		}
+		if res.IsZero() {
+			t.Fatal("the old leader registered nothing")
+		}
+		time.Sleep(res.RequeueAfter)
+	}
+}
+
+// A new leader's first look at a Service misses a registration the old
+// leader started (the listing shows only finished operations); if the
+// endpoint goes before that operation ends, the new leader must still
+// take its instance out. Before, it was left until the drift check, a
+// minute (the full fault campaign found two such, 60 s after its last
+// fault).
+func TestTakeOverRereadsWhatTheOldLeaderWrote(t *testing.T) {
+	ctx := context.Background()
+	profile := cloudmaplocal.AWS()
+	profile.OperationTime = cloudmaplocal.Spread{Min: 3 * time.Second, Max: 3 * time.Second}
+	profile.LateFailureRate = 0
+	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: &profile}, "takeover.local")
+	cl, svc := webService("takeover.local")
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
+	serviceID := oldLeaderRegisters(t, cl, newClient(), req)
+
+	// The pod goes, the new leader looks at once, and then as its
+	// requeues ask (no drift check: this test calls Reconcile itself).
+	slice := &discoveryv1.EndpointSlice{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: "default", Name: "web-1"}, slice); err != nil {
+		t.Fatal(err)
+	}
+	slice.Endpoints = nil
+	if err := cl.Update(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient()
+	next := newTestReconciler(cl, c)
+	deadline := time.Now().Add(cloudmapclient.OperationRun + 10*time.Second)
+	for {
+		res, err := next.Reconcile(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new leader still asks to look again: %+v", res)
+		}
+		time.Sleep(res.RequeueAfter)
+	}
+	time.Sleep(profile.OperationTime.Max + time.Second) // its deregistration's operation
+	out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: aws.String(serviceID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Instances) > 0 {
+		t.Errorf("the old leader's instance %s of a gone endpoint is still registered", aws.ToString(out.Instances[0].Id))
+	}
 }
