@@ -19,6 +19,7 @@ import (
 
 	hubv1alpha1 "github.com/clustermap/clustermap/api/hub/v1alpha1"
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/registry/hub"
 	"github.com/clustermap/clustermap/internal/statuslease"
@@ -77,7 +78,13 @@ func (w *world) hubStatus(t *testing.T) {
 // members' clusterset, each member joined; no controllers yet.
 func hubWorld(t *testing.T, n int) *world {
 	t.Helper()
-	w := &world{env: harness.Clusters(t, n), hubKubeconfigs: map[string]string{}}
+	return hubWorldWith(t, devenv.Options{Clusters: n})
+}
+
+// hubWorldWith is hubWorld of member clusters made as opts say.
+func hubWorldWith(t *testing.T, opts devenv.Options) *world {
+	t.Helper()
+	w := &world{env: harness.ClustersWith(t, opts), hubKubeconfigs: map[string]string{}}
 	w.connect(t)
 	w.hub = harness.Clusters(t, 1).Clusters[0]
 	ctx := context.Background()
@@ -172,4 +179,22 @@ func TestHubDeadMemberDrained(t *testing.T) {
 	back := time.Now()
 	harness.Eventually(t, 2*time.Minute, "cluster-2 routed to again", drained(false))
 	t.Logf("cluster-2 routed to again %v after its controller restarted", time.Since(back).Round(time.Second))
+}
+
+// TestVerifyOverHub: `clustermap verify` on two members whose registry is
+// a hub, with a data plane: its probe exports go through the hub, and
+// every check passes, both families, each cluster importing both.
+func TestVerifyOverHub(t *testing.T) {
+	inParallel(t)
+	w := hubWorldWith(t, devenv.Options{Clusters: 2, Dataplane: true, AllPods: true})
+	t.Cleanup(w.startControllers(t, nil))
+	rep, err := w.verify(t)
+	if err != nil || len(rep.Failures) != 0 || rep.Checks < 20 {
+		t.Fatalf("verify over a hub: %v, %d checks, failures %+v", err, rep.Checks, rep.Failures)
+	}
+	for _, c := range rep.Clusters {
+		if len(c.PodIPs) != 2 || len(c.ImportClusters) != 2 {
+			t.Errorf("%s: probe addresses %v, imported from %v: want both families, both clusters", c.ID, c.PodIPs, c.ImportClusters)
+		}
+	}
 }
