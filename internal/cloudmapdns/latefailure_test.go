@@ -29,10 +29,7 @@ import (
 func TestLateFailedWriteIsWrittenAgain(t *testing.T) {
 	ctx := context.Background()
 	// Operations take 1 s; late failures come only from the fault below.
-	profile := cloudmaplocal.AWS()
-	profile.OperationTime = cloudmaplocal.Spread{Min: time.Second, Max: time.Second}
-	profile.LateFailureRate = 0
-	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: &profile})
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: fixedOperations(time.Second)})
 	c := srv.Client(t, cloudmapclient.Options{})
 	cloudmaptest.DNSNamespace(t, c, "late.local", "vpc-1")
 
