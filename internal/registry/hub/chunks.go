@@ -78,15 +78,19 @@ func chunks(ns string, e registry.Export) ([]*hubv1alpha1.ClusterExport, error) 
 // (any change then moves most endpoints).
 func partition(eps []hubv1alpha1.Endpoint) [][]hubv1alpha1.Endpoint {
 	room := hubv1alpha1.MaxChunkEndpoints
+	hashes := make([]uint32, len(eps))
+	for i, ep := range eps {
+		h := fnv.New32a()
+		h.Write([]byte(ep.IP))
+		hashes[i] = h.Sum32()
+	}
 	for n := max(1, (4*len(eps)+3*room-1)/(3*room)); n <= hubv1alpha1.MaxChunks; n++ {
 		parts := make([][]hubv1alpha1.Endpoint, n)
 		fits := true
-		for _, ep := range eps {
-			h := fnv.New32a()
-			h.Write([]byte(ep.IP))
-			i := h.Sum32() % uint32(n)
-			parts[i] = append(parts[i], ep)
-			fits = fits && len(parts[i]) <= room
+		for i, ep := range eps {
+			c := hashes[i] % uint32(n)
+			parts[c] = append(parts[c], ep)
+			fits = fits && len(parts[c]) <= room
 		}
 		if fits {
 			return parts
