@@ -71,7 +71,7 @@ Lease and its access (ServiceAccount) are deleted there.`,
 	f.StringVar(&hubContext, "hub-context", "", "with --hub-kubeconfig: the hub's context (default: the current one)")
 	f.StringVar(&o.Owner, "cloudmap-owner-account", "", "across accounts: the account owning the clusterset's namespaces (run as it)")
 	f.DurationVar(&o.SilentAfter, "silent-cluster-ttl", cloudmap.DefaultSilentAfter, "refuse a cluster that proved alive more recently than this")
-	f.BoolVar(&o.Force, "force", false, "forget the cluster even if it proved alive recently")
+	f.BoolVar(&o.Force, "force", false, "forget the cluster even if it proved alive recently (its records are gone over again about 15 s later: writes it had under way show only once they end)")
 	f.BoolVar(&o.OnlyClustermap, "only-clustermap", false, "deregister only the records clustermap wrote (and its proof of life), keeping another controller's under the same cluster id: the way back to the AWS Cloud Map MCS controller")
 	f.StringVar(&co.Region, "region", "", "the AWS Region whose records to remove (default: AWS_REGION, the shared config)")
 	f.StringVar(&co.Endpoint, "cloudmap-endpoint", "", "Cloud Map endpoint URL (default: the AWS endpoint of the Region)")

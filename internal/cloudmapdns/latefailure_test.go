@@ -29,7 +29,7 @@ import (
 func TestLateFailedWriteIsWrittenAgain(t *testing.T) {
 	ctx := context.Background()
 	// Operations take 1 s; late failures come only from the fault below.
-	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: fixedOperations(time.Second)})
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: cloudmaptest.FixedOperations(time.Second)})
 	c := srv.Client(t, cloudmapclient.Options{})
 	cloudmaptest.DNSNamespace(t, c, "late.local", "vpc-1")
 

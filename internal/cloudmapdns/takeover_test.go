@@ -19,6 +19,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/kube"
 )
 
@@ -32,7 +33,7 @@ func TestWithdrawalAfterTakeOverWaitsForRunningRegistrations(t *testing.T) {
 	ctx := context.Background()
 	// Operations take 3 s (inside the aws profile's 0.5-4 s) so that the
 	// new leader's first look falls inside the old leader's registration.
-	profile := fixedOperations(3 * time.Second)
+	profile := cloudmaptest.FixedOperations(3 * time.Second)
 	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: profile}, "takeover.local")
 
 	cl, svc := webService("takeover.local")
@@ -135,7 +136,7 @@ func oldLeaderRegisters(t *testing.T, cl client.Client, c *sd.Client, req reconc
 // fault).
 func TestTakeOverRereadsWhatTheOldLeaderWrote(t *testing.T) {
 	ctx := context.Background()
-	profile := fixedOperations(3 * time.Second)
+	profile := cloudmaptest.FixedOperations(3 * time.Second)
 	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: profile}, "takeover.local")
 	cl, svc := webService("takeover.local")
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
@@ -175,14 +176,4 @@ func TestTakeOverRereadsWhatTheOldLeaderWrote(t *testing.T) {
 	if len(out.Instances) > 0 {
 		t.Errorf("the old leader's instance %s of a gone endpoint is still registered", aws.ToString(out.Instances[0].Id))
 	}
-}
-
-// fixedOperations is the aws profile with every operation taking d and
-// none failing late unless a test's fault says so: a test then knows when
-// the operations it starts end.
-func fixedOperations(d time.Duration) *cloudmaplocal.Profile {
-	p := cloudmaplocal.AWS()
-	p.OperationTime = cloudmaplocal.Spread{Min: d, Max: d}
-	p.LateFailureRate = 0
-	return &p
 }

@@ -133,3 +133,13 @@ func Instant() cloudmaplocal.Options {
 	p := cloudmaplocal.Instant()
 	return cloudmaplocal.Options{Profile: &p}
 }
+
+// FixedOperations is the aws profile with every operation taking d and
+// none failing late unless a test's fault says so: a test then knows when
+// the operations it starts end.
+func FixedOperations(d time.Duration) *cloudmaplocal.Profile {
+	p := cloudmaplocal.AWS()
+	p.OperationTime = cloudmaplocal.Spread{Min: d, Max: d}
+	p.LateFailureRate = 0
+	return &p
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/go-logr/logr"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
@@ -46,7 +47,8 @@ func (e *AliveError) Error() string {
 // Forget deregisters every record a cluster left in the clusterset's
 // namespaces of this client's Region, then its change record: importers
 // read every service again when a record goes, so it leaves every import.
-// It returns how many records went.
+// Forced, it does so again once every write the cluster may have had
+// under way has ended (about 15 s). It returns how many records went.
 func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 	b := New(c, Options{ClusterSet: o.ClusterSet, Cluster: o.Cluster, Owner: o.Owner, Account: o.Owner, Log: logr.Discard()})
 	var recordSvc, mark string
@@ -89,8 +91,27 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 			break
 		}
 	}
+	n, err := b.forgetAll(ctx, recordSvc != "", o.OnlyClustermap)
+	if err != nil || !o.Force {
+		return n, err
+	}
+	// Forced, the cluster may have been writing until a moment ago: a
+	// registration it started may still run, which no read shows until
+	// it ends. Once every such write has ended and reads show it, again.
+	select {
+	case <-ctx.Done():
+		return n, ctx.Err()
+	case <-time.After(cloudmapclient.OperationRun + DefaultReadLag):
+	}
+	more, err := b.forgetAll(ctx, true, o.OnlyClustermap)
+	return n + more, err
+}
+
+// forgetAll deregisters the cluster's records in every namespace of the
+// clusterset, then (withRecord) its change record, and says how many.
+func (b *Backend) forgetAll(ctx context.Context, withRecord, onlyClustermap bool) (int, error) {
 	n := 0
-	nsPages := sd.NewListNamespacesPaginator(c, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{
+	nsPages := sd.NewListNamespacesPaginator(b.c, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{
 		{Name: types.NamespaceFilterNameType, Values: []string{string(types.NamespaceTypeHttp)}},
 	}})
 	for nsPages.HasMorePages() {
@@ -100,10 +121,10 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 		}
 		for _, ns := range page.Namespaces {
 			name := aws.ToString(ns.Name)
-			if !b.tenancy.holds(ns.ResourceOwner) || name == ChangesNamespace(o.ClusterSet) {
+			if !b.tenancy.holds(ns.ResourceOwner) || name == ChangesNamespace(b.o.ClusterSet) {
 				continue
 			}
-			svcPages := sd.NewListServicesPaginator(c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
+			svcPages := sd.NewListServicesPaginator(b.c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
 				{Name: types.ServiceFilterNameNamespaceId, Values: []string{b.tenancy.ref(ns.Id, ns.Arn)}},
 			}})
 			for svcPages.HasMorePages() {
@@ -112,7 +133,7 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 					return n, err
 				}
 				for _, s := range sp.Services {
-					gone, err := b.forgetIn(ctx, name, aws.ToString(s.Name), b.tenancy.ref(s.Id, s.Arn), o.OnlyClustermap)
+					gone, err := b.forgetIn(ctx, name, aws.ToString(s.Name), b.tenancy.ref(s.Id, s.Arn), onlyClustermap)
 					n += gone
 					if err != nil {
 						return n, err
@@ -121,8 +142,8 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 			}
 		}
 	}
-	if recordSvc != "" {
-		gone, err := b.forgetIn(ctx, ChangesNamespace(o.ClusterSet), ChangesService, "", false)
+	if withRecord {
+		gone, err := b.forgetIn(ctx, ChangesNamespace(b.o.ClusterSet), ChangesService, "", false)
 		return n + gone, err
 	}
 	return n, nil
