@@ -45,27 +45,30 @@ func (r *Reconciler) writeImport(ctx context.Context, have, want *mcsv1beta1.Ser
 	if have.Labels[LabelManagedBy] != managedByValue && !adoptable(have) {
 		return nil, fmt.Errorf("ServiceImport %s exists and was not created by clustermap: delete it to let clustermap import the service", client.ObjectKeyFromObject(have))
 	}
-	stored, err := r.applier().Apply(ctx, have, want, r.takenOver(have, "")...)
+	stored, err := r.applier().Apply(ctx, have, want, r.takenOver(have)...)
 	if err != nil {
 		return nil, err
 	}
 	return stored.(*mcsv1beta1.ServiceImport), nil
 }
 
-// writeImportStatus applies the import's status (si: as stored).
+// writeImportStatus applies the import's status (si: as stored). The
+// status is clustermap's whole: what another writer put there by update
+// (the AWS controller, on an import taken over) becomes clustermap's, so
+// that what clustermap does not say goes.
 func (r *Reconciler) writeImportStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, status mcsv1beta1.ServiceImportStatus) error {
 	want := &mcsv1beta1.ServiceImport{}
 	want.Name, want.Namespace, want.Status = si.Name, si.Namespace, status
-	return r.applier().ApplyStatus(ctx, si, want, r.takenOver(si, "status")...)
+	return r.applier().ApplyStatus(ctx, si, want, kube.Updaters(si, "status")...)
 }
 
 // takenOver are the other writers of an import of the AWS controller's
 // (its fields are clustermap's once it takes the import over).
-func (r *Reconciler) takenOver(si *mcsv1beta1.ServiceImport, subresource string) []string {
+func (r *Reconciler) takenOver(si *mcsv1beta1.ServiceImport) []string {
 	if !adoptable(si) {
 		return nil
 	}
-	return kube.Updaters(si, subresource)
+	return kube.Updaters(si, "")
 }
 
 // writeService applies the derived Service (want, owned by the import)
