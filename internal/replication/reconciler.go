@@ -303,11 +303,19 @@ func (r *Reconciler) apply(ctx context.Context, w client.Client, reader client.R
 		if err := r.ensureNamespace(ctx, w, ch.Service.Namespace); err != nil {
 			return err
 		}
-		stored, err := applier.Apply(ctx, nil, ch.Service)
-		if err != nil {
+		// Planned from a cache that may lag: a Service of that name made
+		// since is not applied over (the slices below find it).
+		err := w.Get(ctx, client.ObjectKeyFromObject(ch.Service), &corev1.Service{})
+		switch {
+		case apierrors.IsNotFound(err):
+			stored, err := applier.Apply(ctx, nil, ch.Service)
+			if err != nil {
+				return err
+			}
+			svc = stored.(*corev1.Service)
+		case err != nil:
 			return err
 		}
-		svc = stored.(*corev1.Service)
 	}
 	for _, s := range ch.Upsert {
 		if svc == nil {
