@@ -95,7 +95,7 @@ func drainRound(b *testing.B, m model, set string, clusters, stopped int) []time
 		mb := &member{stop: stop, drained: map[string]time.Time{}}
 		name := fmt.Sprintf("cluster-%02d", c)
 		mb.b = cloudmap.New(srv.Client(b, srv.Shipped()), cloudmap.Options{ClusterSet: set, Cluster: name, Controller: "clustermap bench", Log: benchLog(name),
-			OnProofs: func(p map[string]time.Time, _ map[string]bool) {
+			Observer: registry.ObserverFuncs{OnProofs: func(p map[string]time.Time, _ map[string]bool) {
 				mb.mu.Lock()
 				mb.proofs = len(p)
 				mb.mu.Unlock()
@@ -106,7 +106,7 @@ func drainRound(b *testing.B, m model, set string, clusters, stopped int) []time
 				if _, ok := mb.drained[cluster]; silent && !ok {
 					mb.drained[cluster] = time.Now()
 				}
-			}})
+			}}})
 		go func() { _ = mb.b.Watch(mctx, registry.SinkFuncs{}) }()
 		e := s.export(c, 3, 0) // a small service (the shape's first three have 2,000 pods)
 		e.ClusterSet = set

@@ -301,7 +301,7 @@ func runFleet(b testing.TB, m model, s fleetShape, changes int, window time.Dura
 		name := fmt.Sprintf("cluster-%02d", c)
 		formats := &recordfmt.Formats{Cluster: name}
 		m.Backend = cloudmap.New(cl, cloudmap.Options{ClusterSet: fleetClusterSet, Cluster: name, Controller: "clustermap bench", Log: benchLog(name), Formats: formats, Usage: cloudmap.NewUsage(0), DecodeWhole: decodeWhole,
-			OnWriteFailed: func(key registry.Key) { go m.writeFailed(ctx, key) }})
+			Observer: registry.ObserverFuncs{OnWriteFailed: func(key registry.Key) { go m.writeFailed(ctx, key) }}})
 		sink := formats.Tap(registry.SinkFuncs{OnSet: m.set, OnSynced: m.markSynced})
 		go func() { _ = m.Watch(ctx, sink) }()
 		ms = append(ms, m)

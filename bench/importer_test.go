@@ -81,11 +81,11 @@ func BenchmarkImporter(b *testing.B) {
 		formats := &recordfmt.Formats{Cluster: name}
 		formats.Tap(registry.SinkFuncs{}).Synced() // written packed, as in a fleet of this release
 		writers[c] = cloudmap.New(wc, cloudmap.Options{ClusterSet: fleetClusterSet, Cluster: name, Controller: "clustermap bench", Log: logr.Discard(), Formats: formats, Usage: cloudmap.NewUsage(0),
-			OnWriteFailed: func(key registry.Key) {
+			Observer: registry.ObserverFuncs{OnWriteFailed: func(key registry.Key) {
 				failedMu.Lock()
 				defer failedMu.Unlock()
 				failedLate[name+"/"+key.String()] = writers[c].WriteFailure(key) != nil
-			}})
+			}}})
 	}
 	seedStart := time.Now()
 	var wg sync.WaitGroup

@@ -31,7 +31,6 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
-	"github.com/clustermap/clustermap/internal/clusterid"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/mcs"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -307,20 +306,8 @@ func Run(ctx context.Context, o Options) error {
 		kube.Register(metrics.Registry, usage)
 		reporter.Quota = usage.Summary
 		if err := mcs.Setup(mgr, mcs.Options{Hub: hubCfg, CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
-			PerEndpointRecords: o.PerEndpointRecords, OnRecordFormat: reporter.RecordFormat, Usage: usage, MaxImportEndpoints: o.MaxImportEndpoints,
-			Namespaces: inScope, Withdrawal: withdrawal, Recorder: recorder, Log: log,
-			Metrics: metrics.Registry, OnIdentity: func(id clusterid.Identity) { reporter.SetCluster(id.ClusterID) },
-			OnRead: func(region string, err error) {
-				source := region + "/" + account
-				if region == mcs.HubSource {
-					source = region
-				}
-				reporter.CloudMapRead(source, err)
-				if err == nil {
-					telemetry.Synced(telemetry.ModeMCS, region, time.Now())
-				}
-			},
-			OnProofs: reporter.SetProofs}); err != nil {
+			PerEndpointRecords: o.PerEndpointRecords, Usage: usage, MaxImportEndpoints: o.MaxImportEndpoints,
+			Namespaces: inScope, Withdrawal: withdrawal, Recorder: recorder, Log: log, Metrics: metrics.Registry, Status: reporter}); err != nil {
 			return err
 		}
 	}

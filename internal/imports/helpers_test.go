@@ -18,7 +18,7 @@ import (
 // importClient is a fake API server holding the namespace "ns".
 func importClient() client.WithWatch {
 	return fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
-		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).Build()
+		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).WithReturnManagedFields().Build()
 }
 
 // reconciled runs one pass of r over key and reads the ServiceImport back.

@@ -11,6 +11,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,12 +58,12 @@ func TestImportRoutesLocalFirstWhenAsked(t *testing.T) {
 	var written []string // source clusters of the slices updated, in order
 	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
 		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, node("n1", "zone-a", "use1-az1"), node("n2", "zone-b", "use1-az2")).
-		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-				written = append(written, s.Labels[mcsv1beta1.LabelSourceCluster])
+		WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if obj.GetObjectKind().GroupVersionKind().Kind == "EndpointSlice" {
+				written = append(written, obj.GetLabels()[mcsv1beta1.LabelSourceCluster])
 			}
-			return cl.Update(ctx, obj, opts...)
-		}}).Build()
+			return cl.Patch(ctx, obj, patch, opts...)
+		}}).WithReturnManagedFields().Build()
 	gate := &clusterid.Gate{}
 	gate.Open(clusterid.Identity{ClusterID: "here", ClusterSet: "set"}, nil)
 	view := NewView()
@@ -211,22 +212,18 @@ func TestSilentClusterIsDrainedNotDropped(t *testing.T) {
 func TestLocalityOnAnOlderAPIServerIsReported(t *testing.T) {
 	dropping := true
 	drop := func(obj client.Object) {
-		if svc, ok := obj.(*corev1.Service); ok && dropping {
-			svc.Spec.TrafficDistribution = nil
+		if u, ok := obj.(*unstructured.Unstructured); ok && u.GetKind() == "Service" && dropping {
+			unstructured.RemoveNestedField(u.Object, "spec", "trafficDistribution")
 		}
 	}
 	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
 		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).
 		WithInterceptorFuncs(interceptor.Funcs{
-			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 				drop(obj)
-				return cl.Create(ctx, obj, opts...)
+				return cl.Patch(ctx, obj, patch, opts...)
 			},
-			Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-				drop(obj)
-				return cl.Update(ctx, obj, opts...)
-			},
-		}).Build()
+		}).WithReturnManagedFields().Build()
 	gate := &clusterid.Gate{}
 	gate.Open(clusterid.Identity{ClusterID: "here", ClusterSet: "set"}, nil)
 	view := NewView()

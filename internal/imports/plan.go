@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -144,7 +145,7 @@ func derivedService(key registry.Key, m merge.Result, labels map[string]string) 
 		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
 	default:
 		// Prefer, not require: a single-stack cluster gets the family it
-		// has (applyService puts it first).
+		// has (createService tries each alone).
 		svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
 	}
 	for _, p := range m.Spec.Ports {
@@ -365,4 +366,37 @@ func checkPorts(svc *corev1.Service) error {
 		numbers[n] = true
 	}
 	return nil
+}
+
+// drainFloor keeps a Service's last exporters routed: when no cluster
+// that proves alive exports a ready endpoint of it, no silent cluster is
+// drained (their pods may well serve; draining them would leave the
+// Service no endpoint anywhere). It returns the exports to plan with and
+// the silent clusters so kept.
+func drainFloor(exports []registry.Export) ([]registry.Export, []string) {
+	silent := false
+	for _, e := range exports {
+		if !e.Silent.IsZero() {
+			silent = true
+			continue
+		}
+		for _, ep := range e.Endpoints {
+			if ep.Ready {
+				return exports, nil
+			}
+		}
+	}
+	if !silent {
+		return exports, nil
+	}
+	out := slices.Clone(exports)
+	var kept []string
+	for i := range out {
+		if !out[i].Silent.IsZero() {
+			kept = append(kept, silentFor(out[i]))
+			out[i].Silent = time.Time{}
+		}
+	}
+	slices.Sort(kept)
+	return out, kept
 }

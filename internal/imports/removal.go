@@ -137,10 +137,11 @@ func (r *Reconciler) hold(ctx context.Context, si *mcsv1beta1.ServiceImport, unw
 	}
 	cond := metav1.Condition{Type: ConditionRemovalHeld, Status: metav1.ConditionTrue, Reason: "ExportedNowhereAfterStart",
 		Message: msg, ObservedGeneration: si.Generation}
-	if !meta.SetStatusCondition(&si.Status.Conditions, cond) {
+	status := si.Status.DeepCopy()
+	if !meta.SetStatusCondition(&status.Conditions, cond) {
 		return nil
 	}
-	return r.Client.Status().Update(ctx, si)
+	return r.writeImportStatus(ctx, si, *status)
 }
 
 // beforeSync says whether an import must wait for the registry's first

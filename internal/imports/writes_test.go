@@ -23,36 +23,43 @@ import (
 )
 
 // One pass writes the ServiceImport at most once and its status at most
-// once (a new import: created, then its IPs once the derived Service has
-// them), a pass with nothing new writes nothing, and an import taken over
-// from the AWS controller loses that controller's annotation in the same
-// single update.
+// once (a new import: made, then given its IPs once the derived Service
+// has them), a pass with nothing new writes nothing, and an import taken
+// over from the AWS controller loses that controller's annotation in the
+// same single apply (after one patch that makes its fields clustermap's).
 func TestOnePassWritesTheImportOnce(t *testing.T) {
 	writes := map[string]int{}
 	vips := 0
-	count := func(verb string, obj client.Object) {
-		if _, ok := obj.(*mcsv1beta1.ServiceImport); ok {
-			writes[verb]++
-		}
+	isImport := func(obj client.Object) bool {
+		return obj.GetObjectKind().GroupVersionKind().Kind == "ServiceImport" || fmt.Sprintf("%T", obj) == "*v1beta1.ServiceImport"
 	}
-	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).WithReturnManagedFields().
 		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}).
 		WithInterceptorFuncs(interceptor.Funcs{
-			Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				if svc, ok := obj.(*corev1.Service); ok { // the API server allocates the VIP
-					vips++
-					svc.Spec.ClusterIPs = []string{fmt.Sprintf("10.96.0.%d", 6+vips)}
+			Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if err := cl.Patch(ctx, obj, patch, opts...); err != nil {
+					return err
 				}
-				count("create", obj)
-				return cl.Create(ctx, obj, opts...)
+				if isImport(obj) {
+					writes[string(patch.Type())]++
+				}
+				svc := &corev1.Service{}
+				if obj.GetObjectKind().GroupVersionKind().Kind != "Service" || cl.Get(ctx, client.ObjectKeyFromObject(obj), svc) != nil || len(svc.Spec.ClusterIPs) > 0 {
+					return nil
+				}
+				// The API server allocates the VIP.
+				vips++
+				svc.Spec.ClusterIPs = []string{fmt.Sprintf("10.96.0.%d", 6+vips)}
+				if err := cl.Update(ctx, svc, client.FieldOwner("kube-apiserver")); err != nil {
+					return err
+				}
+				return cl.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 			},
-			Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-				count("update", obj)
-				return cl.Update(ctx, obj, opts...)
-			},
-			SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-				count(sub, obj)
-				return cl.SubResource(sub).Update(ctx, obj, opts...)
+			SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if isImport(obj) {
+					writes[sub]++
+				}
+				return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			},
 		}).Build()
 	gate := &clusterid.Gate{}
@@ -72,7 +79,7 @@ func TestOnePassWritesTheImportOnce(t *testing.T) {
 			t.Errorf("ServiceImport writes %s, want %s", got, want)
 		}
 	}
-	pass("map[create:1 status:1 update:1]")
+	pass("map[application/apply-patch+yaml:2 status:1]")
 	si := &mcsv1beta1.ServiceImport{}
 	if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil || len(si.Spec.IPs) != 1 || si.Spec.IPs[0] != "10.96.0.7" {
 		t.Fatalf("import %+v %v, want the derived Service's IP", si.Spec, err)
@@ -82,9 +89,10 @@ func TestOnePassWritesTheImportOnce(t *testing.T) {
 	pass("map[]") // only the slices change
 	// In one pass: the ports change, the VIP changes (the derived Service
 	// was deleted) and the AWS controller's annotation goes (taken over):
-	// one update of the import (there were three).
+	// one apply of the import (there were three writes), after the patch
+	// that makes the AWS controller's fields clustermap's.
 	si.Annotations[AWSDerivedServiceAnnotation] = "imported-abc"
-	if err := c.Update(context.Background(), si); err != nil {
+	if err := c.Update(context.Background(), si, client.FieldOwner("aws-cloud-map-mcs-controller-for-k8s")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: DerivedName("web")}}); err != nil {
@@ -93,7 +101,7 @@ func TestOnePassWritesTheImportOnce(t *testing.T) {
 	e := exportWith("c1", mcsv1beta1.ClusterSetIP, "10.0.0.1")
 	e.Ports[0].Port = 81
 	view.Set(key, []registry.Export{e})
-	pass("map[update:1]")
+	pass("map[application/apply-patch+yaml:1 application/json-patch+json:1]")
 	if err := c.Get(context.Background(), client.ObjectKey(key), si); err != nil || si.Annotations[AWSDerivedServiceAnnotation] != "" ||
 		si.Spec.IPs[0] != "10.96.0.8" || si.Spec.Ports[0].Port != 81 {
 		t.Errorf("after the pass: annotations %v, spec %+v, %v", si.Annotations, si.Spec, err)

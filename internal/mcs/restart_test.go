@@ -186,11 +186,11 @@ func TestOneRefusedObjectDoesNotStopTheImport(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}).
 		WithStatusSubresource(&mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{}).
-		WithInterceptorFuncs(interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if _, ok := obj.(*corev1.Service); ok {
+		WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if obj.GetObjectKind().GroupVersionKind().Kind == "Service" {
 				return apierrors.NewInvalid(schema.GroupKind{Kind: "Service"}, obj.GetName(), nil)
 			}
-			return c.Create(ctx, obj, opts...)
+			return c.Patch(ctx, obj, patch, opts...)
 		}}).Build()
 	b := &member{id: clusterid.Identity{ClusterID: "cluster-b", ClusterSet: "set"}, c: c}
 	b.start(t, store)

@@ -2,6 +2,24 @@
 // ServiceExports are published to the registry (export), every cluster's
 // exports are watched, merged and written as imports (imports). Nothing is
 // exported or imported until the cluster's identity is valid.
+//
+// The circuit, by channel (each a controller-runtime source: what is sent
+// on it is reconciled again):
+//
+//   - the view's events (imports.View.Set, from the registry's watch) ->
+//     the import reconciler: a service whose exports changed;
+//   - orphans (export.OrphanTap, on the watch's way to the view) -> the
+//     export reconciler: this cluster's records with no ServiceExport;
+//   - rewrites (observer.WriteFailed, from the registry) -> the export
+//     reconciler: an export a write of which failed after it was accepted;
+//   - republish (the record format's choice, when it switched) -> the
+//     export reconciler: every export, in the new format;
+//   - the withdrawal signal (withdraw.Signal, clustermap uninstall) -> the
+//     export reconciler: every export, withdrawn.
+//
+// The gate (clusterid.Gate) holds both reconcilers until the identity is
+// read; the observer (observer.go) tells what each registry sees to the
+// status Lease, the metrics and Events.
 package mcs
 
 import (
@@ -13,7 +31,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
@@ -60,10 +77,8 @@ type Options struct {
 	// older (or newer) release would.
 	RecordVersion int
 	// PerEndpointRecords keeps the per-endpoint record format even when
-	// every cluster reads packed records; OnRecordFormat hears the format
-	// this cluster writes, and why.
+	// every cluster reads packed records.
 	PerEndpointRecords bool
-	OnRecordFormat     func(string)
 	// MaxImportEndpoints caps each cluster's endpoint records of a service
 	// (0: registry.DefaultMaxImportEndpoints).
 	MaxImportEndpoints int
@@ -75,14 +90,10 @@ type Options struct {
 	// uninstall).
 	Withdrawal *withdraw.Signal
 	Recorder   record.EventRecorder
-	// OnIdentity hears the identity once it is valid; OnRead how each read
-	// of the registry went (the status Lease reports both).
-	OnIdentity func(clusterid.Identity)
-	OnRead     func(region string, err error)
-	// OnProofs, when set, hears every cluster's last proof of life after
-	// each read of them in a Region, and who is drained (for the status
-	// Lease).
-	OnProofs func(region string, proofs map[string]time.Time, drained map[string]bool)
+	// Status, when set, hears this cluster's identity once it is valid,
+	// each read of the registry, every cluster's proofs of life, and the
+	// record format written (the status Lease).
+	Status Status
 	// Metrics, when set, gets the exports, imports and conflicts gauges.
 	Metrics prometheus.Registerer
 	Log     logr.Logger
@@ -100,6 +111,9 @@ type Region struct {
 // Setup adds the export and import reconcilers, and the registry watcher
 // that starts once the cluster identity is valid.
 func Setup(mgr manager.Manager, o Options) error {
+	if o.Status == nil {
+		o.Status = noStatus{}
+	}
 	if o.Metrics != nil {
 		kube.Register(o.Metrics, objects{mgr.GetCache()})
 	}
@@ -115,30 +129,23 @@ func Setup(mgr manager.Manager, o Options) error {
 		}
 		var reg registry.Registry
 		var sink registry.Sink = view
+		observe := func(source, account string) observer {
+			return observer{source: source, account: account, status: o.Status, rewrites: rewrites,
+				events: identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID},
+				silent: silentEvents(mgr.GetAPIReader(), o.Recorder, registryName(o))}
+		}
 		switch {
 		case o.Registry != nil:
 			reg = o.Registry(id)
 		case o.Hub != nil:
 			if reg, err = hub.New(o.Hub, hub.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, SilentAfter: o.Watch.SilentAfter,
-				MaxImportEndpoints: o.MaxImportEndpoints, OnSilent: silentEvents(mgr.GetAPIReader(), o.Recorder, registryName(o)), Log: o.Log.WithName("hub"),
-				OnRead: func(err error) {
-					if o.OnRead != nil {
-						o.OnRead(HubSource, err)
-					}
-				},
-				OnProofs: func(p map[string]time.Time, d map[string]bool) {
-					if o.OnProofs != nil {
-						o.OnProofs(HubSource, p, d)
-					}
-				}}); err != nil {
+				MaxImportEndpoints: o.MaxImportEndpoints, Observer: observe(HubSource, ""), Log: o.Log.WithName("hub")}); err != nil {
 				return err
 			}
 		default:
 			formats := &recordfmt.Formats{Cluster: id.ClusterID, PerEndpoint: o.PerEndpointRecords, OnChoice: func(c recordfmt.Choice, switched bool) {
 				o.Log.Info("endpoint record format", "format", c.String())
-				if o.OnRecordFormat != nil {
-					o.OnRecordFormat(c.String())
-				}
+				o.Status.RecordFormat(c.String())
 				if !switched {
 					return
 				}
@@ -150,12 +157,9 @@ func Setup(mgr manager.Manager, o Options) error {
 			writer := writerMark(ctx, mgr.GetAPIReader(), o.Log)
 			orphans.Cluster, orphans.Writer = id.ClusterID, writer
 			sink = orphans.Sink(formats.Tap(view))
-			reg = cloudMapRegistry(o, id, formats, silentEvents(mgr.GetAPIReader(), o.Recorder, registryName(o)),
-				writer, identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID}, rewrites)
+			reg = cloudMapRegistry(o, id, formats, writer, func(region string) registry.Observer { return observe(region, o.Account) })
 		}
-		if o.OnIdentity != nil {
-			o.OnIdentity(id)
-		}
+		o.Status.SetCluster(id.ClusterID)
 		gate.Open(id, reg)
 		o.Log.Info("cluster identity known; exporting and importing", "cluster", id.ClusterID, "clusterset", id.ClusterSet)
 		return reg.Watch(ctx, sink)
@@ -184,34 +188,12 @@ func Setup(mgr manager.Manager, o Options) error {
 
 // cloudMapRegistry is the home Region's Cloud Map, or with several
 // Regions, every Region's read together and the home one written.
-func cloudMapRegistry(o Options, id clusterid.Identity, formats *recordfmt.Formats, onSilent func(string, time.Time, bool),
-	writer string, events identityEvents, rewrites chan<- event.GenericEvent) registry.Registry {
+func cloudMapRegistry(o Options, id clusterid.Identity, formats *recordfmt.Formats, writer string, observe func(region string) registry.Observer) registry.Registry {
 	backend := func(c *servicediscovery.Client, region string) *cloudmap.Backend {
 		telemetry.Reading(region)
-		bo := cloudmap.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, Controller: o.Controller, Log: o.Log.WithName("cloudmap").WithValues("region", region),
-			RecordVersion: o.RecordVersion, MaxImportEndpoints: o.MaxImportEndpoints, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch, OnSilent: onSilent,
-			OnPropagation: func(took time.Duration) { telemetry.Propagated(region, took) },
-			Writer:        writer, OnDuplicate: func(key registry.Key, other string) {
-				telemetry.DuplicateClusterID(region)
-				events.duplicate(key, other)
-			},
-			OnForeignRecord: events.foreign,
-			OnKeptPacked:    events.keptPacked,
-			OnPollPages:     func(pages int) { telemetry.PollPages(region, pages) },
-			OnWriteFailed: func(key registry.Key) {
-				select { // the export is published again, and says so
-				case rewrites <- event.GenericEvent{Object: &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
-				default:
-				}
-			},
-		}
-		if o.OnRead != nil {
-			bo.OnRead = func(err error) { o.OnRead(region, err) }
-		}
-		if o.OnProofs != nil {
-			bo.OnProofs = func(p map[string]time.Time, d map[string]bool) { o.OnProofs(region, p, d) }
-		}
-		return cloudmap.New(c, bo)
+		return cloudmap.New(c, cloudmap.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, Controller: o.Controller, Log: o.Log.WithName("cloudmap").WithValues("region", region),
+			RecordVersion: o.RecordVersion, MaxImportEndpoints: o.MaxImportEndpoints, Formats: formats, Usage: o.Usage, Owner: o.Owner, Account: o.Account, Watch: o.Watch,
+			Writer: writer, Observer: observe(region)})
 	}
 	home := backend(o.CloudMap, o.CloudMap.Options().Region)
 	if len(o.Regions) <= 1 {
@@ -296,7 +278,7 @@ func (ev identityEvents) duplicate(key registry.Key, other string) {
 }
 
 // foreign: another account's records under a cluster bound to an account.
-func (ev identityEvents) foreign(f cloudmap.ForeignRecord) {
+func (ev identityEvents) foreign(f registry.ForeignRecord) {
 	ev.warn(ReasonForeignRecordRefused,
 		"records of cluster %s on %s were created by AWS account %s, but that cluster's records are created by account %s: refused, not imported; account %s writes under a name not its own (a misconfigured cluster id, or a hostile member) (docs/troubleshooting.md)",
 		f.Cluster, f.Key, f.CreatedBy, f.Bound, f.CreatedBy)

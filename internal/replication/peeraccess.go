@@ -52,7 +52,7 @@ const LabelPeerFor = "syndicate.clustermap.io/peer-for"
 
 // peerRules is what a peer's replication reads and writes.
 func peerRules() []rbacv1.PolicyRule {
-	rw := []string{"get", "list", "watch", "create", "update", "delete"}
+	rw := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: rw},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: rw},

@@ -241,29 +241,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	for _, ch := range plan.Peers {
 		p := clients[ch.Cluster]
-		if err := r.apply(ctx, p.Writer, p.Client, ch); err != nil {
-			errs = append(errs, fmt.Errorf("peer %s: %w", ch.Cluster, err))
-			if local.Service != nil {
-				r.Recorder.Eventf(local.Service, corev1.EventTypeWarning, "ReplicationFailed", "writing to %s: %v; retrying", ch.Cluster, err)
-			}
+		err := r.apply(ctx, p.Writer, p.Client, ch)
+		if err == nil {
+			continue
 		}
-	}
-	if len(errs) > 0 && allConflicts(errs) {
-		// Our cache was behind our own last write: read again shortly.
-		return reconcile.Result{RequeueAfter: 20 * time.Millisecond}, nil
+		errs = append(errs, fmt.Errorf("peer %s: %w", ch.Cluster, err))
+		if local.Service != nil && !apierrors.IsConflict(err) {
+			// A conflict is a user's Service that changed since it was
+			// read: the pass is tried again at once, nothing failed.
+			r.Recorder.Eventf(local.Service, corev1.EventTypeWarning, "ReplicationFailed", "writing to %s: %v; retrying", ch.Cluster, err)
+		}
 	}
 	return reconcile.Result{}, errors.Join(errs...)
-}
-
-// allConflicts: only Service updates lost to a newer version (slices and
-// creates recover from the server's copy in apply).
-func allConflicts(errs []error) bool {
-	for _, err := range errs {
-		if !apierrors.IsConflict(err) {
-			return false
-		}
-	}
-	return true
 }
 
 // read gathers what one cluster holds for a Service name.
@@ -291,9 +280,16 @@ func (r *Reconciler) read(ctx context.Context, c client.Reader, name string, req
 	return out, nil
 }
 
-// apply writes one cluster's changes: a new Service first (its slices need
+// FieldOwner is replication's field manager on the replicas and
+// EndpointSlices it writes.
+const FieldOwner = "clustermap-syndicate"
+
+// apply writes one cluster's changes: a new replica first (its slices need
 // its UID), otherwise slices first so the selector goes only once
-// clustermap's slice serves; deletions last.
+// clustermap's slice serves; deletions last. Replicas and slices are
+// applied (server-side) as FieldOwner; a change to a Service that is not a
+// replica of ours (a migration's, on the user's Service) is an update of
+// the Service as read, which fails if it changed since.
 func (r *Reconciler) apply(ctx context.Context, w client.Client, reader client.Reader, ch Changes) (err error) {
 	defer func() {
 		writes.WithLabelValues(ch.Cluster, map[bool]string{true: "ok", false: "error"}[err == nil]).Inc()
@@ -301,15 +297,23 @@ func (r *Reconciler) apply(ctx context.Context, w client.Client, reader client.R
 	if ch.Empty() {
 		return nil
 	}
+	applier := kube.Applier{Client: w, Manager: FieldOwner}
 	var svc *corev1.Service
 	if ch.Service != nil && ch.Service.ResourceVersion == "" {
 		if err := r.ensureNamespace(ctx, w, ch.Service.Namespace); err != nil {
 			return err
 		}
-		svc = ch.Service
-		if err := w.Create(ctx, ch.Service); apierrors.IsAlreadyExists(err) {
-			svc = nil // the cache is behind: the slices below find it at the server
-		} else if err != nil {
+		// Planned from a cache that may lag: a Service of that name made
+		// since is not applied over (the slices below find it).
+		err := w.Get(ctx, client.ObjectKeyFromObject(ch.Service), &corev1.Service{})
+		switch {
+		case apierrors.IsNotFound(err):
+			stored, err := applier.Apply(ctx, nil, ch.Service)
+			if err != nil {
+				return err
+			}
+			svc = stored.(*corev1.Service)
+		case err != nil:
 			return err
 		}
 	}
@@ -326,12 +330,21 @@ func (r *Reconciler) apply(ctx context.Context, w client.Client, reader client.R
 			}
 		}
 		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}}
-		if err := upsertSlice(ctx, w, s); err != nil {
+		// Planned from a cache that may lag (a peer's informer can take its
+		// backoff, up to 30 s, to catch up after an outage): applied
+		// whatever the server holds now.
+		held := &discoveryv1.EndpointSlice{}
+		if err := reader.Get(ctx, client.ObjectKeyFromObject(s), held); client.IgnoreNotFound(err) != nil {
+			return err
+		} else if err != nil {
+			held = nil
+		}
+		if _, err := applier.Apply(ctx, heldOrNil(held), s); err != nil {
 			return err
 		}
 	}
 	if ch.Service != nil && ch.Service.ResourceVersion != "" {
-		if err := w.Update(ctx, ch.Service); err != nil {
+		if err := r.writeService(ctx, w, applier, ch.Service); err != nil {
 			return err
 		}
 	}
@@ -357,25 +370,33 @@ func (r *Reconciler) apply(ctx context.Context, w client.Client, reader client.R
 	return nil
 }
 
-// upsertSlice writes a slice planned from a cache that may lag (a peer's
-// informer can take its backoff, up to 30 s, to catch up after an outage):
-// on a conflict it takes the server's resourceVersion and writes again.
-func upsertSlice(ctx context.Context, w client.Client, s *discoveryv1.EndpointSlice) error {
-	var err error
-	if s.ResourceVersion == "" {
-		err = w.Create(ctx, s)
-	} else {
-		err = w.Update(ctx, s)
+// writeService changes a Service as planned: a replica of this cluster's
+// is applied; any other (a user's, in a migration) is updated from the
+// version read.
+func (r *Reconciler) writeService(ctx context.Context, w client.Client, applier kube.Applier, svc *corev1.Service) error {
+	if svc.Labels[LabelSourceCluster] != r.Cluster {
+		return w.Update(ctx, svc)
 	}
-	if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+	held := &corev1.Service{}
+	if err := w.Get(ctx, client.ObjectKeyFromObject(svc), held); err != nil {
 		return err
 	}
-	cur := &discoveryv1.EndpointSlice{}
-	if err := w.Get(ctx, client.ObjectKeyFromObject(s), cur); err != nil {
-		return err
+	intent := svc.DeepCopy()
+	// What the API server set is not the replica's to say.
+	intent.ObjectMeta = metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, Labels: svc.Labels, Annotations: svc.Annotations}
+	intent.Spec.ClusterIPs, intent.Spec.IPFamilies = nil, nil
+	if intent.Spec.ClusterIP != corev1.ClusterIPNone { // headless is the replica's to say
+		intent.Spec.ClusterIP = ""
 	}
-	s.ResourceVersion = cur.ResourceVersion
-	return w.Update(ctx, s)
+	_, err := applier.Apply(ctx, held, intent)
+	return err
+}
+
+func heldOrNil(s *discoveryv1.EndpointSlice) client.Object {
+	if s == nil {
+		return nil
+	}
+	return s
 }
 
 func (r *Reconciler) ensureNamespace(ctx context.Context, w client.Client, ns string) error {
@@ -396,4 +417,4 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, w client.Client, ns st
 // Creating namespaces (--create-namespaces) is granted apart, only where
 // that flag is set: the chart's syndicate.createNamespaces, the kustomize
 // component syndicate-create-namespaces.
-// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete

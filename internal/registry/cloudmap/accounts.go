@@ -23,13 +23,6 @@ import (
 // What a binding cannot tell: who was first, for a cluster whose records
 // another account forged before this controller first read them.
 
-// ForeignRecord says a record of cluster was created by account
-// createdBy, not by the account the cluster is bound to.
-type ForeignRecord struct {
-	Key                       registry.Key
-	Cluster, CreatedBy, Bound string
-}
-
 // bind returns the account cluster is bound to, binding it to account
 // when it has none.
 func (b *Backend) bind(cluster, account string) string {
@@ -104,7 +97,7 @@ func (b *Backend) refuseForeign(ctx context.Context, key registry.Key, instances
 			return nil, nil, fmt.Errorf("instance %s of %s is not listed yet: read again", in.ID, key)
 		}
 		if bound := b.bind(cluster, by); bound != by {
-			b.reportForeign(ForeignRecord{Key: key, Cluster: cluster, CreatedBy: by, Bound: bound})
+			b.reportForeign(registry.ForeignRecord{Key: key, Cluster: cluster, CreatedBy: by, Bound: bound})
 			continue
 		}
 		kept = append(kept, in)
@@ -133,7 +126,7 @@ func (b *Backend) ownedOnly(ctx context.Context, key registry.Key, ids []string)
 			// what is gone is fine, of what another wrote is refused.
 			kept = append(kept, id)
 		case by != b.o.Account:
-			b.reportForeign(ForeignRecord{Key: key, Cluster: b.o.Cluster, CreatedBy: by, Bound: b.o.Account})
+			b.reportForeign(registry.ForeignRecord{Key: key, Cluster: b.o.Cluster, CreatedBy: by, Bound: b.o.Account})
 		default:
 			kept = append(kept, id)
 		}
@@ -162,7 +155,7 @@ func (b *Backend) bindRecords(ctx context.Context, clusters []string) error {
 	for _, c := range clusters {
 		if by, ok := creators[c]; ok {
 			if bound := b.bind(c, by); bound != by {
-				b.reportForeign(ForeignRecord{Key: registry.Key{Namespace: ChangesNamespace(b.o.ClusterSet), Name: ChangesService}, Cluster: c, CreatedBy: by, Bound: bound})
+				b.reportForeign(registry.ForeignRecord{Key: registry.Key{Namespace: ChangesNamespace(b.o.ClusterSet), Name: ChangesService}, Cluster: c, CreatedBy: by, Bound: bound})
 			}
 		}
 	}
@@ -193,20 +186,18 @@ func (b *Backend) foreignRecords(ctx context.Context, records []types.HttpInstan
 		if bound, ok := b.boundTo(cluster); ok && by != bound {
 			foreign[cluster] = true
 			if by != "" { // else not listed yet: the next move asks again
-				b.reportForeign(ForeignRecord{Key: key, Cluster: cluster, CreatedBy: by, Bound: bound})
+				b.reportForeign(registry.ForeignRecord{Key: key, Cluster: cluster, CreatedBy: by, Bound: bound})
 			}
 		}
 	}
 	return foreign, nil
 }
 
-func (b *Backend) reportForeign(f ForeignRecord) {
+func (b *Backend) reportForeign(f registry.ForeignRecord) {
 	if !b.due("foreign " + f.Cluster + " " + f.CreatedBy) {
 		return
 	}
 	b.o.Log.Error(nil, "refused records under another account's cluster: Cloud Map says another account created them; that account writes under a name not its own (a misconfigured --cluster-name, or a hostile member)",
 		"cluster", f.Cluster, "service", f.Key.String(), "createdBy", f.CreatedBy, "clusterAccount", f.Bound)
-	if b.o.OnForeignRecord != nil {
-		b.o.OnForeignRecord(f)
-	}
+	b.o.Observer.Foreign(f)
 }

@@ -55,26 +55,18 @@ type Options struct {
 	// cluster's (Account) included; empty: the clusterset lives in one
 	// account, as before sharing existed. See tenancy.go.
 	Owner, Account string
-	// Watch tunes Watch; OnRead, when set, hears how each of its steps'
-	// reads went.
-	Watch  WatchOptions
-	OnRead func(error)
-	// OnSilent, when set, hears that a cluster is drained (its proof of
-	// life is older than Watch.SilentAfter) or restored; OnProofs hears
-	// every cluster's last proof after each read of them (liveness.go).
-	OnSilent func(cluster string, lastProof time.Time, silent bool)
-	OnProofs func(proofs map[string]time.Time, drained map[string]bool)
-	// OnPropagation, when set, hears how long another cluster's
-	// registration took to be read here (from AttrWritten).
-	OnPropagation func(time.Duration)
+	// Watch tunes Watch.
+	Watch WatchOptions
+	// Observer, when set, hears what the backend sees: each read, proofs
+	// of life and drained clusters (liveness.go), how long others'
+	// changes took to arrive (from AttrWritten), the change feed's pages,
+	// duplicate and foreign records (identity.go, accounts.go), exports
+	// kept packed, and writes that failed late.
+	Observer registry.Observer
 	// Writer is this installation's mark (WriterMark) on its service
-	// records; OnDuplicate, when set, hears of another installation's
-	// records under this cluster's id (identity.go). No mark, no check.
-	Writer      string
-	OnDuplicate func(key registry.Key, otherWriter string)
-	// OnForeignRecord, when set, hears of records refused across accounts
-	// because another account created them (accounts.go).
-	OnForeignRecord func(ForeignRecord)
+	// records, by which another installation's records under this
+	// cluster's id are told apart (identity.go). No mark, no check.
+	Writer string
 	// DecodeWhole decodes every read of a service whole, keeping no
 	// decode between reads. The cache it turns off holds the exports the
 	// controller's import view holds anyway; a benchmark running many
@@ -85,16 +77,6 @@ type Options struct {
 	// export of a service (default registry.DefaultMaxImportEndpoints):
 	// the export is cut there and says so (registry.Export.Capped).
 	MaxImportEndpoints int
-	// OnPollPages, when set, hears how many ListOperations pages each poll
-	// of the change feed read.
-	OnPollPages func(pages int)
-	// OnKeptPacked, when set, hears that an export is written packed
-	// though per-endpoint records are chosen: it would not fit them.
-	OnKeptPacked func(key registry.Key, msg string)
-	// OnWriteFailed, when set, hears that a write of this cluster's export
-	// of a service failed after Cloud Map accepted it, or that one written
-	// since made it good: publish it again (WriteFailure says which).
-	OnWriteFailed func(key registry.Key)
 }
 
 // Backend is the Cloud Map Registry of one cluster.
@@ -169,6 +151,9 @@ type ownOp struct {
 
 // New returns the backend for one cluster of a clusterset.
 func New(c *sd.Client, o Options) *Backend {
+	if o.Observer == nil {
+		o.Observer = registry.ObserverFuncs{}
+	}
 	t := tenancy{owner: o.Owner, account: o.Account}
 	return &Backend{
 		c: c, o: o, tenancy: t, owner: t.ownership(c, o.ClusterSet),
@@ -195,7 +180,7 @@ func (b *Backend) Watch(ctx context.Context, sink registry.Sink) error {
 
 // ConfirmWrites asks how this cluster's writes ended until ctx ends, for a
 // Backend that publishes without watching: a watcher's change feed tells
-// it otherwise. A write that failed later is reported to OnWriteFailed.
+// it otherwise. A write that failed later is reported to the Observer.
 func (b *Backend) ConfirmWrites(ctx context.Context) { b.confirmOwnOps(ctx, confirmAfter) }
 
 // reread asks the watcher to read a service again now, and tells the
@@ -508,9 +493,7 @@ func (b *Backend) keptPacked(key registry.Key, why string) {
 	c := b.o.Formats.Choose()
 	msg := fmt.Sprintf("written in packed records though clusters %s read only per-endpoint records (%s): per endpoint it would not fit (%s); they import it once they upgrade", c.Behind, c.Why, why)
 	b.o.Log.Info(msg, "service", key.String())
-	if b.o.OnKeptPacked != nil {
-		b.o.OnKeptPacked(key, msg)
-	}
+	b.o.Observer.KeptPacked(key, msg)
 }
 
 // mayPack tells whether this cluster may write packed records at all.
@@ -1045,9 +1028,7 @@ func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, s
 			delete(b.failed, key)
 			b.mu.Unlock()
 			b.o.Log.Info("a write that failed in Cloud Map was made good", "service", key.String())
-			if b.o.OnWriteFailed != nil {
-				b.o.OnWriteFailed(key)
-			}
+			b.o.Observer.WriteFailed(key)
 		}
 		return
 	}
@@ -1069,9 +1050,7 @@ func (b *Backend) opFinished(ctx context.Context, id string, key registry.Key, s
 	delete(b.registering, key)
 	b.mu.Unlock()
 	b.o.Log.Error(nil, "a Cloud Map operation failed after it was accepted; the export is written again", "service", key.String(), "operation", id, "reason", reason)
-	if b.o.OnWriteFailed != nil {
-		b.o.OnWriteFailed(key)
-	}
+	b.o.Observer.WriteFailed(key)
 }
 
 // WriteFailure says why this cluster's export of key is not all in Cloud
@@ -1110,9 +1089,7 @@ func (b *Backend) expireOwnOps(cutoff time.Time) {
 			b.record.failed()
 			continue
 		}
-		if b.o.OnWriteFailed != nil {
-			b.o.OnWriteFailed(key)
-		}
+		b.o.Observer.WriteFailed(key)
 	}
 }
 

@@ -260,9 +260,7 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 			seen[id] = first
 		}
 	}
-	if f.b.o.OnPollPages != nil {
-		f.b.o.OnPollPages(read)
-	}
+	f.b.o.Observer.PollPages(read)
 	f.seen = seen
 	for _, op := range fresh {
 		id := aws.ToString(op.Id)

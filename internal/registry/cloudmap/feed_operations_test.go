@@ -50,7 +50,7 @@ func TestPollAfterAGapReadsWhatEndedInIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	var again []registry.Key
-	b := New(c, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard(), OnWriteFailed: func(k registry.Key) { again = append(again, k) }})
+	b := New(c, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard(), Observer: registry.ObserverFuncs{OnWriteFailed: func(k registry.Key) { again = append(again, k) }}})
 	f := newWatcher(b, registry.SinkFuncs{}).feed.(*operationsFeed)
 	poll := func(at time.Time, ops ...map[string]string) {
 		t.Helper()

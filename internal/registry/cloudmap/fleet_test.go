@@ -146,14 +146,14 @@ func (f *fleet) startIn(set, cluster string, version int, perEndpoint bool) *mem
 	co.OnCall = m.calls.Record
 	c := f.srv.Client(f.t, co)
 	o := Options{ClusterSet: set, Cluster: cluster, Controller: "clustermap test", Log: logr.Discard(), RecordVersion: version, Usage: NewUsage(0),
-		OnWriteFailed: func(key registry.Key) {
+		Observer: registry.ObserverFuncs{OnWriteFailed: func(key registry.Key) {
 			m.mu.Lock()
 			e, ok := m.published[key]
 			m.mu.Unlock()
 			if ok {
 				go func() { _ = m.Publish(ctx, e) }()
 			}
-		}}
+		}}}
 	var sink registry.Sink = registry.SinkFuncs{
 		OnSet: func(key registry.Key, e []registry.Export) {
 			m.mu.Lock()

@@ -35,11 +35,13 @@ func TestLargeExportOutlivesAnOldFormat(t *testing.T) {
 		formats[cluster] = &recordfmt.Formats{Cluster: cluster}
 		return func(o *cloudmap.Options) {
 			o.Formats, o.Usage = formats[cluster], cloudmap.NewUsage(0)
-			o.OnKeptPacked = func(key registry.Key, msg string) {
+			obs := o.Observer.(registry.ObserverFuncs)
+			obs.OnKeptPacked = func(key registry.Key, msg string) {
 				mu.Lock()
 				defer mu.Unlock()
 				kept = append(kept, key.String()+": "+msg)
 			}
+			o.Observer = obs
 		}
 	}
 	east := newClusterWith(t, ctx, srv, "AKIDEAST", "", "", "east", packing("east"))

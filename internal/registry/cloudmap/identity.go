@@ -66,7 +66,5 @@ func (b *Backend) checkWriter(key registry.Key, records iter.Seq[recordfmt.Attrs
 	}
 	b.o.Log.Error(nil, "another cluster writes Cloud Map records under this cluster's id: two clusters share it and overwrite each other's exports; give each its own id (the id.k8s.io ClusterProperty, or --cluster-name)",
 		"cluster", b.o.Cluster, "service", key.String(), "otherInstallation", other, "thisInstallation", b.o.Writer)
-	if b.o.OnDuplicate != nil {
-		b.o.OnDuplicate(key, other)
-	}
+	b.o.Observer.Duplicate(key, other)
 }

@@ -40,11 +40,11 @@ func TestDuplicateClusterIDReportedOnBoth(t *testing.T) {
 			start := func(uid string) *cloudmap.Backend {
 				mark := cloudmap.WriterMark(uid)
 				b := cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
-					Writer: mark, OnDuplicate: func(key registry.Key, other string) {
+					Writer: mark, Observer: registry.ObserverFuncs{OnDuplicate: func(key registry.Key, other string) {
 						mu.Lock()
 						defer mu.Unlock()
 						reports[mark] = append(reports[mark], fmt.Sprintf("%s by %s", key, other))
-					}})
+					}}})
 				go func() { _ = b.Watch(ctx, registry.SinkFuncs{}) }()
 				return b
 			}
@@ -132,7 +132,7 @@ func TestTwinWithdrawLeavesTheOthersRecords(t *testing.T) {
 // kube-system UID uid; the duplicates it finds go to reported.
 func installation(t *testing.T, srv *cloudmaptest.Emulator, uid string, reported chan<- string) *cloudmap.Backend {
 	return cloudmap.New(srv.Client(t, srv.Shipped()), cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
-		Writer: cloudmap.WriterMark(uid), OnDuplicate: func(key registry.Key, other string) { reported <- other }})
+		Writer: cloudmap.WriterMark(uid), Observer: registry.ObserverFuncs{OnDuplicate: func(key registry.Key, other string) { reported <- other }}})
 }
 
 // awaitWritten waits until the Cloud Map service of key holds an instance

@@ -224,9 +224,7 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 		} else {
 			w.b.o.Log.Info("a drained cluster proved alive again (or its record went); routing to it again", "cluster", cluster)
 		}
-		if w.b.o.OnSilent != nil {
-			w.b.o.OnSilent(cluster, w.alive.proofs[cluster], silent)
-		}
+		w.b.o.Observer.Silent(cluster, w.alive.proofs[cluster], silent)
 	}
 	if len(changed) > 0 {
 		// Every export's Silent may change: read and report again.
@@ -238,13 +236,11 @@ func (w *Watcher) proved(now time.Time, instances []types.HttpInstanceSummary, r
 			w.dirty[key] = time.Time{}
 		}
 	}
-	if w.b.o.OnProofs != nil {
-		drained := map[string]bool{}
-		for c := range w.alive.silent {
-			drained[c] = true
-		}
-		w.b.o.OnProofs(maps.Clone(w.alive.proofs), drained)
+	drained := map[string]bool{}
+	for c := range w.alive.silent {
+		drained[c] = true
 	}
+	w.b.o.Observer.Proofs(maps.Clone(w.alive.proofs), drained)
 }
 
 // retireRecord, in one account, removes this cluster's record with its

@@ -262,7 +262,7 @@ func TestWriteStallDrainsNobody(t *testing.T) {
 // record at once; one seen to end is not.
 func TestUnseenWriteIsWrittenAgain(t *testing.T) {
 	var again []registry.Key
-	b := New(nil, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard(), OnWriteFailed: func(k registry.Key) { again = append(again, k) }})
+	b := New(nil, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard(), Observer: registry.ObserverFuncs{OnWriteFailed: func(k registry.Key) { again = append(again, k) }}})
 	web, record := registry.Key{Namespace: "apps", Name: "web"}, registry.Key{Namespace: ChangesNamespace("set"), Name: ChangesService}
 	b.record.alive()
 	b.record.due(time.Now(), time.Hour, "c1", "set")
@@ -282,7 +282,7 @@ func TestUnseenWriteIsWrittenAgain(t *testing.T) {
 // judgedWatcher is cluster "self"'s watcher with only what judging
 // proofs uses, at ttl.
 func judgedWatcher(ttl time.Duration) *Watcher {
-	return &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard()}, record: newChangeLog()}, alive: newLiveness("self", ttl),
+	return &Watcher{b: &Backend{o: Options{Cluster: "self", ClusterSet: "set", Log: logr.Discard(), Observer: registry.ObserverFuncs{}}, record: newChangeLog()}, alive: newLiveness("self", ttl),
 		dirty: map[registry.Key]time.Time{}, revisions: map[registry.Key]int64{}, exported: map[registry.Key]bool{}}
 }
 

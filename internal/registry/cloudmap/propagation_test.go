@@ -24,7 +24,7 @@ func TestPropagationIsMeasuredFromTheExportersWrite(t *testing.T) {
 	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: noLateFailures()})
 	backend := func(cluster string, onPropagation func(time.Duration)) *cloudmap.Backend {
 		c := srv.Client(t, srv.Shipped())
-		return cloudmap.New(c, cloudmap.Options{ClusterSet: "set", Cluster: cluster, Controller: "test", Log: logr.Discard(), OnPropagation: onPropagation})
+		return cloudmap.New(c, cloudmap.Options{ClusterSet: "set", Cluster: cluster, Controller: "test", Log: logr.Discard(), Observer: registry.ObserverFuncs{OnPropagated: onPropagation}})
 	}
 	web, api2 := registry.Key{Namespace: "demo", Name: "web"}, registry.Key{Namespace: "demo", Name: "api"}
 	var mu sync.Mutex

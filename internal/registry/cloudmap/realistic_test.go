@@ -56,15 +56,15 @@ func newPair(t *testing.T, p cloudmaplocal.Profile) *pair {
 		heard: map[registry.Key][]registry.Export{}, failures: make(chan registry.Key, 100)}
 	exp := w.srv.Client(t, w.srv.Shipped())
 	w.exporter = cloudmap.New(exp, cloudmap.Options{ClusterSet: "set", Cluster: "c1", Controller: "test", Log: logr.Discard(),
-		OnWriteFailed: func(key registry.Key) { w.failures <- key }})
+		Observer: registry.ObserverFuncs{OnWriteFailed: func(key registry.Key) { w.failures <- key }}})
 	co := w.srv.Shipped()
 	co.OnCall = w.calls.Record
 	w.importer = cloudmap.New(w.srv.Client(t, co), cloudmap.Options{ClusterSet: "set", Cluster: "c2", Controller: "test", Log: logr.Discard(),
-		OnPollPages: func(n int) {
+		Observer: registry.ObserverFuncs{OnPollPages: func(n int) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			w.pages = append(w.pages, n)
-		}})
+		}}})
 	synced := make(chan struct{})
 	go func() { _ = w.exporter.Watch(ctx, registry.SinkFuncs{}) }()
 	go func() {

@@ -37,7 +37,7 @@ type member struct {
 	mu           sync.Mutex
 	heard        map[registry.Key][]registry.Export
 	silentEvents []string
-	foreign      []cloudmap.ForeignRecord
+	foreign      []registry.ForeignRecord
 	proofs       map[string]time.Time
 	failures     chan registry.Key // OnWriteFailed
 	usage        *cloudmap.Usage
@@ -68,27 +68,27 @@ func newClusterWith(t *testing.T, ctx context.Context, srv *cloudmaptest.Emulato
 	co.OnCall = m.calls.Record
 	m.c = srv.Client(t, co)
 	o := cloudmap.Options{ClusterSet: "set", Cluster: cluster, Controller: "test", Log: logr.Discard(), Owner: owner, Account: account,
-		OnProofs: func(p map[string]time.Time, _ map[string]bool) {
+		Observer: registry.ObserverFuncs{OnProofs: func(p map[string]time.Time, _ map[string]bool) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			m.proofs = p
 		},
-		OnSilent: func(cluster string, _ time.Time, silent bool) {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			m.silentEvents = append(m.silentEvents, fmt.Sprintf("%s:%v", cluster, silent))
-		},
-		OnForeignRecord: func(f cloudmap.ForeignRecord) {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			m.foreign = append(m.foreign, f)
-		},
-		OnWriteFailed: func(key registry.Key) {
-			select {
-			case m.failures <- key:
-			default:
-			}
-		}}
+			OnSilent: func(cluster string, _ time.Time, silent bool) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.silentEvents = append(m.silentEvents, fmt.Sprintf("%s:%v", cluster, silent))
+			},
+			OnForeign: func(f registry.ForeignRecord) {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.foreign = append(m.foreign, f)
+			},
+			OnWriteFailed: func(key registry.Key) {
+				select {
+				case m.failures <- key:
+				default:
+				}
+			}}}
 	o.Usage = cloudmap.NewUsage(0)
 	tune(&o)
 	m.b, m.usage = cloudmap.New(m.c, o), o.Usage

@@ -234,9 +234,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 			w.b.o.Log.Error(err, "reading Cloud Map failed; imports stay as they are", "step", st.String(), "retryIn", retryIn)
 			w.alive.failed(w.clock.Now)
 		}
-		if w.b.o.OnRead != nil {
-			w.b.o.OnRead(err)
-		}
+		w.b.o.Observer.Read(err)
 		w.fetchDirty(ctx)
 		// Every service was tried once: those whose read failed are
 		// unreadable, not gone, and block no other import.
@@ -662,8 +660,8 @@ func (w *Watcher) fetch(ctx context.Context, key registry.Key) (read, error) {
 // is new since the last read (and since this watcher started: the first
 // read of an old export measures nothing), how long it took to arrive.
 func (w *Watcher) propagated(key registry.Key, instances []recordfmt.Instance) {
-	if w.b.o.OnPropagation == nil {
-		return
+	if f, ok := w.b.o.Observer.(registry.ObserverFuncs); ok && f.OnPropagated == nil {
+		return // nobody measures it: no memory of instances kept for it
 	}
 	now, before := time.Now(), w.written[key]
 	seen := map[string]string{}
@@ -678,7 +676,7 @@ func (w *Watcher) propagated(key registry.Key, instances []recordfmt.Instance) {
 			continue
 		}
 		if at := time.UnixMilli(ms); at.After(w.started) {
-			w.b.o.OnPropagation(now.Sub(at))
+			w.b.o.Observer.Propagated(now.Sub(at))
 		}
 	}
 	if len(seen) == 0 {

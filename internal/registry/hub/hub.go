@@ -52,14 +52,11 @@ type Options struct {
 	// MaxImportEndpoints caps each cluster's endpoints of a service (0:
 	// registry.DefaultMaxImportEndpoints).
 	MaxImportEndpoints int
-	// OnSilent, when set, hears a member drained or restored.
-	OnSilent func(cluster string, lastProof time.Time, silent bool)
-	// OnRead, when set, hears how reaching the hub went: at each renewal
-	// of this member's Lease, and at each failed watch. OnProofs hears
-	// every member's last proof of life, and who is drained, after each
-	// judgement that changed it.
-	OnRead   func(err error)
-	OnProofs func(proofs map[string]time.Time, drained map[string]bool)
+	// Observer, when set, hears a member drained or restored, how reaching
+	// the hub went (at each renewal of this member's Lease, and at each
+	// failed watch), and every member's last proof of life and who is
+	// drained, after each judgement that changed it.
+	Observer registry.Observer
 	Log      logr.Logger
 }
 
@@ -130,6 +127,9 @@ func New(cfg *rest.Config, o Options) (*Registry, error) {
 	}
 	if o.Namespace == "" {
 		o.Namespace = Namespace(o.ClusterSet)
+	}
+	if o.Observer == nil {
+		o.Observer = registry.ObserverFuncs{}
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = DefaultHeartbeat

@@ -221,9 +221,9 @@ func (w *watching) judge() {
 	for _, cluster := range changed {
 		w.changedLiveness(cluster)
 	}
-	if w.r.o.OnProofs != nil && (len(changed) > 0 || !w.reported) {
+	if len(changed) > 0 || !w.reported {
 		w.reported = true
-		w.r.o.OnProofs(w.proofs.snapshot())
+		w.r.o.Observer.Proofs(w.proofs.snapshot())
 	}
 }
 
@@ -231,9 +231,7 @@ func (w *watching) judge() {
 // cluster exports.
 func (w *watching) changedLiveness(cluster string) {
 	since := w.proofs.silentSince(cluster)
-	if w.r.o.OnSilent != nil {
-		w.r.o.OnSilent(cluster, w.proofs.lastProof(cluster, since), !since.IsZero())
-	}
+	w.r.o.Observer.Silent(cluster, w.proofs.lastProof(cluster, since), !since.IsZero())
 	w.r.o.Log.Info("member liveness changed", "cluster", cluster, "drained", !since.IsZero())
 	for key, byCluster := range w.last {
 		if _, ok := byCluster[cluster]; ok {
@@ -269,7 +267,5 @@ func (r *Registry) Heartbeat(ctx context.Context) {
 }
 
 func (r *Registry) read(err error) {
-	if r.o.OnRead != nil {
-		r.o.OnRead(err)
-	}
+	r.o.Observer.Read(err)
 }
