@@ -13,6 +13,7 @@ package migrate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/clustermap/clustermap/internal/registry"
@@ -50,14 +51,22 @@ func (m *Registry) Publish(ctx context.Context, e registry.Export) error {
 		return err
 	}
 	if m.Phase == Leaving {
-		return m.From.Withdraw(ctx, e.Key)
+		return old(m.From.Withdraw(ctx, e.Key))
 	}
-	return m.From.Publish(ctx, e)
+	return old(m.From.Publish(ctx, e))
 }
 
 // Withdraw takes the export out of both.
 func (m *Registry) Withdraw(ctx context.Context, key registry.Key) error {
-	return errors.Join(m.To.Withdraw(ctx, key), m.From.Withdraw(ctx, key))
+	return errors.Join(m.To.Withdraw(ctx, key), old(m.From.Withdraw(ctx, key)))
+}
+
+// old says an error is the old registry's.
+func old(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("the registry the clusterset moves from: %w", err)
 }
 
 // Check asks both to read the service.
