@@ -99,7 +99,7 @@ func (w *world) joinHub(t *testing.T) {
 	harness.Must(t, hub.Init(ctx, w.hub.Config, w.env.ClusterSet))
 	dir := t.TempDir()
 	for _, c := range w.env.Clusters {
-		data, _, err := hub.Join(ctx, w.hub.Config, w.env.ClusterSet, c.ID, "", time.Hour)
+		data, _, err := hub.Join(ctx, w.hub.Config, w.env.ClusterSet, c.ID, "", "", time.Hour)
 		harness.Must(t, err)
 		path := filepath.Join(dir, c.ID+".kubeconfig")
 		harness.Must(t, os.WriteFile(path, data, 0o600))

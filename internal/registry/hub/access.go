@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -46,6 +49,10 @@ const (
 	PolicyName = "clustermap-hub-members"
 	// memberPrefix starts every member's ServiceAccount (and Lease) name.
 	memberPrefix = "member-"
+	// LabelRegion, on a member's ServiceAccount, is the Region the hub's
+	// admin said the member is in (hub join --region): members read it,
+	// and cannot write it.
+	LabelRegion = "hub.clustermap.io/region"
 )
 
 // Init installs on the hub that cfg reaches (as an admin) what a
@@ -89,6 +96,8 @@ func memberRole(ns string) *rbacv1.Role {
 	return &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: MemberRole}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{"hub.clustermap.io"}, Resources: []string{"clusterexports"}, Verbs: verbs},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: verbs},
+		// Every member's Region, on its ServiceAccount: read only.
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
 	}}
 }
 
@@ -151,11 +160,17 @@ const MinTokenLifetime = 10 * time.Minute
 // (as an admin; Init first): its ServiceAccount, bound to the members'
 // Role, and a kubeconfig for it that reaches the hub at server (cfg's
 // when empty), in the clusterset's namespace, with a token valid for ttl
-// (or less, where the hub caps tokens). It returns the kubeconfig and
-// when its token expires; run again before then for a new one.
-func Join(ctx context.Context, cfg *rest.Config, clusterSet, cluster, server string, ttl time.Duration) ([]byte, time.Time, error) {
+// (or less, where the hub caps tokens). region, when set, is the Region
+// the member is in, which every member reads (LabelRegion) for local-first
+// routing: the hub vouches for it, not the member. It returns the
+// kubeconfig and when its token expires; run again before then for a new
+// one.
+func Join(ctx context.Context, cfg *rest.Config, clusterSet, cluster, region, server string, ttl time.Duration) ([]byte, time.Time, error) {
 	if err := clusterid.Validate(clusterid.Identity{ClusterID: cluster, ClusterSet: clusterSet}); err != nil {
 		return nil, time.Time{}, err
+	}
+	if errs := validation.IsDNS1123Label(region); region != "" && len(errs) > 0 {
+		return nil, time.Time{}, fmt.Errorf("region %q: %s", region, strings.Join(errs, "; "))
 	}
 	if ttl < MinTokenLifetime {
 		return nil, time.Time{}, fmt.Errorf("a token lifetime of %v is below the API server's minimum of %v", ttl, MinTokenLifetime)
@@ -176,6 +191,15 @@ func Join(ctx context.Context, cfg *rest.Config, clusterSet, cluster, server str
 		if err := kube.Upsert(ctx, c, o); err != nil {
 			return nil, time.Time{}, fmt.Errorf("%T %s on the hub: %w", o, client.ObjectKeyFromObject(o), err)
 		}
+	}
+	// The Region as this join says (none: none), on a member joined before.
+	var value any
+	if region != "" {
+		value = region
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{LabelRegion: value}}})
+	if err := c.Patch(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return nil, time.Time{}, fmt.Errorf("the Region of ServiceAccount %s/%s on the hub: %w", ns, sa, err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

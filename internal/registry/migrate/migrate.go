@@ -44,6 +44,17 @@ type Registry struct {
 
 var _ registry.Registry = (*Registry)(nil)
 
+// Region is the new registry's word on this cluster's Region, else the
+// old one's (registry.Located).
+func (m *Registry) Region() string {
+	for _, r := range []registry.Registry{m.To, m.From} {
+		if l, ok := r.(registry.Located); ok && l.Region() != "" {
+			return l.Region()
+		}
+	}
+	return ""
+}
+
 // Publish writes to the new registry, and to the old one (Both) or out of
 // it (Leaving).
 func (m *Registry) Publish(ctx context.Context, e registry.Export) error {
