@@ -65,7 +65,7 @@ func BenchmarkHubFleet(b *testing.B) {
 	var ims []*fleetMember
 	for c := range s.clusters {
 		name := fmt.Sprintf("cluster-%02d", c)
-		data, _, err := hub.Join(ctx, admin, fleetClusterSet, name, "", time.Hour)
+		data, _, err := hub.Join(ctx, admin, fleetClusterSet, name, "", "", time.Hour)
 		harness.Must(b, err)
 		cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 		harness.Must(b, err)

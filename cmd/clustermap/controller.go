@@ -18,13 +18,14 @@ import (
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/migrate"
 	"github.com/clustermap/clustermap/internal/replication"
 )
 
 func newController() *cobra.Command {
 	o := controller.Options{}
 	zapOpts := zap.Options{}
-	endpointRecords, registryKind := "packed", "cloudmap"
+	endpointRecords, registryKind, migrationPhase, migratingFrom := "packed", "cloudmap", string(migrate.Both), ""
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the controller in a member cluster (Multi-Cluster Services over AWS Cloud Map or a hub cluster)",
@@ -80,17 +81,8 @@ join; docs/hub.md).`,
 			default:
 				return fmt.Errorf("--cloudmap-endpoint-records is %q: packed or per-endpoint", endpointRecords)
 			}
-			switch registryKind {
-			case "cloudmap":
-				if o.HubKubeconfig != "" {
-					return fmt.Errorf("--hub-kubeconfig is set: add --registry=hub to use the hub instead of Cloud Map")
-				}
-			case "hub":
-				if o.HubKubeconfig == "" {
-					return fmt.Errorf("--registry=hub needs --hub-kubeconfig: the member kubeconfig clustermap hub join wrote")
-				}
-			default:
-				return fmt.Errorf("--registry is %q: cloudmap or hub", registryKind)
+			if err := registryFlags(&o, registryKind, migratingFrom, migrationPhase); err != nil {
+				return err
 			}
 			ctrl.SetLogger(o.Log)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -135,6 +127,8 @@ join; docs/hub.md).`,
 	f.BoolVar(&o.MCS, "mcs", true, "run the Multi-Cluster Services reconcilers")
 	f.StringVar(&registryKind, "registry", "cloudmap", "the MCS mode's registry: cloudmap (AWS Cloud Map), or hub (a Kubernetes hub cluster, --hub-kubeconfig; docs/hub.md)")
 	f.StringVar(&o.HubKubeconfig, "hub-kubeconfig", "", "with --registry=hub: the member kubeconfig clustermap hub join wrote")
+	f.StringVar(&migratingFrom, "registry-migrating-from", "", "while the clusterset moves from one registry to the other: the one it moves from (cloudmap or hub; the other is --registry); this cluster reads both (docs/hub.md)")
+	f.StringVar(&migrationPhase, "registry-migration-phase", string(migrate.Both), "with --registry-migrating-from: both (write to both registries) or leaving (write to --registry only, and withdraw this cluster's exports from the old one; once every cluster writes to both)")
 	f.BoolVar(&o.CloudMapDNS, "cloudmap-dns", false, "register Services annotated "+cloudmapdns.AnnotationNamespace+" and "+cloudmapdns.AnnotationHostname+" in Cloud Map (ECS-compatible)")
 	f.StringVar(&o.ClusterName, "cluster-name", "", "this cluster's name on Cloud Map instances (default: the cluster.clusterset.k8s.io ClusterProperty, else kube-system's UID)")
 	f.Int64Var(&o.DNSTTL, "dns-ttl", 10, "TTL in seconds of the DNS records of Cloud Map services clustermap creates")
@@ -155,4 +149,31 @@ join; docs/hub.md).`,
 // envList splits "a,b c" or "[a, b]" into namespaces.
 func envList(v string) []string {
 	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '[' || r == ']' || r == '"' })
+}
+
+// registryFlags checks the registry flags together and sets what they
+// say (from: --registry-migrating-from).
+func registryFlags(o *controller.Options, kind, from, phase string) error {
+	names := map[string]string{"cloudmap": registry.CloudMap, "hub": registry.Hub}
+	hubNeeded := kind == "hub" || from == "hub"
+	switch {
+	case names[kind] == "":
+		return fmt.Errorf("--registry is %q: cloudmap or hub", kind)
+	case from != "" && names[from] == "":
+		return fmt.Errorf("--registry-migrating-from is %q: cloudmap or hub", from)
+	case from == kind:
+		return fmt.Errorf("--registry-migrating-from is --registry (%s): name the registry the clusterset moves from", kind)
+	case hubNeeded && o.HubKubeconfig == "":
+		return fmt.Errorf("the hub registry needs --hub-kubeconfig: the member kubeconfig clustermap hub join wrote")
+	case !hubNeeded && o.HubKubeconfig != "":
+		return fmt.Errorf("--hub-kubeconfig is set: add --registry=hub to use the hub instead of Cloud Map")
+	}
+	o.MigratingFrom = names[from]
+	switch migrate.Phase(phase) {
+	case migrate.Both, migrate.Leaving:
+		o.MigrationPhase = migrate.Phase(phase)
+	default:
+		return fmt.Errorf("--registry-migration-phase is %q: both or leaving", phase)
+	}
+	return nil
 }

@@ -52,7 +52,7 @@ cluster and its own Lease.`,
 			return nil
 		},
 	}
-	var server, out string
+	var server, out, region string
 	var ttl time.Duration
 	var leave bool
 	joinCmd := &cobra.Command{
@@ -65,7 +65,10 @@ kubeconfig with a token that expires after --ttl. Give it to that
 cluster's controller (--registry=hub --hub-kubeconfig FILE, or the
 chart's hub.kubeconfigSecret). Run it again before the expiry for a new
 token; --leave deletes the ServiceAccount, ending every token issued for
-it (its records stay until clustermap forget-cluster).`,
+it (its records stay until clustermap forget-cluster). --region names the
+Region the member is in, for local-first routing: every member reads it,
+and no member can change it (give it at every join: a join without it
+removes it).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := needSet(); err != nil {
@@ -86,7 +89,7 @@ it (its records stay until clustermap forget-cluster).`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "%s left clusterset %s: its ServiceAccount is deleted\n", args[0], clusterSet)
 				return nil
 			}
-			data, expiry, err := hub.Join(cmd.Context(), cfg, clusterSet, args[0], server, ttl)
+			data, expiry, err := hub.Join(cmd.Context(), cfg, clusterSet, args[0], region, server, ttl)
 			if err != nil {
 				return fmt.Errorf("%w (--server names the https:// address members reach the hub at)", err)
 			}
@@ -103,6 +106,7 @@ it (its records stay until clustermap forget-cluster).`,
 	f.DurationVar(&ttl, "ttl", 30*24*time.Hour, "how long the token is valid (at least 10m)")
 	f.StringVarP(&out, "output", "o", "-", "file to write the kubeconfig to (mode 0600; - for stdout)")
 	f.BoolVar(&leave, "leave", false, "delete the member's access instead")
+	f.StringVar(&region, "region", "", "the Region the member is in (a DNS label, such as us-east-1), which the hub vouches for to every member's local-first routing (default: none, every member counts as in one Region)")
 	cmd.AddCommand(initCmd, joinCmd)
 	return cmd
 }

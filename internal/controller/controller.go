@@ -35,6 +35,7 @@ import (
 	"github.com/clustermap/clustermap/internal/mcs"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
+	"github.com/clustermap/clustermap/internal/registry/migrate"
 	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/internal/telemetry"
@@ -107,6 +108,12 @@ type Options struct {
 	// cluster it reaches (clustermap hub join wrote it) instead of Cloud
 	// Map (--registry=hub).
 	HubKubeconfig string
+	// MigratingFrom, when set, is the registry the clusterset moves from
+	// (registry.CloudMap, to the hub; registry.Hub, to Cloud Map, which
+	// HubKubeconfig then no longer makes the registry), in MigrationPhase
+	// (--registry-migrating-from, --registry-migration-phase).
+	MigratingFrom  string
+	MigrationPhase migrate.Phase
 
 	// CloudMapDNS registers annotated Services in Cloud Map DNS namespaces.
 	CloudMapDNS bool
@@ -279,9 +286,13 @@ func Run(ctx context.Context, o Options) error {
 		if hubCfg, err = hubConfig(o.HubKubeconfig); err != nil {
 			return err
 		}
-		log.Info("using a hub cluster as the registry", "hub", hubCfg.Host)
+		log.Info("using a hub cluster", "hub", hubCfg.Host, "migratingFrom", o.MigratingFrom)
 	}
-	if o.MCS && hubCfg == nil || o.CloudMapDNS {
+	target := registry.CloudMap
+	if hubCfg != nil && o.MigratingFrom != registry.Hub {
+		target = registry.Hub
+	}
+	if o.MCS && (target == registry.CloudMap || o.MigratingFrom == registry.CloudMap) || o.CloudMapDNS {
 		kube.Register(metrics.Registry, telemetry.Collectors()...)
 		co := cloudmapclient.Options{Endpoint: o.CloudMapEndpoint, Region: o.Region, Credentials: o.CloudMapCredentials, QPS: o.CloudMapQPS, Burst: o.CloudMapBurst,
 			DataQPS: o.CloudMapDataQPS, DataBurst: o.CloudMapDataBurst}
@@ -305,7 +316,7 @@ func Run(ctx context.Context, o Options) error {
 		usage := cloudmap.NewUsage(o.NamespaceInstanceQuota)
 		kube.Register(metrics.Registry, usage)
 		reporter.Quota = usage.Summary
-		if err := mcs.Setup(mgr, mcs.Options{Hub: hubCfg, CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
+		if err := mcs.Setup(mgr, mcs.Options{Hub: hubCfg, To: target, MigratingFrom: o.MigratingFrom, MigrationPhase: o.MigrationPhase, CloudMap: sd, Regions: regions, Owner: o.OwnerAccount, Account: account, Watch: o.Watch, Controller: "clustermap " + version.Version, RecordVersion: o.RecordVersion,
 			PerEndpointRecords: o.PerEndpointRecords, Usage: usage, MaxImportEndpoints: o.MaxImportEndpoints,
 			Namespaces: inScope, Withdrawal: withdrawal, Recorder: recorder, Log: log, Metrics: metrics.Registry, Status: reporter}); err != nil {
 			return err

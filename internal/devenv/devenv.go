@@ -280,7 +280,7 @@ func (e *Env) startHub(ctx context.Context) error {
 		return err
 	}
 	for _, m := range e.Clusters {
-		data, _, err := hub.Join(ctx, c.Config, e.ClusterSet, m.ID, "", 24*time.Hour)
+		data, _, err := hub.Join(ctx, c.Config, e.ClusterSet, m.ID, "", "", 24*time.Hour)
 		if err != nil {
 			return fmt.Errorf("joining %s to the hub: %w", m.ID, err)
 		}

@@ -259,10 +259,15 @@ func nodeMetadata() *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}}
 }
 
-// here says where this cluster is: its id, Region, and its nodes' zones
-// (read as metadata from the cache).
+// here says where this cluster is: its id, Region (the registry's word
+// where it has one: a hub's admin names each member's), and its nodes'
+// zones (read as metadata from the cache).
 func (r *Reconciler) here(ctx context.Context) (locality.Here, error) {
-	id, _, _ := r.Gate.Get()
+	id, reg, _ := r.Gate.Get()
+	region := r.Region
+	if l, ok := reg.(registry.Located); ok && l.Region() != "" {
+		region = l.Region()
+	}
 	nodes := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "NodeList"}}
 	if err := r.Client.List(ctx, nodes); err != nil {
 		return locality.Here{}, fmt.Errorf("listing nodes for their zones: %w", err)
@@ -271,7 +276,7 @@ func (r *Reconciler) here(ctx context.Context) (locality.Here, error) {
 	for i, n := range nodes.Items {
 		labels[i] = n.Labels
 	}
-	return locality.Here{Cluster: id.ClusterID, Region: r.Region, Zones: locality.ZonesOf(labels)}, nil
+	return locality.Here{Cluster: id.ClusterID, Region: region, Zones: locality.ZonesOf(labels)}, nil
 }
 
 // The permissions the import side needs (generated into config/rbac by make generate).

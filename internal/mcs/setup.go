@@ -24,6 +24,7 @@ package mcs
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -48,6 +49,7 @@ import (
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/internal/registry/hub"
+	"github.com/clustermap/clustermap/internal/registry/migrate"
 	"github.com/clustermap/clustermap/internal/registry/multi"
 	"github.com/clustermap/clustermap/internal/statuslease"
 	"github.com/clustermap/clustermap/internal/telemetry"
@@ -62,6 +64,13 @@ type Options struct {
 	// Hub, when set, reaches the hub cluster that is the registry instead
 	// of Cloud Map.
 	Hub *rest.Config
+	// To names the registry written to (registry.CloudMap or
+	// registry.Hub; unset: the hub when Hub is set). MigratingFrom, when
+	// set, names the one the clusterset moves from: this cluster reads
+	// both and, by MigrationPhase, writes both or leaves the old one
+	// (docs/hub.md).
+	To, MigratingFrom string
+	MigrationPhase    migrate.Phase
 	// CloudMap is the home Region's client: exports go there. Regions,
 	// when set, are every Region the clusterset reads, the home one too.
 	CloudMap *servicediscovery.Client
@@ -99,7 +108,7 @@ type Options struct {
 	Log     logr.Logger
 }
 
-// HubSource names a hub registry where OnRead and OnProofs name a Region.
+// HubSource names a hub registry where the status Lease names a Region.
 const HubSource = statuslease.HubSource
 
 // Region is one Region's Cloud Map client.
@@ -129,35 +138,31 @@ func Setup(mgr manager.Manager, o Options) error {
 		}
 		var reg registry.Registry
 		var sink registry.Sink = view
-		observe := func(source, account string) observer {
-			return observer{source: source, account: account, status: o.Status, rewrites: rewrites,
-				events: identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID},
-				silent: silentEvents(mgr.GetAPIReader(), o.Recorder, registryName(o))}
-		}
-		switch {
-		case o.Registry != nil:
+		if o.Registry != nil {
 			reg = o.Registry(id)
-		case o.Hub != nil:
-			if reg, err = hub.New(o.Hub, hub.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, SilentAfter: o.Watch.SilentAfter,
-				MaxImportEndpoints: o.MaxImportEndpoints, Observer: observe(HubSource, ""), Log: o.Log.WithName("hub")}); err != nil {
+		} else {
+			// Orphans are this cluster's exports the registries hold without
+			// a ServiceExport here: read from both while migrating.
+			orphans.Cluster, orphans.Writer = id.ClusterID, writerMark(ctx, mgr.GetAPIReader(), o.Log)
+			sink = orphans.Sink(view)
+			// What each registry read sees (a Cloud Map Region, or the hub,
+			// which name names) goes to the status Lease, metrics and Events.
+			observe := func(source, account, name string) registry.Observer {
+				return observer{source: source, account: account, status: o.Status, rewrites: rewrites,
+					events: identityEvents{mgr.GetAPIReader(), o.Recorder, id.ClusterID},
+					silent: silentEvents(mgr.GetAPIReader(), o.Recorder, name)}
+			}
+			if reg, err = registryOf(o, registryName(o), id, orphans.Writer, republish, observe); err != nil {
 				return err
 			}
-		default:
-			formats := &recordfmt.Formats{Cluster: id.ClusterID, PerEndpoint: o.PerEndpointRecords, OnChoice: func(c recordfmt.Choice, switched bool) {
-				o.Log.Info("endpoint record format", "format", c.String())
-				o.Status.RecordFormat(c.String())
-				if !switched {
-					return
+			if o.MigratingFrom != "" {
+				from, err := registryOf(o, o.MigratingFrom, id, orphans.Writer, republish, observe)
+				if err != nil {
+					return err
 				}
-				select { // every export is written in the new format
-				case republish <- event.GenericEvent{Object: &mcsv1beta1.ServiceExport{}}:
-				default:
-				}
-			}}
-			writer := writerMark(ctx, mgr.GetAPIReader(), o.Log)
-			orphans.Cluster, orphans.Writer = id.ClusterID, writer
-			sink = orphans.Sink(formats.Tap(view))
-			reg = cloudMapRegistry(o, id, formats, writer, func(region string) registry.Observer { return observe(region, o.Account) })
+				reg = &migrate.Registry{To: reg, From: from, Phase: o.MigrationPhase}
+				o.Log.Info("moving the clusterset's registry", "from", o.MigratingFrom, "to", registryName(o), "phase", o.MigrationPhase)
+			}
 		}
 		o.Status.SetCluster(id.ClusterID)
 		gate.Open(id, reg)
@@ -186,6 +191,46 @@ func Setup(mgr manager.Manager, o Options) error {
 	})
 }
 
+// registryOf makes the registry named (registry.Hub or registry.CloudMap)
+// for this cluster. Cloud Map's chooses its record format from what it
+// reads of Cloud Map alone.
+func registryOf(o Options, name string, id clusterid.Identity, writer string, republish chan<- event.GenericEvent,
+	observe func(source, account, name string) registry.Observer) (registry.Registry, error) {
+	if name == registry.Hub {
+		if o.Hub == nil {
+			return nil, errors.New("the hub registry needs --hub-kubeconfig")
+		}
+		return hub.New(o.Hub, hub.Options{ClusterSet: id.ClusterSet, Cluster: id.ClusterID, SilentAfter: o.Watch.SilentAfter,
+			MaxImportEndpoints: o.MaxImportEndpoints, Observer: observe(HubSource, "", registry.Hub), Log: o.Log.WithName("hub")})
+	}
+	if o.CloudMap == nil {
+		return nil, errors.New("the Cloud Map registry needs a Cloud Map client (its Region and credentials)")
+	}
+	formats := &recordfmt.Formats{Cluster: id.ClusterID, PerEndpoint: o.PerEndpointRecords, OnChoice: func(c recordfmt.Choice, switched bool) {
+		o.Log.Info("endpoint record format", "format", c.String())
+		o.Status.RecordFormat(c.String())
+		if !switched {
+			return
+		}
+		select { // every export is written in the new format
+		case republish <- event.GenericEvent{Object: &mcsv1beta1.ServiceExport{}}:
+		default:
+		}
+	}}
+	reg := cloudMapRegistry(o, id, formats, writer, func(region string) registry.Observer { return observe(region, o.Account, registry.CloudMap) })
+	return tapped{reg, formats.Tap}, nil
+}
+
+// tapped is a registry whose watch's sink is tapped first.
+type tapped struct {
+	registry.Registry
+	tap func(registry.Sink) registry.Sink
+}
+
+func (t tapped) Watch(ctx context.Context, sink registry.Sink) error {
+	return t.Registry.Watch(ctx, t.tap(sink))
+}
+
 // cloudMapRegistry is the home Region's Cloud Map, or with several
 // Regions, every Region's read together and the home one written.
 func cloudMapRegistry(o Options, id clusterid.Identity, formats *recordfmt.Formats, writer string, observe func(region string) registry.Observer) registry.Registry {
@@ -212,6 +257,9 @@ func cloudMapRegistry(o Options, id clusterid.Identity, formats *recordfmt.Forma
 
 // registryName names the registry o writes to, for users.
 func registryName(o Options) string {
+	if o.To != "" {
+		return o.To
+	}
 	if o.Hub != nil {
 		return registry.Hub
 	}

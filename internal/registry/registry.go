@@ -164,6 +164,13 @@ type Registry interface {
 	Check(key Key)
 }
 
+// Located is a registry that says which Region this cluster is in (a
+// hub, whose admin names each member's Region), for local-first routing.
+// Empty: it does not know.
+type Located interface {
+	Region() string
+}
+
 // Sink hears positive knowledge from a registry's Watch. A registry never
 // calls Set because of an error: a failed read is Unreadable, and what
 // depends on the service stays as it is.

@@ -239,6 +239,12 @@ func badValues(t *testing.T, ch *chart.Chart) {
 			v["mcs"] = map[string]any{"enabled": true, "registry": "hub"}
 			v["cloudmapDNS"] = map[string]any{"enabled": true}
 		}, "region is required"},
+		{"a move from the registry moved to", func(v map[string]any) {
+			v["mcs"] = map[string]any{"enabled": true, "registry": "hub", "migratingFrom": "hub"}
+		}, "migratingFrom"},
+		{"a move in no known phase", func(v map[string]any) {
+			v["mcs"] = map[string]any{"enabled": true, "registry": "hub", "migratingFrom": "cloudmap", "migrationPhase": "halfway"}
+		}, "migrationPhase"},
 		{"a DNS ClusterIP that is no address", func(v map[string]any) {
 			v["dns"] = map[string]any{"enabled": true, "clusterIP": "auto"}
 		}, "clusterIP"},
@@ -304,6 +310,33 @@ func hubValues(t *testing.T, w *world, ch *chart.Chart) {
 	}
 	if secret != "hub-member" {
 		t.Errorf("the hub volume's Secret is %q, want hub-member", secret)
+	}
+
+	// Moving from Cloud Map to the hub: both read, the Region needed.
+	v["mcs"] = map[string]any{"enabled": true, "registry": "hub", "hubKubeconfigSecret": "hub-member", "migratingFrom": "cloudmap", "migrationPhase": "leaving"}
+	if _, err := render(ch, v); err == nil || !strings.Contains(err.Error(), "region is required") {
+		t.Errorf("a move from Cloud Map without a Region: %v, want region is required", err)
+	}
+	v["region"] = "us-east-1"
+	objs, err = render(ch, v)
+	harness.Must(t, err)
+	harness.Must(t, applyAll(context.Background(), w.clients[0], objs, client.DryRunAll))
+	args = nil
+	for _, u := range objs {
+		if u.GetKind() == "Deployment" {
+			containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+			for _, a := range containers[0].(map[string]any)["args"].([]any) {
+				args = append(args, a.(string))
+			}
+		}
+	}
+	for _, want := range []string{"--registry=hub", "--registry-migrating-from=cloudmap", "--registry-migration-phase=leaving", "--hub-kubeconfig=/etc/clustermap-hub/kubeconfig", "--region=us-east-1"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("moving to the hub, the controller's arguments lack %s: %v", want, args)
+		}
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(args), func(a string) bool { return !strings.HasPrefix(a, "--silent-cluster-ttl") })); n != 1 {
+		t.Errorf("--silent-cluster-ttl %d times: %v", n, args)
 	}
 }
 

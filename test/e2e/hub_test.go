@@ -84,20 +84,27 @@ func hubWorld(t *testing.T, n int) *world {
 // hubWorldWith is hubWorld of member clusters made as opts say.
 func hubWorldWith(t *testing.T, opts devenv.Options) *world {
 	t.Helper()
-	w := &world{env: harness.ClustersWith(t, opts), hubKubeconfigs: map[string]string{}}
+	w := &world{env: harness.ClustersWith(t, opts)}
 	w.connect(t)
-	w.hub = harness.Clusters(t, 1).Clusters[0]
+	w.joinHub(t)
+	return w
+}
+
+// joinHub starts a hub cluster, initialised for the members' clusterset,
+// and joins every member: their controllers get its kubeconfig.
+func (w *world) joinHub(t *testing.T) {
+	t.Helper()
+	w.hub, w.hubKubeconfigs = harness.Clusters(t, 1).Clusters[0], map[string]string{}
 	ctx := context.Background()
 	harness.Must(t, hub.Init(ctx, w.hub.Config, w.env.ClusterSet))
 	dir := t.TempDir()
 	for _, c := range w.env.Clusters {
-		data, _, err := hub.Join(ctx, w.hub.Config, w.env.ClusterSet, c.ID, "", time.Hour)
+		data, _, err := hub.Join(ctx, w.hub.Config, w.env.ClusterSet, c.ID, "", "", time.Hour)
 		harness.Must(t, err)
 		path := filepath.Join(dir, c.ID+".kubeconfig")
 		harness.Must(t, os.WriteFile(path, data, 0o600))
 		w.hubKubeconfigs[c.ID] = path
 	}
-	return w
 }
 
 // hubClean waits until the hub holds no export of a service.

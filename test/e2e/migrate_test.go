@@ -88,6 +88,12 @@ func newLegacy(t *testing.T) *legacy {
 // returned func is called, which fails the test if a sample missed one of
 // web's endpoints.
 func (l *legacy) keepsWeb(t *testing.T) (done func()) {
+	return keepsImport(t, l.two, legacyNS, "web", l.ips)
+}
+
+// keepsImport samples a cluster's import every 100 ms until the returned
+// func is called, which fails the test if a sample missed one of ips.
+func keepsImport(t *testing.T, cl client.Client, ns, name string, ips []string) (done func()) {
 	var mu sync.Mutex
 	samples, missing := 0, []string{}
 	sampling, stopped := make(chan struct{}), make(chan struct{})
@@ -99,10 +105,10 @@ func (l *legacy) keepsWeb(t *testing.T) (done func()) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			s, err := importSlices(l.two, legacyNS, "web")
+			s, err := importSlices(cl, ns, name)
 			mu.Lock()
 			samples++
-			if err != nil || !containsAll(readyIPs(s), l.ips) {
+			if err != nil || !containsAll(readyIPs(s), ips) {
 				missing = append(missing, fmt.Sprintf("%s: %v (%v)", time.Now().Format("15:04:05.000"), readyIPs(s), err))
 			}
 			mu.Unlock()
@@ -115,9 +121,9 @@ func (l *legacy) keepsWeb(t *testing.T) (done func()) {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(missing) > 0 || samples < 20 {
-			t.Errorf("cluster-2 missed endpoints of web in %d of %d samples: %v", len(missing), samples, missing)
+			t.Errorf("the import of %s/%s missed endpoints in %d of %d samples: %v", ns, name, len(missing), samples, missing)
 		} else {
-			t.Logf("cluster-2 had every endpoint of web in all %d samples", samples)
+			t.Logf("the import of %s/%s had every endpoint in all %d samples", ns, name, samples)
 		}
 	}
 }

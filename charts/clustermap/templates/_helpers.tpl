@@ -43,13 +43,19 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{/* cloudMap: whether a mode reaches Cloud Map (mcs over Cloud Map, or
 cloudmapDNS). */}}
 {{- define "clustermap.cloudMap" -}}
-{{- if or (and .Values.mcs.enabled (ne (include "clustermap.registry" .) "hub")) .Values.cloudmapDNS.enabled }}true{{ end }}
+{{- if or (and .Values.mcs.enabled (or (ne (include "clustermap.registry" .) "hub") (eq (.Values.mcs.migratingFrom | default "") "cloudmap"))) .Values.cloudmapDNS.enabled }}true{{ end }}
 {{- end }}
 
 {{/* registry: the MCS registry, cloudmap unless mcs.registry says hub
 (values of an older chart, kept by --reuse-values, have none). */}}
 {{- define "clustermap.registry" -}}
 {{- .Values.mcs.registry | default "cloudmap" -}}
+{{- end -}}
+
+{{/* hubRead: the MCS mode reads a hub, as its registry or the one the
+clusterset moves from. */}}
+{{- define "clustermap.hubRead" -}}
+{{- if and .Values.mcs.enabled (or (eq (include "clustermap.registry" .) "hub") (eq (.Values.mcs.migratingFrom | default "") "hub")) }}true{{ end }}
 {{- end -}}
 
 {{/* Restricted PodSecurity: what every container runs with. */}}

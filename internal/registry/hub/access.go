@@ -15,6 +15,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -46,6 +47,10 @@ const (
 	PolicyName = "clustermap-hub-members"
 	// memberPrefix starts every member's ServiceAccount (and Lease) name.
 	memberPrefix = "member-"
+	// LabelRegion, on a member's ServiceAccount, is the Region the hub's
+	// admin said the member is in (hub join --region): members read it,
+	// and cannot write it.
+	LabelRegion = "hub.clustermap.io/region"
 )
 
 // Init installs on the hub that cfg reaches (as an admin) what a
@@ -89,6 +94,8 @@ func memberRole(ns string) *rbacv1.Role {
 	return &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: MemberRole}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{"hub.clustermap.io"}, Resources: []string{"clusterexports"}, Verbs: verbs},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: verbs},
+		// Every member's Region, on its ServiceAccount: read only.
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
 	}}
 }
 
@@ -151,11 +158,21 @@ const MinTokenLifetime = 10 * time.Minute
 // (as an admin; Init first): its ServiceAccount, bound to the members'
 // Role, and a kubeconfig for it that reaches the hub at server (cfg's
 // when empty), in the clusterset's namespace, with a token valid for ttl
-// (or less, where the hub caps tokens). It returns the kubeconfig and
-// when its token expires; run again before then for a new one.
-func Join(ctx context.Context, cfg *rest.Config, clusterSet, cluster, server string, ttl time.Duration) ([]byte, time.Time, error) {
+// (or less, where the hub caps tokens). region, when set, is the Region
+// the member is in, which every member reads (LabelRegion) for local-first
+// routing: the hub vouches for it, not the member. It returns the
+// kubeconfig and when its token expires; run again before then for a new
+// one.
+func Join(ctx context.Context, cfg *rest.Config, clusterSet, cluster, region, server string, ttl time.Duration) ([]byte, time.Time, error) {
 	if err := clusterid.Validate(clusterid.Identity{ClusterID: cluster, ClusterSet: clusterSet}); err != nil {
 		return nil, time.Time{}, err
+	}
+	var labels map[string]string
+	if region != "" {
+		if errs := validation.IsDNS1123Label(region); len(errs) > 0 {
+			return nil, time.Time{}, fmt.Errorf("region %q: %s", region, strings.Join(errs, "; "))
+		}
+		labels = map[string]string{LabelRegion: region}
 	}
 	if ttl < MinTokenLifetime {
 		return nil, time.Time{}, fmt.Errorf("a token lifetime of %v is below the API server's minimum of %v", ttl, MinTokenLifetime)
@@ -169,7 +186,8 @@ func Join(ctx context.Context, cfg *rest.Config, clusterSet, cluster, server str
 		return nil, time.Time{}, fmt.Errorf("the hub's namespace %s of clusterset %s: %w (run clustermap hub init first)", ns, clusterSet, err)
 	}
 	for _, o := range []client.Object{
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}},
+		// Applied: a join without a Region takes the last one's away.
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa, Labels: labels}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: MemberRole},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}}},
 	} {

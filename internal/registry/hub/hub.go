@@ -101,6 +101,46 @@ type Registry struct {
 	// dirty holds the services to tell the watch's sink of; wake wakes it.
 	dirty map[registry.Key]bool
 	wake  chan struct{}
+	// regions is each member's Region as the hub's admin named it
+	// (LabelRegion); moved the members whose Region changed since the
+	// watch last told of their exports.
+	regions map[string]string
+	moved   map[string]bool
+}
+
+var _ registry.Located = (*Registry)(nil)
+
+// Region is the Region the hub's admin named for this member (none: the
+// clusterset is taken as one Region).
+func (r *Registry) Region() string { return r.regionOf(r.o.Cluster) }
+
+func (r *Registry) regionOf(cluster string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.regions[cluster]
+}
+
+// setRegion records a member's Region; a change is told with its exports.
+func (r *Registry) setRegion(cluster, region string) {
+	r.mu.Lock()
+	if r.regions == nil {
+		r.regions = map[string]string{}
+	}
+	changed := r.regions[cluster] != region
+	r.regions[cluster] = region
+	if changed {
+		if r.moved == nil {
+			r.moved = map[string]bool{}
+		}
+		r.moved[cluster] = true
+	}
+	r.mu.Unlock()
+	if changed {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 var _ registry.Registry = (*Registry)(nil)

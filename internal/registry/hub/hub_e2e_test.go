@@ -13,7 +13,10 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -55,7 +58,13 @@ func (h *hubEnv) clusterset(t *testing.T, name string) string {
 // member's controller would run with (its kubeconfig from Join).
 func (h *hubEnv) member(t *testing.T, set, cluster string) *rest.Config {
 	t.Helper()
-	data, expiry, err := hub.Join(context.Background(), h.admin, set, cluster, "", time.Hour)
+	return h.memberIn(t, set, cluster, "")
+}
+
+// memberIn is member, joined as in region.
+func (h *hubEnv) memberIn(t *testing.T, set, cluster, region string) *rest.Config {
+	t.Helper()
+	data, expiry, err := hub.Join(context.Background(), h.admin, set, cluster, region, "", time.Hour)
 	harness.Must(t, err)
 	if time.Until(expiry) < 50*time.Minute {
 		t.Fatalf("token expires %v, want about an hour from now", expiry)
@@ -317,6 +326,51 @@ func TestSilentMemberIsDrained(t *testing.T) {
 	harness.Eventually(t, 30*time.Second, "the silent member drained", silent(true))
 	go h.registry(t, set, "dying", quick).Heartbeat(ctx)
 	harness.Eventually(t, 30*time.Second, "the member restored", silent(false))
+}
+
+// TestMembersRegions: the Region the hub's admin gives each member at
+// join is every member's word on it (each export carries its member's,
+// and a member knows its own), follows a join that changes it, and no
+// member can write it.
+func TestMembersRegions(t *testing.T) {
+	h := startHub(t)
+	set := h.clusterset(t, "regions")
+	ctx := context.Background()
+	east, err := hub.New(h.memberIn(t, set, "east", "us-east-1"), hub.Options{ClusterSet: set, Cluster: "east"})
+	harness.Must(t, err)
+	westCfg := h.memberIn(t, set, "west", "eu-west-1")
+	west, err := hub.New(westCfg, hub.Options{ClusterSet: set, Cluster: "west"})
+	harness.Must(t, err)
+	w := watch(t, ctx, east)
+	harness.Must(t, west.Publish(ctx, registrytest.Export(set, "west", 1)))
+	regionOf := func(want string) func() error {
+		return func() error {
+			got := w.of(cart)
+			if len(got) != 1 || got[0].Region != want {
+				return fmt.Errorf("exports %d, Region %q, want %q", len(got), func() string {
+					if len(got) == 0 {
+						return ""
+					}
+					return got[0].Region
+				}(), want)
+			}
+			if east.Region() != "us-east-1" {
+				return fmt.Errorf("east says it is in %q", east.Region())
+			}
+			return nil
+		}
+	}
+	harness.Eventually(t, 30*time.Second, "west's export from eu-west-1", regionOf("eu-west-1"))
+	h.memberIn(t, set, "west", "us-west-2")
+	harness.Eventually(t, 30*time.Second, "west moved to us-west-2", regionOf("us-west-2"))
+
+	c, err := client.New(westCfg, client.Options{Scheme: hub.Scheme()})
+	harness.Must(t, err)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: hub.Namespace(set), Name: "member-west"}}
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+hub.LabelRegion+`":"us-east-1"}}}`))
+	if err := c.Patch(ctx, sa, patch); !apierrors.IsForbidden(err) {
+		t.Errorf("a member writing its own Region: %v, want forbidden", err)
+	}
 }
 
 // TestHubDownRemovesNothing: while the hub is stopped, a watcher keeps

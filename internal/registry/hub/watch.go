@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -79,6 +81,24 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 	}); err != nil {
 		return err
 	}
+	if r.mayReadRegions(ctx) {
+		accounts, err := c.GetInformer(ctx, &corev1.ServiceAccount{})
+		if err != nil {
+			return err
+		}
+		onAccount := func(obj any) {
+			if sa, ok := unwrap(obj).(*corev1.ServiceAccount); ok {
+				if cluster, ok := strings.CutPrefix(sa.Name, memberPrefix); ok {
+					r.setRegion(cluster, sa.Labels[LabelRegion])
+				}
+			}
+		}
+		if _, err := accounts.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: onAccount, UpdateFunc: func(_, o any) { onAccount(o) },
+		}); err != nil {
+			return err
+		}
+	}
 	go func() { _ = c.Start(ctx) }()
 	go r.Heartbeat(ctx)
 	if !c.WaitForCacheSync(ctx) {
@@ -118,9 +138,32 @@ func (r *Registry) Watch(ctx context.Context, sink registry.Sink) error {
 		r.mu.Lock()
 		keys := r.dirty
 		r.dirty = map[registry.Key]bool{}
+		moved := r.moved
+		r.moved = nil
 		r.mu.Unlock()
+		for key, byCluster := range w.last {
+			for cluster := range byCluster {
+				if moved[cluster] {
+					keys[key] = true
+				}
+			}
+		}
 		w.tell(ctx, keys)
 	}
+}
+
+// mayReadRegions says whether this member may read the members'
+// ServiceAccounts, where their Regions are: a hub initialised by an older
+// release grants no such read (hub init again), and a watch that cannot
+// list them would never sync.
+func (r *Registry) mayReadRegions(ctx context.Context) bool {
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: r.ns, Verb: "watch", Resource: "serviceaccounts"}}}
+	if err := r.c.Create(ctx, review); err != nil || !review.Status.Allowed {
+		r.o.Log.Info("members' Regions not read: every member counts as in this cluster's Region; run clustermap hub init again to let members read them", "error", fmt.Sprint(err))
+		return false
+	}
+	return true
 }
 
 // unwrap is an object an informer hands over: a deleted one whose last
@@ -210,6 +253,7 @@ func (w *watching) exports(byCluster map[string]registry.Export) []registry.Expo
 			e.Endpoints, e.Capped = e.Endpoints[:max:max], max
 		}
 		e.Silent = w.proofs.silentSince(cluster)
+		e.Region = w.r.regionOf(cluster)
 		out = append(out, e)
 	}
 	return out
