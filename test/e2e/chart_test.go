@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -455,9 +456,11 @@ func leastPrivilege(t *testing.T, sa *rest.Config) {
 		{authzv1.ResourceAttributes{Verb: "list", Resource: "pods"}, false},
 		{authzv1.ResourceAttributes{Verb: "get", Resource: "pods", Namespace: "default"}, false},
 		{authzv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: releaseNS}, false},
-		{authzv1.ResourceAttributes{Verb: "patch", Resource: "services", Namespace: "default"}, false},
 		// What it needs, so that the denials above are the role's doing.
 		{authzv1.ResourceAttributes{Verb: "create", Group: "multicluster.x-k8s.io", Resource: "serviceimports", Namespace: "default"}, true},
+		// Imports are applied server-side (a patch); which Services it may
+		// write is the admission policy's to say (writesOnlyItsOwn).
+		{authzv1.ResourceAttributes{Verb: "patch", Resource: "services", Namespace: "default"}, true},
 		{authzv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: releaseNS}, true},
 		{authzv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "default"}, false},
 	})
@@ -509,6 +512,11 @@ func writesOnlyItsOwn(t *testing.T, admin, sa *rest.Config) {
 	_, err = as.CoreV1().Services(ns).Update(ctx, changed, metav1.UpdateOptions{})
 	refused("marking a user's Service as derived", err)
 	refused("deleting a user's Service", as.CoreV1().Services(ns).Delete(ctx, "user", metav1.DeleteOptions{}))
+	// How the controller writes (server-side apply) is held to it too.
+	_, err = as.CoreV1().Services(ns).Patch(ctx, "user", types.ApplyPatchType,
+		[]byte(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"user"},"spec":{"sessionAffinity":"ClientIP"}}`),
+		metav1.PatchOptions{FieldManager: "clustermap-import", Force: ptr.To(true)})
+	refused("applying a user's Service", err)
 	_, err = as.CoreV1().Services(ns).Create(ctx, svc("unmarked", nil), metav1.CreateOptions{})
 	refused("creating an unmarked Service", err)
 	refused("deleting the EndpointSlice controller's slice", as.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "user-abcde", metav1.DeleteOptions{}))
