@@ -68,10 +68,7 @@ func (p pairSetup) share(ctx context.Context, b *testing.B, cm *devenv.CloudMap,
 	if !p.shared {
 		return
 	}
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: cm.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := cloudmaptest.ClientOf(b, cm.URL, cloudmapclient.Options{})
 	for _, name := range append(namespaces, cloudmap.ChangesNamespace(devenv.DefaultClusterSet)) {
 		arn := "arn:aws:servicediscovery:us-east-1:" + ownerAccount + ":namespace/" + cloudmaptest.Namespace(b, c, name)
 		if err := cm.Share(arn, memberAccount); err != nil {

@@ -24,6 +24,7 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/devenv"
 )
 
@@ -101,7 +102,7 @@ func load(n, workers int, call func(i int) error) (perSec float64, p50, p99 time
 }
 
 // BenchmarkCloudMapLocal: 1,000 services x 10 instances registered through
-// the real SDK, then DiscoverInstances across them. Targets (issue 7):
+// the real SDK, then DiscoverInstances across them. Targets:
 // DiscoverInstances p99 under 1 ms on loopback, at most 100 MB resident.
 // It measures the emulator's own speed, not clustermap's, so it runs the
 // instant profile: no quota caps the calls it makes and no lag or
@@ -110,10 +111,7 @@ func BenchmarkCloudMapLocal(b *testing.B) {
 	const namespaces, servicesPerNS, instances, workers = 10, 100, 10, 4
 	ctx := context.Background()
 	url, pid := startEmulator(b, "--profile", "instant")
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := cloudmaptest.ClientOf(b, url, cloudmapclient.Options{})
 	type svc struct{ ns, name, id string }
 	var svcs []svc
 	for n := 0; n < namespaces; n++ {

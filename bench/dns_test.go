@@ -128,7 +128,7 @@ func dnsperf(b *testing.B, port int, file string) dnsperfResult {
 
 // BenchmarkDNS: 1,000 ClusterSetIP imports served by clustermap dns and by
 // stock CoreDNS (kubernetes plugin, multicluster option), loaded by dnsperf
-// on loopback. Targets (issue 6): more queries per second than CoreDNS,
+// on loopback. Targets: more queries per second than CoreDNS,
 // p99 under 2 ms, under 100 MB resident.
 func BenchmarkDNS(b *testing.B) {
 	const imports = 1000

@@ -100,13 +100,13 @@ func drainRound(b *testing.B, m model, set string, clusters, stopped int) []time
 				mb.proofs = len(p)
 				mb.mu.Unlock()
 			},
-			OnSilent: func(cluster string, _ time.Time, silent bool) {
-				mb.mu.Lock()
-				defer mb.mu.Unlock()
-				if _, ok := mb.drained[cluster]; silent && !ok {
-					mb.drained[cluster] = time.Now()
-				}
-			}}})
+				OnSilent: func(cluster string, _ time.Time, silent bool) {
+					mb.mu.Lock()
+					defer mb.mu.Unlock()
+					if _, ok := mb.drained[cluster]; silent && !ok {
+						mb.drained[cluster] = time.Now()
+					}
+				}}})
 		go func() { _ = mb.b.Watch(mctx, registry.SinkFuncs{}) }()
 		e := s.export(c, 3, 0) // a small service (the shape's first three have 2,000 pods)
 		e.ClusterSet = set

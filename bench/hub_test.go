@@ -265,8 +265,7 @@ func hubMetrics(b testing.TB, admin *rest.Config) map[string]*dto.MetricFamily {
 // hubStorage is how many ClusterExports the hub holds in ns, and the size
 // of its etcd's database.
 func hubStorage(ctx context.Context, b testing.TB, admin *rest.Config, ns string) (objects int, size float64) {
-	c, err := client.New(admin, client.Options{Scheme: hub.Scheme()})
-	harness.Must(b, err)
+	c := harness.ClientWith(b, admin, hub.Scheme())
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(hubv1alpha1.GroupVersion.WithKind("ClusterExportList"))
 	harness.Must(b, c.List(ctx, list, client.InNamespace(ns)))

@@ -21,6 +21,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -67,10 +68,7 @@ func BenchmarkImporter(b *testing.B) {
 	// The other clusters write their records: one client for all (an
 	// account's quota binds them together, not their budgets), at most
 	// 16 publishes at once. The setup's own rate, not a controller's.
-	wc, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: cm.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials, QPS: 150, Burst: 150})
-	if err != nil {
-		b.Fatal(err)
-	}
+	wc := cloudmaptest.ClientOf(b, cm.URL, cloudmapclient.Options{QPS: 150, Burst: 150})
 	writers := make([]*cloudmap.Backend, s.clusters)
 	// failedLate are the writes Cloud Map accepted and then failed, as the
 	// writers hear of them once they confirm their writes (changes only).

@@ -194,10 +194,7 @@ func BenchmarkMCS(b *testing.B) {
 
 	clients := make([]client.Client, 3)
 	for i, c := range env.Clusters {
-		var err error
-		if clients[i], err = client.New(c.Config, client.Options{Scheme: kube.Scheme()}); err != nil {
-			b.Fatal(err)
-		}
+		clients[i] = harness.Client(b, c.Config)
 	}
 	src := clients[0]
 	type svcKey struct{ ns, name string }

@@ -24,7 +24,7 @@ import (
 // BenchmarkSyndicate: 3 clusters replicating to each other, 500 Services
 // of 2 pods in cluster-1. Prints the time from a new pod's address in the
 // source cluster's EndpointSlice to clustermap's EndpointSlices in both
-// peers. Target (issue 5): p99 under 1 s.
+// peers. Target: p99 under 1 s.
 func BenchmarkSyndicate(b *testing.B) {
 	const namespaces, perNamespace, replicas = 5, 100, 2
 	const services = namespaces * perNamespace

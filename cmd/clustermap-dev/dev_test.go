@@ -11,10 +11,10 @@ import (
 	"testing"
 
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -49,10 +49,7 @@ func TestDevUpDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := client.New(cfg, client.Options{Scheme: devenv.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := harness.ClientWith(t, cfg, devenv.Scheme)
 	props := &aboutv1alpha1.ClusterPropertyList{}
 	if err := cl.List(context.Background(), props); err != nil {
 		t.Fatal(err)

@@ -128,7 +128,8 @@ func CallerAccount(ctx context.Context, o Options) (string, error) {
 	return aws.ToString(out.Account), nil
 }
 
-// load reads the AWS configuration, the region as seed 000 infers it.
+// load reads the AWS configuration; a Region unset in the environment and
+// the shared config comes from EC2 instance metadata.
 func load(ctx context.Context, o Options) (aws.Config, error) {
 	var loadOpts []func(*config.LoadOptions) error
 	if o.Region != "" {
@@ -151,9 +152,9 @@ func load(ctx context.Context, o Options) (aws.Config, error) {
 	return cfg, nil
 }
 
-// imdsRegion asks EC2 instance metadata for the region, as seed 000 does
-// after the environment and the shared config (the SDK's IMDS client:
-// AWS_EC2_METADATA_DISABLED and AWS_EC2_METADATA_SERVICE_ENDPOINT apply).
+// imdsRegion asks EC2 instance metadata for the Region (the SDK's IMDS
+// client: AWS_EC2_METADATA_DISABLED and AWS_EC2_METADATA_SERVICE_ENDPOINT
+// apply).
 func imdsRegion(ctx context.Context, cfg aws.Config) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, imdsTimeout)
 	defer cancel()

@@ -202,7 +202,7 @@ func (r *Reconciler) withdraw(ctx context.Context, svc *corev1.Service, had Targ
 			}
 		}
 		r.mu.Unlock()
-		done, err := cm.Apply(ctx, main.ID, MakePlan(owners, nil, cur), true)
+		done, err := cm.Apply(ctx, main.ID, Diff(owners, nil, cur), true)
 		r.announce(svc, Changes(had, nil, cur, nil, nil, done.Deregistered))
 		if err != nil {
 			return err

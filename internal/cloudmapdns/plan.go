@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/kube"
 )
 
@@ -153,35 +154,11 @@ func slicePort(svc *corev1.Service, s discoveryv1.EndpointSlice) int32 {
 	return 0
 }
 
-// Plan is what to change in Cloud Map.
-type Plan struct {
-	Register   map[string]Attrs // new or changed instances, by id
-	Deregister []string
-}
-
-// Empty reports whether the plan changes nothing.
-func (p Plan) Empty() bool { return len(p.Register) == 0 && len(p.Deregister) == 0 }
-
-// MakePlan diffs the desired instances against the current ones, of which
-// only those carrying one of owners are ours to change.
-func MakePlan(owners []string, desired, current map[string]Attrs) Plan {
-	p := Plan{Register: map[string]Attrs{}}
-	for id, a := range desired {
-		cur, ok := current[id]
-		if ok && !slices.Contains(owners, cur[AttrOwner]) {
-			continue // someone else's instance under our id: never overwritten
-		}
-		if !ok || !maps.Equal(cur, a) {
-			p.Register[id] = a
-		}
-	}
-	for id, a := range current {
-		if _, ok := desired[id]; !ok && slices.Contains(owners, a[AttrOwner]) {
-			p.Deregister = append(p.Deregister, id)
-		}
-	}
-	slices.Sort(p.Deregister)
-	return p
+// Diff says what to change in a Service's Cloud Map instances: of those
+// found, only the ones carrying one of owners are ours to change, and an
+// instance is written again when any of its attributes differs.
+func Diff(owners []string, desired, current map[string]Attrs) cloudmapclient.Changes {
+	return cloudmapclient.Diff(desired, current, func(a Attrs) bool { return slices.Contains(owners, a[AttrOwner]) }, maps.Equal)
 }
 
 // Change is one Event (and metric) for what a sync did.

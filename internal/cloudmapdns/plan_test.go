@@ -71,7 +71,7 @@ func TestDesiredAndPlan(t *testing.T) {
 		InstanceID(owner, "10.0.0.9"):          stale,
 		InstanceID("c2/web/nginx", "10.0.0.8"): otherCluster,
 	}
-	p := MakePlan([]string{owner}, desired, current)
+	p := Diff([]string{owner}, desired, current)
 	if len(p.Register) != 1 || p.Register[InstanceID(owner, "10.0.0.3")] == nil {
 		t.Errorf("register %v, want only the changed instance", p.Register)
 	}
@@ -80,17 +80,17 @@ func TestDesiredAndPlan(t *testing.T) {
 	}
 	// Someone else's instance under our id is left alone.
 	current[InstanceID(owner, "10.0.0.1")] = ecs
-	if p := MakePlan([]string{owner}, desired, current); p.Register[InstanceID(owner, "10.0.0.1")] != nil {
+	if p := Diff([]string{owner}, desired, current); p.Register[InstanceID(owner, "10.0.0.1")] != nil {
 		t.Error("a foreign instance would be overwritten")
 	}
-	if p := MakePlan([]string{owner}, desired, desired); !p.Empty() {
+	if p := Diff([]string{owner}, desired, desired); !p.Empty() {
 		t.Errorf("plan against itself: %+v", p)
 	}
 	// After a change of cluster name: the instances of the name before are
 	// ours too (and go), those of another cluster are not, nor the foreign
 	// instance now under the old id of 10.0.0.1.
 	renamed := Desired("c1-new", svc, []discoveryv1.EndpointSlice{slice})
-	p = MakePlan([]string{Owner("c1-new", svc), owner}, renamed, current)
+	p = Diff([]string{Owner("c1-new", svc), owner}, renamed, current)
 	if len(p.Register) != 2 || !slices.Equal(p.Deregister, []string{InstanceID(owner, "10.0.0.3"), InstanceID(owner, "10.0.0.9")}) {
 		t.Errorf("after a rename: register %v, deregister %v; want both new, every old one out, c2's kept", p.Register, p.Deregister)
 	}

@@ -304,7 +304,7 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 	}
 	desired := Desired(r.Cluster, svc, eps.Items)
 	before := e.current
-	done, err := cm.Apply(ctx, e.service, MakePlan(owners, desired, before), false)
+	done, err := cm.Apply(ctx, e.service, Diff(owners, desired, before), false)
 	next := maps.Clone(before)
 	for _, id := range done.Registered {
 		next[id] = desired[id]

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/test/harness"
@@ -45,10 +44,7 @@ func TestPodAddressesUnderChurn(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, c := range env.Clusters {
 		cs := kubernetes.NewForConfigOrDie(c.Config)
-		cl, err := client.New(c.Config, client.Options{Scheme: devenv.Scheme})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := harness.ClientWith(t, c.Config, devenv.Scheme)
 		ranges := nodeCIDRs(ctx, t, cl)
 		// An informer records who holds what, event by event: it lists and
 		// watches again when the server or the connection ends a watch. (A

@@ -42,10 +42,7 @@ func TestThreeClustersServeEndpointSlices(t *testing.T) {
 		podIPs := map[string]string{} // ip -> cluster
 		svcIPs := map[string]string{}
 		for _, c := range env.Clusters {
-			cl, err := client.New(c.Config, client.Options{Scheme: devenv.Scheme})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cl := harness.ClientWith(t, c.Config, devenv.Scheme)
 			checkIdentity(ctx, t, cl, c, env.ClusterSet)
 			svc := deployWeb(ctx, t, cl)
 			for _, ip := range svc.Spec.ClusterIPs {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/devenv"
+	"github.com/clustermap/clustermap/test/harness"
 )
 
 // A cluster created while another is stopped, as another test process
@@ -35,10 +36,7 @@ func TestStoppedClusterKeepsItsPorts(t *testing.T) {
 	}
 	a := up("t-held-a")
 	ca := a.Clusters[0]
-	c, err := client.New(ca.Config, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := harness.ClientWith(t, ca.Config, nil)
 	mark := &corev1.Namespace{}
 	mark.Name = "made-before-the-outage"
 	if err := c.Create(ctx, mark); err != nil {

@@ -21,7 +21,6 @@ import (
 
 	"github.com/clustermap/clustermap/internal/devenv"
 	cmdns "github.com/clustermap/clustermap/internal/dns"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -118,8 +117,7 @@ func answers(r *dns.Msg) string {
 
 func TestDNSServesImports(t *testing.T) {
 	env := harness.Clusters(t, 1)
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	harness.Must(t, err)
+	cl := harness.Client(t, env.Clusters[0].Config)
 	ctx := context.Background()
 	harness.Must(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}))
 	http := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}

@@ -16,7 +16,6 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/imports"
-	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/merge"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
@@ -35,10 +34,7 @@ func FuzzPlannedObjectsAreValid(f *testing.F) {
 		f.Add(seed)
 	}
 	env := harness.Clusters(f, 1)
-	cl, err := client.New(env.Clusters[0].Config, client.Options{Scheme: kube.Scheme()})
-	if err != nil {
-		f.Fatal(err)
-	}
+	cl := harness.Client(f, env.Clusters[0].Config)
 	ctx := context.Background()
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fuzz"}}); err != nil {
 		f.Fatal(err)

@@ -73,7 +73,7 @@ type Desired struct {
 
 // Plan computes the objects of an import from the merged exports. IPs of
 // the ServiceImport are left to the caller: they are the derived Service's.
-// Hints, when set, are the zones each endpoint serves (locality.Plan).
+// Hints, when set, are the zones each endpoint serves (locality.Hints).
 func Plan(key registry.Key, m merge.Result, hints map[locality.Endpoint][]string) Desired {
 	labels := map[string]string{LabelManagedBy: managedByValue, mcsv1beta1.LabelServiceName: key.Name}
 	si := &mcsv1beta1.ServiceImport{

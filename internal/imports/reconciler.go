@@ -159,7 +159,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		hints = locality.Plan(here, m.Exports)
+		hints = locality.Hints(here, m.Exports)
 	}
 	d := Plan(key, m, hints)
 

@@ -75,10 +75,10 @@ func Asks(trafficDistribution *string) bool {
 // Endpoint names one exported address of one cluster.
 type Endpoint struct{ Cluster, IP string }
 
-// Plan gives, for every endpoint of the exports, the zones of this cluster
+// Hints gives, for every endpoint of the exports, the zones of this cluster
 // whose clients it serves (Nowhere for none). Nil means no hints: no zone
 // is known here, or more than the API allows.
-func Plan(here Here, exports []registry.Export) map[Endpoint][]string {
+func Hints(here Here, exports []registry.Export) map[Endpoint][]string {
 	if len(here.Zones) == 0 || len(here.Zones) > MaxZones {
 		return nil
 	}

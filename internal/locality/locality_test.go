@@ -41,7 +41,7 @@ func TestPlanTiers(t *testing.T) {
 			map[Endpoint][]string{{"c2", "10.2.0.1"}: {Nowhere}, {"c4", "10.4.0.1"}: {a, b}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Plan(here, tc.exports); !reflect.DeepEqual(got, tc.want) {
+			if got := Hints(here, tc.exports); !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("hints:\n got %v\nwant %v", got, tc.want)
 			}
 		})
@@ -53,7 +53,7 @@ func TestPlanAddressReadyOnlyWhenEveryPortIs(t *testing.T) {
 	here := Here{Cluster: "c1", Zones: []Zone{{Name: "z"}}}
 	half := export("c1", "", ep("10.1.0.1", "z", true), registry.Endpoint{IP: "10.1.0.1", Port: 81, Ready: false})
 	other := export("c2", "", ep("10.2.0.1", "", true))
-	got := Plan(here, []registry.Export{half, other})
+	got := Hints(here, []registry.Export{half, other})
 	want := map[Endpoint][]string{{"c1", "10.1.0.1"}: {Nowhere}, {"c2", "10.2.0.1"}: {"z"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
@@ -64,7 +64,7 @@ func TestPlanAddressReadyOnlyWhenEveryPortIs(t *testing.T) {
 // this Region only: c3, in another, claims zone-b and gets no hint.
 func TestPlanMatchesZoneNamesWithoutIDs(t *testing.T) {
 	here := Here{Cluster: "c1", Region: "r", Zones: []Zone{{Name: "zone-a"}, {Name: "zone-b"}}}
-	got := Plan(here, []registry.Export{export("c2", "r", ep("10.2.0.1", "zone-a", true)), export("c3", "x", ep("10.3.0.1", "zone-b", true))})
+	got := Hints(here, []registry.Export{export("c2", "r", ep("10.2.0.1", "zone-a", true)), export("c3", "x", ep("10.3.0.1", "zone-b", true))})
 	want := map[Endpoint][]string{{"c2", "10.2.0.1"}: {"zone-a", "zone-b"}, {"c3", "10.3.0.1"}: {Nowhere}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
@@ -80,7 +80,7 @@ func TestPlanZoneClaimsFromElsewhere(t *testing.T) {
 	claimer := export("c9", "eu-west-1", ep("10.9.0.1", "use1-az1", true), ep("10.9.0.2", "use1-az2", true))
 	byName := export("c8", "us-east-1", ep("10.8.0.1", "us-east-1b", true))
 	near := export("c2", "us-east-1", ep("10.2.0.1", "use1-az1", true))
-	got := Plan(here, []registry.Export{claimer, byName, near})
+	got := Hints(here, []registry.Export{claimer, byName, near})
 	want := map[Endpoint][]string{
 		{"c9", "10.9.0.1"}: {Nowhere}, {"c9", "10.9.0.2"}: {Nowhere},
 		{"c2", "10.2.0.1"}: {"us-east-1a", "us-east-1b"}, {"c8", "10.8.0.1"}: {"us-east-1b"},
@@ -93,14 +93,14 @@ func TestPlanZoneClaimsFromElsewhere(t *testing.T) {
 // No zone known here, or more than an endpoint's hints may name: no hints.
 func TestPlanNoHints(t *testing.T) {
 	exports := []registry.Export{export("c1", "", ep("10.1.0.1", "z", true))}
-	if got := Plan(Here{Cluster: "c1"}, exports); got != nil {
+	if got := Hints(Here{Cluster: "c1"}, exports); got != nil {
 		t.Fatalf("no zones: %v", got)
 	}
 	var many []Zone
 	for _, n := range "abcdefghi" {
 		many = append(many, Zone{Name: string(n)})
 	}
-	if got := Plan(Here{Cluster: "c1", Zones: many}, exports); got != nil {
+	if got := Hints(Here{Cluster: "c1", Zones: many}, exports); got != nil {
 		t.Fatalf("9 zones: %v", got)
 	}
 }

@@ -4,6 +4,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -226,14 +227,21 @@ func (e *LateFailureError) Refusal() Refusal {
 const LateFailureRetry = 5 * time.Second
 
 // LimitError reports an export the registry cannot hold (a quota); it
-// stays refused until the export changes.
-type LimitError struct{ Reason string }
+// stays refused until the export changes, or room is made.
+type LimitError struct {
+	Reason string
+	// Retry, when set, is when to look again: the registry met the quota
+	// midway, while other clusters wrote too. Each cluster is given its
+	// own time, so that their next tries do not meet again.
+	Retry time.Duration
+}
 
 func (e *LimitError) Error() string { return e.Reason }
 
-// Refusal: looked at again each minute; the export's change fixes it.
+// Refusal: looked at again each minute, or at Retry; the export's change
+// fixes it.
 func (e *LimitError) Refusal() Refusal {
-	return Refusal{Reason: mcsv1beta1.ServiceExportReasonFailed, Event: "CloudMapQuota", Message: e.Reason, Retry: time.Minute,
+	return Refusal{Reason: mcsv1beta1.ServiceExportReasonFailed, Event: "CloudMapQuota", Message: e.Reason, Retry: cmp.Or(e.Retry, time.Minute),
 		Fix: "fewer endpoints, or a quota raised where Cloud Map allows (docs/scale.md)"}
 }
 

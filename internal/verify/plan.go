@@ -90,12 +90,12 @@ type Item struct {
 	Via bool `json:"via,omitempty"`
 }
 
-// Plan lists the checks from cluster src (its probe pod) to every cluster
+// Checks lists the checks from cluster src (its probe pod) to every cluster
 // of all, in namespace ns under zone: the clusterset names (A, AAAA, SRV,
 // headless, each cluster's per-pod name), TCP and UDP to each cluster's
 // probe pod directly and through the clusterset IP, in every family src
 // and the target both have.
-func Plan(zone, ns string, src Cluster, all []Cluster) []Item {
+func Checks(zone, ns string, src Cluster, all []Cluster) []Item {
 	svc := fmt.Sprintf("%s.%s.svc.%s", Probe, ns, zone)
 	headless := fmt.Sprintf("%s.%s.svc.%s", Headless, ns, zone)
 	fams := Families(src.PodIPs)

@@ -138,7 +138,7 @@ func Run(ctx context.Context, targets []Target, o Options) (Report, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				items := Plan(o.Zone, o.Namespace, m.Cluster, all)
+				items := Checks(o.Zone, o.Namespace, m.Cluster, all)
 				results, err := check(ctx, m, o.Namespace, items)
 				f := Diagnose(m.Cluster, items, results)
 				if err != nil {

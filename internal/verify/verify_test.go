@@ -28,8 +28,8 @@ func pass(items []Item) []probe.Result {
 	return out
 }
 
-func TestPlan(t *testing.T) {
-	items := Plan("clusterset.local", "v", one, []Cluster{one, two})
+func TestChecks(t *testing.T) {
+	items := Checks("clusterset.local", "v", one, []Cluster{one, two})
 	var whats []string
 	for _, it := range items {
 		whats = append(whats, it.Target+": "+it.What)
@@ -67,7 +67,7 @@ func TestPlan(t *testing.T) {
 
 // Each kind of miss gets its likely cause.
 func TestDiagnose(t *testing.T) {
-	items := Plan("clusterset.local", "v", one, []Cluster{one, two})
+	items := Checks("clusterset.local", "v", one, []Cluster{one, two})
 	find := func(what string) int {
 		for i, it := range items {
 			if it.What == what {

@@ -110,8 +110,7 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 	// One VIP per family and DNS answers for both, from the other Region,
 	// in a namespace the owner made and shared beforehand (as a platform
 	// team's infrastructure code would).
-	sdWest, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: w.cm.URL, Region: "eu-west-1", Credentials: cloudmapclient.LocalCredentials})
-	harness.Must(t, err)
+	sdWest := cloudmaptest.ClientOf(t, w.cm.URL, cloudmapclient.Options{Region: "eu-west-1"})
 	cloudmaptest.Namespace(t, sdWest, "dual-west")
 	w.share(t, http.MethodPost, w.ownerNamespaces(t, "eu-west-1", "dual-west")[0], memberAccount)
 	w.familyExportFrom(t, 2, "dual-west", []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol})
@@ -162,10 +161,7 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 	}
 	for region, name := range map[string]string{"us-east-1": "web", "eu-west-1": "far"} {
 		harness.Eventually(t, importDeadline, "Cloud Map service "+name+" deleted by its creator", func() error {
-			c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: w.cm.URL, Region: region, Credentials: cloudmapclient.LocalCredentials})
-			if err != nil {
-				return err
-			}
+			c := cloudmaptest.ClientOf(t, w.cm.URL, cloudmapclient.Options{Region: region})
 			out, err := c.ListServices(context.Background(), &sd.ListServicesInput{Filters: []types.ServiceFilter{
 				{Name: types.ServiceFilterNameNamespaceId, Values: []string{w.ownerNamespaces(t, region, ns)[0]}}}})
 			if err != nil {
@@ -214,8 +210,7 @@ func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 // in a Region and returns their ARNs.
 func (w *world) ownerNamespaces(t *testing.T, region string, names ...string) []string {
 	t.Helper()
-	c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: w.cm.URL, Region: region, Credentials: cloudmapclient.LocalCredentials})
-	harness.Must(t, err)
+	c := cloudmaptest.ClientOf(t, w.cm.URL, cloudmapclient.Options{Region: region})
 	arns := make([]string, len(names))
 	harness.Eventually(t, importDeadline, "the owner's namespaces in "+region, func() error {
 		for i, name := range names {

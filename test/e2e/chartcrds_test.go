@@ -33,8 +33,7 @@ func TestChartCRDs(t *testing.T) {
 	env := harness.Clusters(t, 1)
 	c := env.Clusters[0]
 	ctx := context.Background()
-	cl, err := client.New(c.Config, client.Options{Scheme: devenv.Scheme})
-	harness.Must(t, err)
+	cl := harness.ClientWith(t, c.Config, devenv.Scheme)
 	crdsGone := func() {
 		harness.Eventually(t, time.Minute, "CRDs gone", func() error {
 			for _, name := range chartCRDs {
@@ -87,7 +86,7 @@ func TestChartCRDs(t *testing.T) {
 	}
 
 	// --skip-crds: the ClusterProperties could not be mapped.
-	err = install(real, true, with(map[string]any{"enabled": true}))
+	err := install(real, true, with(map[string]any{"enabled": true}))
 	if err == nil || !strings.Contains(err.Error(), "clusterProperties need the ClusterProperty CRD") {
 		t.Fatalf("--skip-crds with crds.enabled and clusterProperties: %v; want it refused, saying why", err)
 	}

@@ -110,8 +110,7 @@ func (w *world) joinHub(t *testing.T) {
 // hubClean waits until the hub holds no export of a service.
 func (w *world) hubClean(t *testing.T, ns, name string) {
 	t.Helper()
-	c, err := client.New(w.hub.Config, client.Options{Scheme: hub.Scheme()})
-	harness.Must(t, err)
+	c := harness.ClientWith(t, w.hub.Config, hub.Scheme())
 	harness.Eventually(t, importDeadline, "the hub cleaned", func() error {
 		list := &hubv1alpha1.ClusterExportList{}
 		if err := c.List(context.Background(), list, client.InNamespace(hub.Namespace(w.env.ClusterSet)),

@@ -18,7 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	aboutv1alpha1 "github.com/clustermap/clustermap/api/v1alpha1"
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -74,7 +76,7 @@ func TestInvalidIdentityExportsNothing(t *testing.T) {
 		}
 		return fmt.Errorf("no InvalidClusterIdentity Event among %d", len(evs.Items))
 	})
-	c := cloudMapClient(t, cm.URL)
+	c := cloudmaptest.ClientOf(t, cm.URL, cloudmapclient.Options{})
 	time.Sleep(3 * time.Second)
 	if out, err := c.ListNamespaces(ctx, &sd.ListNamespacesInput{}); err != nil || len(out.Namespaces) != 0 {
 		t.Fatalf("nothing may reach Cloud Map without an identity: %v %d namespaces", err, len(out.Namespaces))

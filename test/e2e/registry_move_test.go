@@ -78,8 +78,7 @@ func TestMoveFromCloudMapToHub(t *testing.T) {
 // hubHolds waits until the hub holds a cluster's export of a service.
 func (w *world) hubHolds(t *testing.T, ns, name, cluster string) {
 	t.Helper()
-	c, err := client.New(w.hub.Config, client.Options{Scheme: hub.Scheme()})
-	harness.Must(t, err)
+	c := harness.ClientWith(t, w.hub.Config, hub.Scheme())
 	harness.Eventually(t, importDeadline, fmt.Sprintf("the hub holds %s's export of %s/%s", cluster, ns, name), func() error {
 		list := &hubv1alpha1.ClusterExportList{}
 		if err := c.List(context.Background(), list, client.InNamespace(hub.Namespace(w.env.ClusterSet))); err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -336,14 +337,8 @@ func exportInTurn(t *testing.T, ns, name, conflict string, mkOlder func(), older
 	}
 }
 
-func (w *world) cloudMap(t *testing.T) *sd.Client { return cloudMapClient(t, w.cm.URL) }
-
-func cloudMapClient(t *testing.T, url string) *sd.Client {
-	c, err := cloudmapclient.New(context.Background(), cloudmapclient.Options{Endpoint: url, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+func (w *world) cloudMap(t *testing.T) *sd.Client {
+	return cloudmaptest.ClientOf(t, w.cm.URL, cloudmapclient.Options{})
 }
 
 func (w *world) unexport(t *testing.T) {

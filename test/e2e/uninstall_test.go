@@ -170,8 +170,7 @@ func TestUninstall(t *testing.T) {
 
 	for i, cl := range w.clients {
 		id := w.env.Clusters[i].ID
-		crdClient, err := client.New(w.env.Clusters[i].Config, client.Options{Scheme: devenv.Scheme})
-		harness.Must(t, err)
+		crdClient := harness.ClientWith(t, w.env.Clusters[i].Config, devenv.Scheme)
 		for _, name := range []string{"serviceexports.multicluster.x-k8s.io", "serviceimports.multicluster.x-k8s.io"} {
 			harness.Must(t, client.IgnoreNotFound(crdClient.Delete(ctx, &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name}})))
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -80,7 +81,14 @@ func CloudMap(t testing.TB, opts cloudmaplocal.Options) *devenv.CloudMap {
 // clustermap reads and writes (kube.Scheme).
 func Client(t testing.TB, cfg *rest.Config) client.Client {
 	t.Helper()
-	cl, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
+	return ClientWith(t, cfg, kube.Scheme())
+}
+
+// ClientWith is a client of the cluster cfg reaches that knows the kinds
+// of scheme (nil: client-go's).
+func ClientWith(t testing.TB, cfg *rest.Config, scheme *runtime.Scheme) client.Client {
+	t.Helper()
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

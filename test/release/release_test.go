@@ -217,8 +217,7 @@ func TestRelease(t *testing.T) {
 		if rel.Info.Status != "deployed" {
 			t.Errorf("helm install: %s", rel.Info.Status)
 		}
-		cl, err := client.New(env.Clusters[0].Config, client.Options{})
-		harness.Must(t, err)
+		cl := harness.ClientWith(t, env.Clusters[0].Config, nil)
 		dep := &appsv1.Deployment{}
 		harness.Must(t, cl.Get(context.Background(), client.ObjectKey{Namespace: releaseNS, Name: release + "-controller"}, dep))
 		if img := dep.Spec.Template.Spec.Containers[0].Image; img != image.Repository+":"+version {

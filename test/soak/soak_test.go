@@ -225,9 +225,8 @@ func start(t *testing.T, s settings) *fleet {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	harness.Must(t, harness.WaitListening(ctx, api))
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: f.cmURL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials,
+	c := cloudmaptest.ClientOf(t, f.cmURL, cloudmapclient.Options{
 		OnCall: func(op string, _ error) { f.ownMu.Lock(); f.ownCalls[op]++; f.ownMu.Unlock() }})
-	harness.Must(t, err)
 	f.sd = c
 	cloudmaptest.DNSNamespace(t, c, dnsNamespace, "vpc-soak")
 

@@ -52,12 +52,18 @@ func (e *Emulator) Shipped() cloudmapclient.Options {
 		DataQPS: cloudmapclient.DefaultDataQPS, DataBurst: cloudmapclient.DefaultDataBurst}
 }
 
-// Client is an SDK client made with o; an empty Endpoint, Region or
-// Credentials is this emulator's. Zero budgets mean unlimited: a client
-// that only arranges a test need not wait on them.
+// Client is an SDK client of this emulator made with o (ClientOf).
 func (e *Emulator) Client(t testing.TB, o cloudmapclient.Options) *sd.Client {
 	t.Helper()
-	o.Endpoint = cmp.Or(o.Endpoint, e.URL)
+	return ClientOf(t, cmp.Or(o.Endpoint, e.URL), o)
+}
+
+// ClientOf is an SDK client of the emulator at url, made with o; an empty
+// Region or Credentials is the emulator's. Zero budgets mean unlimited: a
+// client that only arranges a test need not wait on them.
+func ClientOf(t testing.TB, url string, o cloudmapclient.Options) *sd.Client {
+	t.Helper()
+	o.Endpoint = url
 	o.Region = cmp.Or(o.Region, Region)
 	if o.Credentials == nil {
 		o.Credentials = cloudmapclient.LocalCredentials

@@ -13,9 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -53,7 +55,7 @@ type Options struct {
 	// Owner, when set, is the AWS account that owns the clusterset's
 	// namespaces, shared through AWS RAM with every member account, this
 	// cluster's (Account) included; empty: the clusterset lives in one
-	// account, as before sharing existed. See tenancy.go.
+	// account, this cluster's. See tenancy.go.
 	Owner, Account string
 	// Watch tunes Watch.
 	Watch WatchOptions
@@ -288,13 +290,19 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		// Refused before anything is written: never a cluster half
 		// registered.
 		if why := b.o.Usage.fits(b.region(), e.Key, len(current), len(desired)); why != "" {
-			// What earlier tries of this export added goes too.
-			if back := b.pastWhole(e.Key, nil); len(back) > 0 {
+			// What earlier tries of this export added, and is there still,
+			// goes too.
+			back := slices.DeleteFunc(b.pastWhole(e.Key, nil), func(id string) bool { _, there := current[id]; return !there })
+			limit := &recordfmt.LimitError{Reason: why}
+			if len(back) > 0 {
+				// Refused midway (its registrations failed as they
+				// applied): others fill the service too.
+				limit.Retry = contendedRetry()
 				if err := b.takeBack(ctx, svcID, e.Key, back); err != nil {
-					return errors.Join(&recordfmt.LimitError{Reason: why}, err)
+					return errors.Join(limit, err)
 				}
 			}
-			return &recordfmt.LimitError{Reason: why}
+			return limit
 		}
 	}
 	// The records an earlier publish registered go in before the ones they
@@ -302,7 +310,8 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	if done, err := b.registered(ctx, e.Key); err != nil || !done {
 		return errors.Join(ErrPending, err)
 	}
-	register, deregister := recordfmt.Plan(desired, current)
+	changes := recordfmt.Diff(desired, current)
+	register, deregister := changes.Register, changes.Deregister
 	if len(register)+len(deregister) == 0 {
 		// What a failed write was to make is there: written since by a
 		// write that started before the failure was known.
@@ -365,9 +374,9 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 			// Everything past the last whole export goes: earlier tries of
 			// this one may have added records too.
 			added = b.pastWhole(e.Key, added)
-			undo := b.takeBack(ctx, svcID, e.Key, added)
-			if undo != nil {
-				return errors.Join(err, fmt.Errorf("taking back the %d instances this export added: %w", len(added), undo))
+			limit.Retry = contendedRetry()
+			if undo := b.takeBack(ctx, svcID, e.Key, added); undo != nil {
+				return errors.Join(limit, fmt.Errorf("taking back the %d instances this export added: %w", len(added), undo))
 			}
 			limit.Reason += fmt.Sprintf("; the %d instances this export had added were taken back: other clusters import it as before", len(added))
 			return limit
@@ -394,13 +403,23 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 	return nil
 }
 
+// contendedRetry is when an export Cloud Map refused midway is tried
+// again: between half a minute and a minute and a half, at random. Clusters
+// filling one service at once all meet its quota, and all take their
+// records back; tried again at once, they would meet again. Spread, the
+// first fills what it can, and the next to try reads that and, if it does
+// not fit, is refused before it writes anything.
+func contendedRetry() time.Duration {
+	return 30*time.Second + rand.N(time.Minute)
+}
+
 // pastWhole are the records this cluster added to key since the export
 // was last published whole: those of earlier tries, and added. Records of
 // a whole export (another controller's before a restart too) are kept.
 func (b *Backend) pastWhole(key registry.Key, added []string) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append(slices.Clone(b.tried[key]), added...)
+	return union(b.tried[key], added)
 }
 
 // registered tells whether the registrations a publish of key left
@@ -513,15 +532,27 @@ func (b *Backend) packs(version int, current map[string]recordfmt.Attrs) bool {
 	return current[recordfmt.ServiceRecordID(b.o.ClusterSet, b.o.Cluster)][recordfmt.AttrEndpointFormat] == recordfmt.PackedFormat
 }
 
-// takeBack deregisters what a refused publish added, waiting for their
-// registrations while they still run (DuplicateRequest), so that the
-// export is refused whole: within registrationTimeout.
+// takeBack deregisters what a refused publish added, so that the export
+// is refused whole: within registrationTimeout, sending again what a
+// running registration (DuplicateRequest) or a failed call kept (clusters
+// that meet a quota together also meet the account's call quota). Each
+// round sends only the records still left: at a cluster's call budget,
+// sending all of a large export again would outlast the timeout. The ids
+// stay in tried: a later refusal takes back those still there.
 func (b *Backend) takeBack(ctx context.Context, svcID string, key registry.Key, ids []string) error {
+	b.mu.Lock()
+	b.tried[key] = union(b.tried[key], ids)
+	b.mu.Unlock()
+	left := ids
 	for deadline := time.Now().Add(registrationTimeout); ; {
-		err := b.deregister(ctx, svcID, key, ids)
-		if !errors.Is(err, ErrPending) || time.Now().After(deadline) {
+		kept, running, err := b.deregisterSome(ctx, svcID, key, left)
+		if len(kept) == 0 || time.Now().After(deadline) {
+			if running {
+				err = errors.Join(ErrPending, err)
+			}
 			return err
 		}
+		left = kept
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -530,30 +561,63 @@ func (b *Backend) takeBack(ctx context.Context, svcID string, key registry.Key, 
 	}
 }
 
-// deregister removes instances; one already gone is fine.
-func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key, ids []string) error {
-	ids, err := b.ownedOnly(ctx, key, ids)
-	if err != nil {
-		return err
+// union is a's ids, then those of b not in a.
+func union(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, id := range b {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
 	}
-	return cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
+	return out
+}
+
+// deregister removes instances; one already gone is fine. ErrPending: a
+// write of one of them still runs.
+func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key, ids []string) error {
+	_, running, err := b.deregisterSome(ctx, svcID, key, ids)
+	if running {
+		return errors.Join(ErrPending, err)
+	}
+	return err
+}
+
+// deregisterSome removes instances and returns those left: kept by a
+// running write of theirs (running: DuplicateRequest, not an error) or by
+// a failed call (its error).
+func (b *Backend) deregisterSome(ctx context.Context, svcID string, key registry.Key, ids []string) (kept []string, running bool, err error) {
+	ids, err = b.ownedOnly(ctx, key, ids)
+	if err != nil {
+		return nil, false, err
+	}
+	left := make([]bool, len(ids))
+	var dups atomic.Bool
+	err = cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
 		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i])})
 		var missing *types.InstanceNotFound
 		if errors.As(err, &missing) {
 			b.wrote(key, ids[i], nil, "")
 			return nil
 		}
-		var busy *types.DuplicateRequest
-		if errors.As(err, &busy) {
-			return ErrPending // a write of this record still runs
-		}
 		if err != nil {
+			left[i] = true
+			var dup *types.DuplicateRequest
+			if errors.As(err, &dup) {
+				dups.Store(true)
+				return nil // a write of this record still runs
+			}
 			return fmt.Errorf("deregistering %s from %s: %w", ids[i], key, err)
 		}
 		b.ownOp(out.OperationId, key)
 		b.wrote(key, ids[i], nil, aws.ToString(out.OperationId))
 		return nil
 	})
+	for i, id := range ids {
+		if left[i] {
+			kept = append(kept, id)
+		}
+	}
+	return kept, dups.Load(), err
 }
 
 // Withdraw deregisters this cluster's records of a service, then deletes

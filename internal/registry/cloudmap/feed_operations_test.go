@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
@@ -45,10 +46,7 @@ func TestPollAfterAGapReadsWhatEndedInIt(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := context.Background()
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: srv.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := cloudmaptest.ClientOf(t, srv.URL, cloudmapclient.Options{})
 	var again []registry.Key
 	b := New(c, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard(), Observer: registry.ObserverFuncs{OnWriteFailed: func(k registry.Key) { again = append(again, k) }}})
 	f := newWatcher(b, registry.SinkFuncs{}).feed.(*operationsFeed)
@@ -104,10 +102,7 @@ func TestPagesPastTheBudgetCatchUpOnlyWithoutRecords(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := context.Background()
-	c, err := cloudmapclient.New(ctx, cloudmapclient.Options{Endpoint: srv.URL, Region: "us-east-1", Credentials: cloudmapclient.LocalCredentials})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := cloudmaptest.ClientOf(t, srv.URL, cloudmapclient.Options{})
 	for _, records := range []bool{false, true} {
 		b := New(c, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard()})
 		f := newWatcher(b, registry.SinkFuncs{}).feed.(*operationsFeed)

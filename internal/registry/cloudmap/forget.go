@@ -111,36 +111,12 @@ func Forget(ctx context.Context, c *sd.Client, o ForgetOptions) (int, error) {
 // clusterset, then (withRecord) its change record, and says how many.
 func (b *Backend) forgetAll(ctx context.Context, withRecord, onlyClustermap bool) (int, error) {
 	n := 0
-	nsPages := sd.NewListNamespacesPaginator(b.c, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{
-		{Name: types.NamespaceFilterNameType, Values: []string{string(types.NamespaceTypeHttp)}},
-	}})
-	for nsPages.HasMorePages() {
-		page, err := nsPages.NextPage(ctx)
-		if err != nil {
-			return n, err
-		}
-		for _, ns := range page.Namespaces {
-			name := aws.ToString(ns.Name)
-			if !b.tenancy.holds(ns.ResourceOwner) || name == ChangesNamespace(b.o.ClusterSet) {
-				continue
-			}
-			svcPages := sd.NewListServicesPaginator(b.c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
-				{Name: types.ServiceFilterNameNamespaceId, Values: []string{b.tenancy.ref(ns.Id, ns.Arn)}},
-			}})
-			for svcPages.HasMorePages() {
-				sp, err := svcPages.NextPage(ctx)
-				if err != nil {
-					return n, err
-				}
-				for _, s := range sp.Services {
-					gone, err := b.forgetIn(ctx, name, aws.ToString(s.Name), b.tenancy.ref(s.Id, s.Arn), onlyClustermap)
-					n += gone
-					if err != nil {
-						return n, err
-					}
-				}
-			}
-		}
+	if err := b.eachService(ctx, nil, func(key registry.Key, ref string) error {
+		gone, err := b.forgetIn(ctx, key.Namespace, key.Name, ref, onlyClustermap)
+		n += gone
+		return err
+	}); err != nil {
+		return n, err
 	}
 	if withRecord {
 		gone, err := b.forgetIn(ctx, ChangesNamespace(b.o.ClusterSet), ChangesService, "", false)

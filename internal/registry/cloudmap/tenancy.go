@@ -87,7 +87,7 @@ func (t tenancy) ownerAccount() *string {
 }
 
 // ref is how calls name a resource: by ARN in a shared namespace (any
-// account's resources answer to it), else by id as before.
+// account's resources answer to it), else by id.
 func (t tenancy) ref(id, arn *string) string {
 	if t.shared() && aws.ToString(arn) != "" {
 		return aws.ToString(arn)

@@ -420,41 +420,16 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 // complete listing are gone; with all set, every service is read.
 func (w *Watcher) list(ctx context.Context, all bool) error {
 	listed := map[registry.Key]bool{}
-	nsPages := sd.NewListNamespacesPaginator(w.b.c, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{
-		{Name: types.NamespaceFilterNameType, Values: []string{string(types.NamespaceTypeHttp)}},
-	}})
-	for nsPages.HasMorePages() {
-		page, err := nsPages.NextPage(ctx)
-		if err != nil {
-			return err
+	if err := w.b.eachService(ctx, w.b.rememberNamespace, func(key registry.Key, ref string) error {
+		w.b.remember(key, ref)
+		listed[key] = true
+		_, read := w.revisions[key]
+		if _, pending := w.dirty[key]; all || (!read && !pending) {
+			w.dirty[key] = time.Time{} // new, or never read
 		}
-		for _, ns := range page.Namespaces {
-			nsName, nsRef := aws.ToString(ns.Name), w.b.tenancy.ref(ns.Id, ns.Arn)
-			if !w.b.tenancy.holds(ns.ResourceOwner) || nsName == ChangesNamespace(w.b.o.ClusterSet) {
-				continue // not the clusterset's: this account's own, or the change records
-			}
-			// ServiceCount is not consulted: it lags, and a namespace
-			// skipped would make its services look gone.
-			w.b.rememberNamespace(nsName, nsRef)
-			svcPages := sd.NewListServicesPaginator(w.b.c, &sd.ListServicesInput{Filters: []types.ServiceFilter{
-				{Name: types.ServiceFilterNameNamespaceId, Values: []string{nsRef}},
-			}})
-			for svcPages.HasMorePages() {
-				sp, err := svcPages.NextPage(ctx)
-				if err != nil {
-					return err
-				}
-				for _, s := range sp.Services {
-					key := registry.Key{Namespace: nsName, Name: aws.ToString(s.Name)}
-					w.b.remember(key, w.b.tenancy.ref(s.Id, s.Arn))
-					listed[key] = true
-					_, read := w.revisions[key]
-					if _, pending := w.dirty[key]; all || (!read && !pending) {
-						w.dirty[key] = time.Time{} // new, or never read
-					}
-				}
-			}
-		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	// A service missing from the listing is read again: only reads that
 	// confirm its absence remove its imports.

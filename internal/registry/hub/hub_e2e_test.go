@@ -155,8 +155,7 @@ func TestMembersWriteOnlyTheirOwn(t *testing.T) {
 	harness.Must(t, victim.Publish(ctx, e))
 	go victim.Heartbeat(ctx)
 
-	c, err := client.New(h.member(t, set, "mallory"), client.Options{Scheme: hub.Scheme()})
-	harness.Must(t, err)
+	c := harness.ClientWith(t, h.member(t, set, "mallory"), hub.Scheme())
 	refused := func(what string, err error, by string) {
 		t.Helper()
 		if err == nil || !strings.Contains(err.Error(), by) {
@@ -364,8 +363,7 @@ func TestMembersRegions(t *testing.T) {
 	h.memberIn(t, set, "west", "us-west-2")
 	harness.Eventually(t, 30*time.Second, "west moved to us-west-2", regionOf("us-west-2"))
 
-	c, err := client.New(westCfg, client.Options{Scheme: hub.Scheme()})
-	harness.Must(t, err)
+	c := harness.ClientWith(t, westCfg, hub.Scheme())
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: hub.Namespace(set), Name: "member-west"}}
 	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+hub.LabelRegion+`":"us-east-1"}}}`))
 	if err := c.Patch(ctx, sa, patch); !apierrors.IsForbidden(err) {
@@ -551,7 +549,6 @@ func TestForgetMember(t *testing.T) {
 }
 
 func (h *hubEnv) adminClient(t *testing.T) client.Client {
-	c, err := client.New(h.admin, client.Options{Scheme: hub.Scheme()})
-	harness.Must(t, err)
+	c := harness.ClientWith(t, h.admin, hub.Scheme())
 	return c
 }

@@ -116,9 +116,9 @@ func TestPackedChangesTouchOneChunk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		register, deregister := Plan(desired, current)
-		if len(register) != wantRegister || len(deregister) != 0 {
-			t.Errorf("%s: %d instances to register, %d to deregister; want %d and 0", what, len(register), len(deregister), wantRegister)
+		c := Diff(desired, current)
+		if len(c.Register) != wantRegister || len(c.Deregister) != 0 {
+			t.Errorf("%s: %d instances to register, %d to deregister; want %d and 0", what, len(c.Register), len(c.Deregister), wantRegister)
 		}
 		if got := Decode(e.Key, Instances(desired)); !reflect.DeepEqual(got[0].Endpoints, canonical(e.Endpoints)) {
 			t.Errorf("%s: the new records do not decode to the export", what)

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
@@ -730,24 +731,12 @@ func portsOf(eps []registry.Endpoint) []mcsv1beta1.ServicePort {
 	return ports
 }
 
-// Plan compares what a cluster should have registered with what it has:
-// instances to (re-)register, and ids to deregister. Only clustermap's
-// attributes are compared, so attributes added by others cause no churn.
-func Plan(desired, current map[string]Attrs) (register map[string]Attrs, deregister []string) {
-	register = map[string]Attrs{}
-	for id, want := range desired {
-		have, ok := current[id]
-		if !ok || !sameOurs(want, have) {
-			register[id] = want
-		}
-	}
-	for id := range current {
-		if _, ok := desired[id]; !ok {
-			deregister = append(deregister, id)
-		}
-	}
-	sort.Strings(deregister)
-	return register, deregister
+// Diff compares what a cluster should have registered with what it has
+// (every instance found is its own): instances to (re-)register, and ids
+// to deregister. Only clustermap's attributes are compared, so attributes
+// added by others cause no churn.
+func Diff(desired, current map[string]Attrs) cloudmapclient.Changes {
+	return cloudmapclient.Diff(desired, current, nil, sameOurs)
 }
 
 func sameOurs(a, b Attrs) bool {

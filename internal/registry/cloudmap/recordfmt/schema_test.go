@@ -189,7 +189,8 @@ func TestPlanChangesOnlyTheDifference(t *testing.T) {
 		"change": {"CLUSTER_ID": "c", "READY": "false"},
 		"new":    {"CLUSTER_ID": "c"},
 	}
-	reg, dereg := Plan(desired, current)
+	c := Diff(desired, current)
+	reg, dereg := c.Register, c.Deregister
 	if len(reg) != 2 || reg["change"] == nil || reg["new"] == nil {
 		t.Errorf("register: %v", reg)
 	}

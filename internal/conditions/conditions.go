@@ -2,7 +2,7 @@
 // apply, each writer owning only its own conditions: the export reconciler
 // Valid and Ready, the import reconciler Conflict. Neither can then undo the
 // other's write, and neither write can fail on the other's resourceVersion
-// (which made the export side retry, and republish, before).
+// (a conflict there would make the export side retry, and republish).
 package conditions
 
 import (
