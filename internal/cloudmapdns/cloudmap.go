@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmapclient/diff"
 )
 
 // Tags on the Cloud Map services this mode creates, beside clustermap's
@@ -182,7 +183,7 @@ type Applied struct {
 // Apply registers, then deregisters (so that a name never goes empty
 // while it changes), a few calls at a time, waiting for the operations when
 // wait is set. It returns what succeeded.
-func (m CloudMap) Apply(ctx context.Context, serviceID string, p cloudmapclient.Changes, wait bool) (Applied, error) {
+func (m CloudMap) Apply(ctx context.Context, serviceID string, p diff.Changes, wait bool) (Applied, error) {
 	regs := make([]string, 0, len(p.Register))
 	for id := range p.Register {
 		regs = append(regs, id)

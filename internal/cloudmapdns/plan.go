@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmapclient/diff"
 	"github.com/clustermap/clustermap/internal/kube"
 )
 
@@ -157,8 +157,8 @@ func slicePort(svc *corev1.Service, s discoveryv1.EndpointSlice) int32 {
 // Diff says what to change in a Service's Cloud Map instances: of those
 // found, only the ones carrying one of owners are ours to change, and an
 // instance is written again when any of its attributes differs.
-func Diff(owners []string, desired, current map[string]Attrs) cloudmapclient.Changes {
-	return cloudmapclient.Diff(desired, current, func(a Attrs) bool { return slices.Contains(owners, a[AttrOwner]) }, maps.Equal)
+func Diff(owners []string, desired, current map[string]Attrs) diff.Changes {
+	return diff.Instances(desired, current, func(a Attrs) bool { return slices.Contains(owners, a[AttrOwner]) }, maps.Equal)
 }
 
 // Change is one Event (and metric) for what a sync did.

@@ -259,14 +259,20 @@ func settle(ctx context.Context, ms []*member, o Options) {
 				done = done && len(ips) > 0
 			}
 		}
-		var want []string
+		var want, exporters []string
 		for _, m := range ms {
 			want = append(want, m.PodIPs...)
+			if len(m.PodIPs) > 0 {
+				exporters = append(exporters, m.ID)
+			}
 		}
 		for _, m := range ms {
 			if m.Error == "" {
+				// The slices first: the import's status, which names its
+				// clusters, is written after them.
+				done = done && imported(ctx, m, o.Namespace, want)
 				readImports(ctx, m, o.Namespace)
-				done = done && m.Imported && m.HeadlessImported && imported(ctx, m, o.Namespace, want)
+				done = done && m.Imported && m.HeadlessImported && containsAll(m.ImportClusters, exporters)
 			}
 		}
 		if done || time.Now().After(deadline) || ctx.Err() != nil {
@@ -278,6 +284,15 @@ func settle(ctx context.Context, ms []*member, o Options) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
 }
 
 func readyIPs(ctx context.Context, m *member, ns string) ([]string, error) {

@@ -290,9 +290,8 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		// Refused before anything is written: never a cluster half
 		// registered.
 		if why := b.o.Usage.fits(b.region(), e.Key, len(current), len(desired)); why != "" {
-			// What earlier tries of this export added, and is there still,
-			// goes too.
-			back := slices.DeleteFunc(b.pastWhole(e.Key, nil), func(id string) bool { _, there := current[id]; return !there })
+			// What earlier tries of this export added goes too.
+			back := b.pastWhole(e.Key, nil)
 			limit := &recordfmt.LimitError{Reason: why}
 			if len(back) > 0 {
 				// Refused midway (its registrations failed as they
@@ -538,14 +537,18 @@ func (b *Backend) packs(version int, current map[string]recordfmt.Attrs) bool {
 // that meet a quota together also meet the account's call quota). Each
 // round sends only the records still left: at a cluster's call budget,
 // sending all of a large export again would outlast the timeout. The ids
-// stay in tried: a later refusal takes back those still there.
+// stay in tried, but those found gone: a later refusal takes back again
+// what a read lagging behind, or a deregistration that failed late, left.
 func (b *Backend) takeBack(ctx context.Context, svcID string, key registry.Key, ids []string) error {
 	b.mu.Lock()
 	b.tried[key] = union(b.tried[key], ids)
 	b.mu.Unlock()
 	left := ids
 	for deadline := time.Now().Add(registrationTimeout); ; {
-		kept, running, err := b.deregisterSome(ctx, svcID, key, left)
+		kept, gone, running, err := b.deregisterSome(ctx, svcID, key, left)
+		b.mu.Lock()
+		b.tried[key] = slices.DeleteFunc(b.tried[key], func(id string) bool { return slices.Contains(gone, id) })
+		b.mu.Unlock()
 		if len(kept) == 0 || time.Now().After(deadline) {
 			if running {
 				err = errors.Join(ErrPending, err)
@@ -575,7 +578,7 @@ func union(a, b []string) []string {
 // deregister removes instances; one already gone is fine. ErrPending: a
 // write of one of them still runs.
 func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key, ids []string) error {
-	_, running, err := b.deregisterSome(ctx, svcID, key, ids)
+	_, _, running, err := b.deregisterSome(ctx, svcID, key, ids)
 	if running {
 		return errors.Join(ErrPending, err)
 	}
@@ -584,19 +587,20 @@ func (b *Backend) deregister(ctx context.Context, svcID string, key registry.Key
 
 // deregisterSome removes instances and returns those left: kept by a
 // running write of theirs (running: DuplicateRequest, not an error) or by
-// a failed call (its error).
-func (b *Backend) deregisterSome(ctx context.Context, svcID string, key registry.Key, ids []string) (kept []string, running bool, err error) {
+// a failed call (its error); and those Cloud Map has not (InstanceNotFound).
+func (b *Backend) deregisterSome(ctx context.Context, svcID string, key registry.Key, ids []string) (kept, gone []string, running bool, err error) {
 	ids, err = b.ownedOnly(ctx, key, ids)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	left := make([]bool, len(ids))
+	left, missed := make([]bool, len(ids)), make([]bool, len(ids))
 	var dups atomic.Bool
 	err = cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
 		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i])})
 		var missing *types.InstanceNotFound
 		if errors.As(err, &missing) {
 			b.wrote(key, ids[i], nil, "")
+			missed[i] = true
 			return nil
 		}
 		if err != nil {
@@ -613,11 +617,14 @@ func (b *Backend) deregisterSome(ctx context.Context, svcID string, key registry
 		return nil
 	})
 	for i, id := range ids {
-		if left[i] {
+		switch {
+		case left[i]:
 			kept = append(kept, id)
+		case missed[i]:
+			gone = append(gone, id)
 		}
 	}
-	return kept, dups.Load(), err
+	return kept, gone, dups.Load(), err
 }
 
 // Withdraw deregisters this cluster's records of a service, then deletes

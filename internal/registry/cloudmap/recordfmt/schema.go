@@ -26,7 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/cloudmapclient"
+	"github.com/clustermap/clustermap/internal/cloudmapclient/diff"
 	"github.com/clustermap/clustermap/internal/registry"
 )
 
@@ -735,8 +735,8 @@ func portsOf(eps []registry.Endpoint) []mcsv1beta1.ServicePort {
 // (every instance found is its own): instances to (re-)register, and ids
 // to deregister. Only clustermap's attributes are compared, so attributes
 // added by others cause no churn.
-func Diff(desired, current map[string]Attrs) cloudmapclient.Changes {
-	return cloudmapclient.Diff(desired, current, nil, sameOurs)
+func Diff(desired, current map[string]Attrs) diff.Changes {
+	return diff.Instances(desired, current, nil, sameOurs)
 }
 
 func sameOurs(a, b Attrs) bool {

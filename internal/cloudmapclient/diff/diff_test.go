@@ -1,4 +1,4 @@
-package cloudmapclient
+package diff
 
 import (
 	"maps"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestDiff(t *testing.T) {
+func TestInstances(t *testing.T) {
 	type attrs = map[string]string
 	mine := func(a attrs) bool { return a["owner"] == "me" }
 	want := map[string]attrs{
@@ -22,7 +22,7 @@ func TestDiff(t *testing.T) {
 		"gone":    {"owner": "me", "ip": "10.0.0.5"},
 		"other":   {"owner": "them", "ip": "10.0.0.6"},
 	}
-	c := Diff(want, found, mine, maps.Equal)
+	c := Instances(want, found, mine, maps.Equal)
 	if got := slices.Sorted(maps.Keys(c.Register)); !slices.Equal(got, []string{"changed", "new"}) {
 		t.Errorf("register %v: want the changed and the new, never another writer's instance", got)
 	}
@@ -32,14 +32,14 @@ func TestDiff(t *testing.T) {
 	// Without ownership rules every instance found is the writer's; same
 	// decides what counts as a change.
 	ipOnly := func(a, b attrs) bool { return a["ip"] == b["ip"] }
-	c = Diff(want, found, nil, ipOnly)
+	c = Instances(want, found, nil, ipOnly)
 	if got := slices.Sorted(maps.Keys(c.Register)); !slices.Equal(got, []string{"changed", "new"}) {
 		t.Errorf("register %v: an owner attribute outside same changes nothing", got)
 	}
 	if !slices.Equal(c.Deregister, []string{"gone", "other"}) {
 		t.Errorf("deregister %v", c.Deregister)
 	}
-	if !Diff(want, want, mine, maps.Equal).Empty() {
+	if !Instances(want, want, mine, maps.Equal).Empty() {
 		t.Error("what is there changes nothing")
 	}
 }
