@@ -366,13 +366,18 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		}
 		return nil
 	}); err != nil {
+		// What went in counts as added whatever failed beside it (a
+		// throttled call, a write still running): a refusal takes it back.
+		added = b.pastWhole(e.Key, added)
+		b.mu.Lock()
+		b.tried[e.Key] = added
+		b.mu.Unlock()
 		var limit *recordfmt.LimitError
 		if errors.As(err, &limit) {
 			// Another writer filled the service meanwhile: what this
 			// publish added goes again, and the export stays as it was.
 			// Everything past the last whole export goes: earlier tries of
 			// this one may have added records too.
-			added = b.pastWhole(e.Key, added)
 			limit.Retry = contendedRetry()
 			if undo := b.takeBack(ctx, svcID, e.Key, added); undo != nil {
 				return errors.Join(limit, fmt.Errorf("taking back the %d instances this export added: %w", len(added), undo))

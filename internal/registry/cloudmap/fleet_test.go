@@ -519,7 +519,7 @@ func TestExportsPastTheQuotaAtOnceSettle(t *testing.T) {
 	// (up to 30 s), the retry (up to 90 s), the registrations (18 s at
 	// 20/s) and the service record after them (up to 30 s). Two rounds
 	// more than the first are waited for.
-	f.waitFor("two exports imported whole, the third not at all", 8*time.Minute, func() bool {
+	for deadline := time.Now().Add(8 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		got := importer.endpoints(key)
 		whole := 0
 		for _, n := range got {
@@ -527,8 +527,14 @@ func TestExportsPastTheQuotaAtOnceSettle(t *testing.T) {
 				whole++
 			}
 		}
-		return whole == 2 && len(got) == 2
-	})
+		if whole == 2 && len(got) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no two exports imported whole and the third not at all within 8m: imported %v, instances by cluster %v, refusals %d %d %d",
+				got, f.instances(key), refusals[0].Load(), refusals[1].Load(), refusals[2].Load())
+		}
+	}
 	if n := f.instances(key); len(n) != 2 {
 		t.Errorf("instances by cluster %v: the refused export left records", n)
 	}
