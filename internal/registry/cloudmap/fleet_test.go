@@ -434,6 +434,13 @@ func TestFormatSwitchLosesNoEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitFor("every cluster in one packed instance", 3*time.Minute, everyone(1))
+	// The publish that switched returns once the per-endpoint records it
+	// took out are gone, which may be after the importer read the packed one.
+	f.waitFor("the switching publishes returned", time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return switched["c1"] > 0 && switched["c2"] > 0
+	})
 	time.Sleep(2 * time.Second) // the last reads after the switch
 	mu.Lock()
 	defer mu.Unlock()
