@@ -19,9 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	hubv1alpha1 "github.com/clustermap/clustermap/api/hub/v1alpha1"
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
 	"github.com/clustermap/clustermap/internal/registry"
 	cmschema "github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
+	"github.com/clustermap/clustermap/internal/registry/hub"
 	"github.com/clustermap/clustermap/internal/replication"
 )
 
@@ -29,8 +31,8 @@ import (
 type counts struct {
 	lostWhileLive    []string // imports or replicas that vanished while their source lived
 	leftAfterEnd     []string // imports, replicas, Cloud Map services or claims of withdrawn items
-	strayInstances   []string // Cloud Map instances with no live endpoint behind them
-	missingEndpoints []string // live endpoints absent from Cloud Map
+	strayRecords     []string // registry records (Cloud Map instances, hub ClusterExports) with no live endpoint behind them
+	missingEndpoints []string // live endpoints absent from the registry
 	mismatched       []string // imports or replicas missing, or serving other addresses than their source
 	unreadable       error
 }
@@ -43,8 +45,8 @@ func (c counts) err() error {
 	for _, l := range []struct {
 		what string
 		list []string
-	}{{"lost while live", c.lostWhileLive}, {"left after their end", c.leftAfterEnd}, {"Cloud Map instances with no live endpoint", c.strayInstances},
-		{"endpoints missing from Cloud Map", c.missingEndpoints}, {"imports or replicas not matching their source", c.mismatched}} {
+	}{{"lost while live", c.lostWhileLive}, {"left after their end", c.leftAfterEnd}, {"registry records with no live endpoint", c.strayRecords},
+		{"endpoints missing from the registry", c.missingEndpoints}, {"imports or replicas not matching their source", c.mismatched}} {
 		if len(l.list) > 0 {
 			sort.Strings(l.list)
 			errs = append(errs, fmt.Errorf("%d %s, such as %s", len(l.list), l.what, strings.Join(l.list[:min(3, len(l.list))], "; ")))
@@ -182,7 +184,7 @@ func (f *fleet) cloudMap(ctx context.Context) (map[string][]instance, error) {
 	return out, nil
 }
 
-// check compares every cluster and Cloud Map with the workload's truth.
+// check compares every cluster and the registry with the workload's truth.
 func (f *fleet) check(ctx context.Context) counts {
 	var c counts
 	views := make([]*clusterView, len(f.clients))
@@ -256,12 +258,41 @@ func (f *fleet) check(ctx context.Context) counts {
 		}
 	}
 	if len(c.mismatched) > 0 || len(c.leftAfterEnd) > 0 {
-		return c // Cloud Map is read (a few hundred calls) once the clusters agree
+		return c // the registry is read (a few hundred calls) once the clusters agree
 	}
+	read := f.cloudMapRecords
+	if f.hub != nil {
+		read = f.hubRecords
+	}
+	registered, err := read(ctx, &c, views, live, byName)
+	if err != nil {
+		c.unreadable = err
+		return c
+	}
+	for it := range live {
+		if it.kind == kindSyn {
+			continue
+		}
+		key := it.kind.namespace() + "/" + it.name
+		for _, ep := range views[it.cluster].ready[key] {
+			if it.kind == kindDNS && !inFamily(addressOf(ep), views[it.cluster].family[key]) {
+				continue // registered in the Service's first family only
+			}
+			if !registered[string(it.kind)+"/"+it.name+"/"+ep] {
+				c.missingEndpoints = append(c.missingEndpoints, fmt.Sprintf("%s endpoint %s", it, ep))
+			}
+		}
+	}
+	return c
+}
+
+// cloudMapRecords compares Cloud Map's instances with the endpoints: each
+// one not backed by a live endpoint is stray, and what is left of ended
+// items is left. It returns the endpoints registered, by kind/name/key.
+func (f *fleet) cloudMapRecords(ctx context.Context, c *counts, views []*clusterView, live map[item]bool, byName map[string]item) (map[string]bool, error) {
 	cm, err := f.cloudMap(ctx)
 	if err != nil {
-		c.unreadable = fmt.Errorf("reading Cloud Map: %w", err)
-		return c
+		return nil, fmt.Errorf("reading Cloud Map: %w", err)
 	}
 	for _, it := range f.w.endedItems() {
 		if it.kind != kindDNS {
@@ -291,11 +322,11 @@ func (f *fleet) check(ctx context.Context) counts {
 				it, ok := byName[name]
 				desc := fmt.Sprintf("%s of cluster %s", key, e.Cluster)
 				if !ok || !live[it] || f.ids[it.cluster] != e.Cluster {
-					c.strayInstances = append(c.strayInstances, desc+" (no live source)")
+					c.strayRecords = append(c.strayRecords, desc+" (no live source)")
 					continue
 				}
 				for _, inv := range e.Invalid {
-					c.strayInstances = append(c.strayInstances, fmt.Sprintf("%s record %s: %s", desc, inv.ID, inv.Reason))
+					c.strayRecords = append(c.strayRecords, fmt.Sprintf("%s record %s: %s", desc, inv.ID, inv.Reason))
 				}
 				var all []string
 				for _, ips := range views[it.cluster].own[it.kind.namespace()+"/"+it.name] {
@@ -304,7 +335,7 @@ func (f *fleet) check(ctx context.Context) counts {
 				for _, ep := range e.Endpoints {
 					k := endpointKey(ep.IP, ep.PortName, ep.Port, string(ep.Protocol))
 					if !slices.Contains(all, k) {
-						c.strayInstances = append(c.strayInstances, fmt.Sprintf("%s endpoint %s (no such endpoint)", desc, k))
+						c.strayRecords = append(c.strayRecords, fmt.Sprintf("%s endpoint %s (no such endpoint)", desc, k))
 						continue
 					}
 					registered[string(it.kind)+"/"+it.name+"/"+k] = true
@@ -326,7 +357,7 @@ func (f *fleet) check(ctx context.Context) counts {
 			}
 			desc := fmt.Sprintf("%s %v", key, in.attrs)
 			if !ok || !live[it] || f.ids[it.cluster] != cluster {
-				c.strayInstances = append(c.strayInstances, desc+" (no live source)")
+				c.strayRecords = append(c.strayRecords, desc+" (no live source)")
 				continue
 			}
 			if in.attrs[cmschema.AttrRecord] != "" {
@@ -344,27 +375,45 @@ func (f *fleet) check(ctx context.Context) counts {
 				}
 			}
 			if k == "" {
-				c.strayInstances = append(c.strayInstances, desc+" (no such endpoint)")
+				c.strayRecords = append(c.strayRecords, desc+" (no such endpoint)")
 				continue
 			}
 			registered[string(it.kind)+"/"+it.name+"/"+k] = true
 		}
 	}
-	for it := range live {
-		if it.kind == kindSyn {
+	return registered, nil
+}
+
+// hubRecords compares the hub's ClusterExports with the endpoints, as
+// cloudMapRecords does Cloud Map's instances.
+func (f *fleet) hubRecords(ctx context.Context, c *counts, views []*clusterView, live map[item]bool, byName map[string]item) (map[string]bool, error) {
+	list := &hubv1alpha1.ClusterExportList{}
+	if err := f.hub.admin.List(ctx, list, client.InNamespace(hub.Namespace(f.env.ClusterSet))); err != nil {
+		return nil, fmt.Errorf("reading the hub: %w", err)
+	}
+	registered := map[string]bool{}
+	for _, o := range list.Items {
+		name := o.Spec.Service.Name
+		desc := fmt.Sprintf("ClusterExport %s (%s/%s of cluster %s)", o.Name, o.Spec.Service.Namespace, name, o.Spec.Cluster)
+		it, ok := byName[name]
+		if o.Spec.Service.Namespace != nsMCS || !ok || !live[it] || f.ids[it.cluster] != o.Spec.Cluster {
+			c.strayRecords = append(c.strayRecords, desc+" (no live source)")
 			continue
 		}
-		key := it.kind.namespace() + "/" + it.name
-		for _, ep := range views[it.cluster].ready[key] {
-			if it.kind == kindDNS && !inFamily(addressOf(ep), views[it.cluster].family[key]) {
-				continue // registered in the Service's first family only
+		var all []string
+		for _, eps := range views[it.cluster].own[nsMCS+"/"+name] {
+			all = append(all, eps...)
+		}
+		for _, ep := range o.Spec.Endpoints {
+			k := endpointKey(ep.IP, ep.PortName, ep.Port, string(ep.Protocol))
+			if !slices.Contains(all, k) {
+				c.strayRecords = append(c.strayRecords, fmt.Sprintf("%s endpoint %s (no such endpoint)", desc, k))
+				continue
 			}
-			if !registered[string(it.kind)+"/"+it.name+"/"+ep] {
-				c.missingEndpoints = append(c.missingEndpoints, fmt.Sprintf("%s endpoint %s", it, ep))
-			}
+			registered[string(it.kind)+"/"+it.name+"/"+k] = true
 		}
 	}
-	return c
+	return registered, nil
 }
 
 // endpointKey is an endpoint's address with one of its ports, as an

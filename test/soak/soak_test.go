@@ -6,9 +6,10 @@
 // killed, an apiserver restarts, the Cloud Map emulator stops and comes
 // back from its data directory, every call is throttled, then hangs, a
 // member cluster stops, a cluster's controllers restart in a wrong Region,
-// then with a Region down, and a hostile writer forges records. It counts
-// what was lost or left behind and how long the fleet takes to converge
-// after the last fault.
+// then with a Region down, and a hostile writer forges records; and, over
+// a hub registry, the hub restarts, is cut off, and a member's credentials
+// are revoked (hub_test.go). It counts what was lost or left behind and
+// how long the fleet takes to converge after the last fault.
 //
 // `make test` runs a short campaign; `make soak` (CLUSTERMAP_SOAK=full)
 // the full one.
@@ -49,6 +50,7 @@ type settings struct {
 	kills                              int
 	emulatorDown, throttle, memberDown time.Duration
 	wrongRegion, regionDown            time.Duration
+	hubDown, revoked                   time.Duration // the hub unreachable; a member's hub credentials revoked
 	converge                           time.Duration // the promise
 	churnEvery, exportEvery            time.Duration // a Deployment scaled; a Service published or withdrawn
 }
@@ -57,10 +59,12 @@ var (
 	short = settings{clusters: 2, mcs: 6, syn: 3, dns: 3, kills: 5,
 		emulatorDown: 20 * time.Second, throttle: 20 * time.Second, memberDown: 20 * time.Second,
 		wrongRegion: 15 * time.Second, regionDown: 15 * time.Second,
+		hubDown: 40 * time.Second, revoked: 40 * time.Second,
 		converge: 30 * time.Second, churnEvery: 700 * time.Millisecond, exportEvery: 2 * time.Second}
 	full = settings{clusters: 3, mcs: 30, syn: 10, dns: 10, kills: 20,
 		emulatorDown: 5 * time.Minute, throttle: 2 * time.Minute, memberDown: 2 * time.Minute,
 		wrongRegion: 2 * time.Minute, regionDown: 2 * time.Minute,
+		hubDown: 5 * time.Minute, revoked: 3 * time.Minute,
 		converge: 30 * time.Second, churnEvery: 500 * time.Millisecond, exportEvery: 3 * time.Second}
 )
 
@@ -80,6 +84,8 @@ type fleet struct {
 	cmAdmin  string
 	sd       *sd.Client
 	ctrls    [][]*supervise.Process
+	hub      *hubSide // a hub fleet's registry; nil: Cloud Map
+	kinds    []kind   // what the workload publishes
 	w        *workload
 	mu       sync.Mutex
 	down     map[int]bool // clusters stopped on purpose
@@ -88,11 +94,56 @@ type fleet struct {
 }
 
 func TestFaultCampaign(t *testing.T) {
-	s := short
-	if os.Getenv("CLUSTERMAP_SOAK") == "full" {
-		s = full
-	}
+	s := campaignSettings()
 	f := start(t, s)
+	// took: the emulator answered at least one call with code meanwhile.
+	took := func(name, code string, fn func()) {
+		f.took(t, name, "no call answered "+code, func() float64 { return harness.EmulatorResults(t, f.cmAdmin)[code] }, fn)
+	}
+	f.campaign(t, s.emulatorDown+s.throttle+s.throttle/2+s.memberDown+s.wrongRegion+s.regionDown, func() {
+		f.phase(t, "apiserver restart", func() { f.restartCluster(t, len(f.ids)-1) })
+		f.phase(t, "emulator stopped", func() { f.stopEmulator(t, s.emulatorDown) })
+		took("every call throttled", "RequestLimitExceeded", func() { f.fault(t, `{"rateLimits": {"*": {"rate": 0.000001, "burst": 1}}}`, s.throttle) })
+		// Connections that hang: calls in flight when it ends still hang until
+		// the controllers give up on them (10 s an attempt).
+		took("every call hangs", "RequestTimeout", func() { f.fault(t, `{"hang": true}`, s.throttle/2) })
+		f.phase(t, "member cluster stopped", func() { f.stopMember(t, 0, s.memberDown) })
+		// What a wrong Region reads is nothing: its imports must stay, and
+		// what it withdraws meanwhile (where its records are not) is withdrawn
+		// where they are once it is right again.
+		f.phase(t, "restart in a wrong Region", func() {
+			f.restartWith(t, len(f.ids)-1, s.wrongRegion, []string{"AWS_REGION=" + wrongRegion}, nil)
+		})
+		// Reading a second Region that is down: creations and updates from the
+		// home Region go on.
+		took("a Region down at restart", "ServiceUnavailable", func() {
+			put := f.faults(t)
+			put(`{"outage": true, "regions": ["` + downRegion + `"]}`)
+			f.restartWith(t, 0, s.regionDown, nil, []string{"--regions", "us-east-1," + downRegion})
+			put(`{}`)
+		})
+		// A writer of the account forges records into every exported service:
+		// invalid ones under the exporter's name, and ones under another
+		// cluster's name with ids not its own. None may be imported; they stay
+		// to the end of the campaign.
+		f.phase(t, "a hostile writer's records", func() { f.forge(t) })
+	})
+}
+
+// campaignSettings are the short campaign's, or with CLUSTERMAP_SOAK=full
+// the full one's.
+func campaignSettings() settings {
+	if os.Getenv("CLUSTERMAP_SOAK") == "full" {
+		return full
+	}
+	return short
+}
+
+// campaign populates the fleet and awaits it, runs faults (lasting about
+// faultsFor) under churn and random controller kills, then awaits
+// convergence: every count at zero within the promise.
+func (f *fleet) campaign(t *testing.T, faultsFor time.Duration, faults func()) {
+	s := f.s
 	ctx := context.Background()
 	f.populate(t)
 	harness.EventuallyEvery(t, time.Second, 3*time.Minute, "the initial workload converges", func() error { return f.check(ctx).err() })
@@ -102,58 +153,8 @@ func TestFaultCampaign(t *testing.T) {
 	stopChurn := f.churn(t)
 	stopMonitor := f.monitor(t)
 	faultsStart := time.Now()
-	killsDone := f.killAtRandom(t, s.kills, s.emulatorDown+s.throttle+s.throttle/2+s.memberDown+s.wrongRegion+s.regionDown+30*time.Second)
-	phase := func(name string, fn func()) {
-		began := time.Now()
-		fn()
-		t.Logf("fault %-28s %6.1fs", name, time.Since(began).Seconds())
-	}
-	// took runs a phase and fails the campaign unless the emulator
-	// answered at least one call with code meanwhile: a fault that never
-	// hit a call proves nothing. A call is counted when it is answered, and
-	// a hung call is answered only when its caller gives up (10 s an
-	// attempt), which may be after the phase: the count is awaited that long.
-	took := func(name, code string, fn func()) {
-		before := harness.EmulatorResults(t, f.cmAdmin)[code]
-		phase(name, fn)
-		n := 0.0
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-			if n = harness.EmulatorResults(t, f.cmAdmin)[code] - before; n > 0 || time.Now().After(deadline) {
-				break
-			}
-		}
-		if n == 0 {
-			t.Errorf("fault %q took no effect: no call answered %s", name, code)
-		} else {
-			t.Logf("fault %q: %.0f calls answered %s", name, n, code)
-		}
-	}
-	phase("apiserver restart", func() { f.restartCluster(t, len(f.ids)-1) })
-	phase("emulator stopped", func() { f.stopEmulator(t, s.emulatorDown) })
-	took("every call throttled", "RequestLimitExceeded", func() { f.fault(t, `{"rateLimits": {"*": {"rate": 0.000001, "burst": 1}}}`, s.throttle) })
-	// Connections that hang: calls in flight when it ends still hang until
-	// the controllers give up on them (10 s an attempt).
-	took("every call hangs", "RequestTimeout", func() { f.fault(t, `{"hang": true}`, s.throttle/2) })
-	phase("member cluster stopped", func() { f.stopMember(t, 0, s.memberDown) })
-	// What a wrong Region reads is nothing: its imports must stay, and
-	// what it withdraws meanwhile (where its records are not) is withdrawn
-	// where they are once it is right again.
-	phase("restart in a wrong Region", func() {
-		f.restartWith(t, len(f.ids)-1, s.wrongRegion, []string{"AWS_REGION=" + wrongRegion}, nil)
-	})
-	// Reading a second Region that is down: creations and updates from the
-	// home Region go on.
-	took("a Region down at restart", "ServiceUnavailable", func() {
-		put := f.faults(t)
-		put(`{"outage": true, "regions": ["` + downRegion + `"]}`)
-		f.restartWith(t, 0, s.regionDown, nil, []string{"--regions", "us-east-1," + downRegion})
-		put(`{}`)
-	})
-	// A writer of the account forges records into every exported service:
-	// invalid ones under the exporter's name, and ones under another
-	// cluster's name with ids not its own. None may be imported; they stay
-	// to the end of the campaign.
-	phase("a hostile writer's records", func() { f.forge(t) })
+	killsDone := f.killAtRandom(t, s.kills, faultsFor+30*time.Second)
+	faults()
 	<-killsDone
 	lastFault := time.Now()
 	stopChurn()
@@ -180,12 +181,14 @@ func TestFaultCampaign(t *testing.T) {
 		len(f.ids), len(f.w.snapshot()), f.w.ops(), s.kills, lastFault.Sub(faultsStart).Round(time.Second))
 	t.Logf("imports or replicas lost while their export lived: %d", len(final.lostWhileLive))
 	t.Logf("imports or replicas left after their export ended: %d", len(final.leftAfterEnd))
-	t.Logf("Cloud Map instances with no live endpoint:         %d", len(final.strayInstances))
-	t.Logf("endpoints missing from Cloud Map:                  %d", len(final.missingEndpoints))
+	t.Logf("registry records with no live endpoint:            %d", len(final.strayRecords))
+	t.Logf("endpoints missing from the registry:               %d", len(final.missingEndpoints))
 	t.Logf("imports or replicas not matching their source:     %d", len(final.mismatched))
-	t.Logf("Cloud Map calls meanwhile, fleet-wide:             %d control-plane, %d Discover* (%d controllers at %d control calls/s each)",
-		callsAfter.control-callsBefore.control, callsAfter.data-callsBefore.data, len(f.ids), controller.DefaultCloudMapQPS)
-	t.Logf("  by operation: %s", callsAfter.since(callsBefore))
+	if f.sd != nil {
+		t.Logf("Cloud Map calls meanwhile, fleet-wide:             %d control-plane, %d Discover* (%d controllers at %d control calls/s each)",
+			callsAfter.control-callsBefore.control, callsAfter.data-callsBefore.data, len(f.ids), controller.DefaultCloudMapQPS)
+		t.Logf("  by operation: %s", callsAfter.since(callsBefore))
+	}
 	if converged >= 0 {
 		t.Logf("time to converge after the last fault:             %.1fs", converged.Seconds())
 	} else {
@@ -202,13 +205,45 @@ func TestFaultCampaign(t *testing.T) {
 	}
 }
 
-func start(t *testing.T, s settings) *fleet {
+// phase runs one fault and logs how long it lasted.
+func (f *fleet) phase(t *testing.T, name string, fn func()) {
+	began := time.Now()
+	fn()
+	t.Logf("fault %-28s %6.1fs", name, time.Since(began).Seconds())
+}
+
+// took runs a phase and fails the campaign unless effect (a running count
+// of what the fault met: calls it answered, traffic it held, refusals)
+// grew meanwhile: a fault that never hit a call proves nothing. A call is
+// counted when it is answered, and a hung call is answered only when its
+// caller gives up (10 s an attempt), which may be after the phase: the
+// count is awaited that long.
+func (f *fleet) took(t *testing.T, name, none string, effect func() float64, fn func()) {
+	before := effect()
+	f.phase(t, name, fn)
+	n := 0.0
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		if n = effect() - before; n > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n == 0 {
+		t.Errorf("fault %q took no effect: %s", name, none)
+	} else {
+		t.Logf("fault %q met %.0f times", name, n)
+	}
+}
+
+// newFleet makes the fleet's clusters, with a client of each and the
+// campaign's namespaces; the workload publishes kinds. It returns the
+// directory the processes log to.
+func newFleet(t *testing.T, s settings, kinds []kind) (*fleet, string) {
 	dir := t.TempDir()
 	if keep := os.Getenv("CLUSTERMAP_SOAK_LOGS"); keep != "" {
 		dir = keep // the processes' logs, kept to read after a failure
 	}
 	env := harness.Clusters(t, s.clusters)
-	f := &fleet{s: s, env: env, down: map[int]bool{}, w: newWorkload(), ownCalls: map[string]int{}}
+	f := &fleet{s: s, env: env, kinds: kinds, down: map[int]bool{}, w: newWorkload(), ownCalls: map[string]int{}}
 	for _, c := range env.Clusters {
 		cl := harness.Client(t, c.Config)
 		f.clients = append(f.clients, cl)
@@ -217,6 +252,12 @@ func start(t *testing.T, s settings) *fleet {
 			harness.Must(t, createNamespace(cl, ns))
 		}
 	}
+	return f, dir
+}
+
+// start is a fleet over Cloud Map, every mode.
+func start(t *testing.T, s settings) *fleet {
+	f, dir := newFleet(t, s, kinds)
 	// The emulator, as its own process, so it can stop and come back from
 	// its data directory.
 	api, admin := harness.FreeAddr(t), harness.FreeAddr(t)
@@ -230,28 +271,35 @@ func start(t *testing.T, s settings) *fleet {
 	f.sd = c
 	cloudmaptest.DNSNamespace(t, c, dnsNamespace, "vpc-soak")
 
-	// The controllers: the real binary, every mode, at the shipped
-	// defaults (call budgets, drift period, grace period), two replicas
-	// per cluster under leader election as the chart runs them.
-	peers, err := env.PeerDirs(context.Background(), filepath.Join(dir, "peers"), replication.PeerAccess{})
+	peers, err := f.env.PeerDirs(context.Background(), filepath.Join(dir, "peers"), replication.PeerAccess{})
 	harness.Must(t, err)
 	awsEnv := []string{"AWS_ACCESS_KEY_ID=soak", "AWS_SECRET_ACCESS_KEY=soak", "AWS_REGION=us-east-1"}
-	for _, c := range env.Clusters {
+	f.startControllers(t, dir, awsEnv, func(c *devenv.Cluster) []string {
+		return []string{"--cloudmap-endpoint", f.cmURL, "--cloudmap-dns", "--syndicate", "--peers-dir", peers[c.ID],
+			"--namespaces", strings.Join([]string{nsMCS, nsSyn, nsDNS}, ",")}
+	})
+	return f
+}
+
+// startControllers runs the controllers: the real binary at the shipped
+// defaults (call budgets, drift period, grace period), two replicas per
+// cluster under leader election as the chart runs them, with env and the
+// flags args gives for each cluster.
+func (f *fleet) startControllers(t *testing.T, dir string, env []string, args func(*devenv.Cluster) []string) {
+	for _, c := range f.env.Clusters {
 		var ps []*supervise.Process
 		for r := range replicasPerCluster {
 			name := fmt.Sprintf("%s-controller-%d", c.ID, r)
 			// POD_NAME as the chart sets it: the replica's lease identity,
 			// kept across its restarts as a pod's name is.
-			ps = append(ps, startProc(t, dir, name, append([]string{"POD_NAME=" + name}, awsEnv...), filepath.Join(devenv.BinDir(), "clustermap"), "controller",
-				"--kubeconfig", env.Kubeconfig, "--context", c.ID, "--cloudmap-endpoint", f.cmURL,
+			argv := append([]string{filepath.Join(devenv.BinDir(), "clustermap"), "controller",
+				"--kubeconfig", f.env.Kubeconfig, "--context", c.ID, "--cluster-name", c.ID,
 				"--leader-elect", "--leader-election-namespace", kube.DefaultStatusNamespace,
-				"--cloudmap-dns", "--syndicate", "--peers-dir", peers[c.ID], "--cluster-name", c.ID,
-				"--namespaces", strings.Join([]string{nsMCS, nsSyn, nsDNS}, ","),
-				"--metrics-bind-address", "0", "--health-probe-bind-address", "0"))
+				"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, args(c)...)
+			ps = append(ps, startProc(t, dir, name, append([]string{"POD_NAME=" + name}, env...), argv...))
 		}
 		f.ctrls = append(f.ctrls, ps)
 	}
-	return f
 }
 
 // killAtRandom kills n controller replicas (any cluster, leader or not) at
@@ -386,6 +434,9 @@ type callCount struct {
 // less the test's own.
 func (f *fleet) calls(t *testing.T) callCount {
 	c := callCount{byOp: map[string]int{}}
+	if f.sd == nil {
+		return c // a hub fleet: no Cloud Map
+	}
 	for op, n := range harness.EmulatorCalls(t, f.cmAdmin) {
 		c.byOp[op] += int(n)
 	}

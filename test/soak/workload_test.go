@@ -96,7 +96,7 @@ func (w *workload) newItem(k kind, cluster int) item {
 
 func (f *fleet) populate(t *testing.T) {
 	for ci := range f.clients {
-		for _, k := range kinds {
+		for _, k := range f.kinds {
 			n := map[kind]int{kindMCS: f.s.mcs, kindSyn: f.s.syn, kindDNS: f.s.dns}[k]
 			for range n {
 				harness.Must(t, f.publish(f.w.newItem(k, ci), 2))
@@ -205,7 +205,7 @@ func (f *fleet) churn(t *testing.T) (stop func()) {
 			case rand.IntN(2) == 0 && !last(live, it):
 				err = f.withdraw(it)
 			default:
-				err = f.publish(f.w.newItem(kinds[rand.IntN(len(kinds))], it.cluster), int32(1+rand.IntN(3)))
+				err = f.publish(f.w.newItem(f.kinds[rand.IntN(len(f.kinds))], it.cluster), int32(1+rand.IntN(3)))
 			}
 			if err != nil {
 				t.Logf("churn (cluster %d may be restarting): %v", it.cluster, err)
