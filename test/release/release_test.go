@@ -45,7 +45,9 @@ const release, releaseNS = "clustermap", "clustermap-system"
 // version and the others are built for their platform with it, the image
 // is multi-platform and tagged, the packaged chart carries the version and
 // installs (Helm's own install, into a cluster), the SBOM lists the
-// binary's Go modules, and the notes are the CHANGELOG's section.
+// binary's Go modules, and the notes are the CHANGELOG's section. It is
+// also the test that the CLI builds for every platform a user's laptop or
+// cluster runs (make release builds each one).
 func TestRelease(t *testing.T) {
 	ch, err := loader.Load("../../charts/clustermap")
 	harness.Must(t, err)
