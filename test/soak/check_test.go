@@ -328,18 +328,11 @@ func (f *fleet) cloudMapRecords(ctx context.Context, c *counts, views []*cluster
 				for _, inv := range e.Invalid {
 					c.strayRecords = append(c.strayRecords, fmt.Sprintf("%s record %s: %s", desc, inv.ID, inv.Reason))
 				}
-				var all []string
-				for _, ips := range views[it.cluster].own[it.kind.namespace()+"/"+it.name] {
-					all = append(all, ips...)
-				}
+				var keys []string
 				for _, ep := range e.Endpoints {
-					k := endpointKey(ep.IP, ep.PortName, ep.Port, string(ep.Protocol))
-					if !slices.Contains(all, k) {
-						c.strayRecords = append(c.strayRecords, fmt.Sprintf("%s endpoint %s (no such endpoint)", desc, k))
-						continue
-					}
-					registered[string(it.kind)+"/"+it.name+"/"+k] = true
+					keys = append(keys, endpointKey(ep.IP, ep.PortName, ep.Port, string(ep.Protocol)))
 				}
+				backed(c, registered, desc, it, views[it.cluster], keys)
 			}
 			continue
 		}
@@ -400,20 +393,30 @@ func (f *fleet) hubRecords(ctx context.Context, c *counts, views []*clusterView,
 			c.strayRecords = append(c.strayRecords, desc+" (no live source)")
 			continue
 		}
-		var all []string
-		for _, eps := range views[it.cluster].own[nsMCS+"/"+name] {
-			all = append(all, eps...)
-		}
+		var keys []string
 		for _, ep := range o.Spec.Endpoints {
-			k := endpointKey(ep.IP, ep.PortName, ep.Port, string(ep.Protocol))
-			if !slices.Contains(all, k) {
-				c.strayRecords = append(c.strayRecords, fmt.Sprintf("%s endpoint %s (no such endpoint)", desc, k))
-				continue
-			}
-			registered[string(it.kind)+"/"+it.name+"/"+k] = true
+			keys = append(keys, endpointKey(ep.IP, ep.PortName, ep.Port, string(ep.Protocol)))
 		}
+		backed(c, registered, desc, it, views[it.cluster], keys)
 	}
 	return registered, nil
+}
+
+// backed holds the endpoints (endpointKey) a record of a live item says
+// to its source's: each the source has is registered (by kind/name/key),
+// each it has not is a stray.
+func backed(c *counts, registered map[string]bool, desc string, it item, source *clusterView, keys []string) {
+	var all []string
+	for _, eps := range source.own[it.kind.namespace()+"/"+it.name] {
+		all = append(all, eps...)
+	}
+	for _, k := range keys {
+		if !slices.Contains(all, k) {
+			c.strayRecords = append(c.strayRecords, fmt.Sprintf("%s endpoint %s (no such endpoint)", desc, k))
+			continue
+		}
+		registered[string(it.kind)+"/"+it.name+"/"+k] = true
+	}
 }
 
 // endpointKey is an endpoint's address with one of its ports, as an
