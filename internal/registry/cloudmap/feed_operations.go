@@ -72,13 +72,20 @@ func (f *operationsFeed) byRecords() bool {
 	return true
 }
 
-func (f *operationsFeed) baseline(ctx context.Context) error {
-	_, err := f.operations(ctx, true)
+func (f *operationsFeed) baseline(ctx context.Context) (func(), error) {
+	passed, err := f.operations(ctx, true)
 	f.proofsWanted = true // operations taken as read may have been heartbeats
+	undoRecords := func() {}
 	if err == nil && f.recordsOn {
-		err = f.changeRecords.read(ctx, true)
+		undoRecords, err = f.changeRecords.baseline(ctx)
 	}
-	return err
+	return func() {
+		// The next poll finds them new again, and looks them up.
+		for _, id := range passed {
+			delete(f.seen, id)
+		}
+		undoRecords()
+	}, err
 }
 
 // poll reads the instance operations that succeeded since the
@@ -181,7 +188,7 @@ func (f *operationsFeed) readProofs(ctx context.Context, now time.Time) {
 // operations reads the instance operations that finished since the last
 // poll, newest first, marks them seen, queues the services of this
 // cluster's own (telling the backend which failed), and returns the
-// foreign ones that succeeded.
+// foreign ones that succeeded (a baseline only takes them as read).
 //
 // Cloud Map pages before it filters, over every operation of the account
 // (ECS's and other tools' too), so no filter bounds a poll; the order does.
@@ -273,7 +280,7 @@ func (f *operationsFeed) operations(ctx context.Context, baseline bool) (foreign
 			f.b.opFinished(ctx, id, mine.key, mine.started, failed, nil)
 			continue
 		}
-		if !failed && !baseline {
+		if !failed {
 			foreign = append(foreign, id)
 		}
 	}

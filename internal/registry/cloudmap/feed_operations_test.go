@@ -63,7 +63,7 @@ func TestPollAfterAGapReadsWhatEndedInIt(t *testing.T) {
 	older, newer := registry.Key{Namespace: "apps", Name: "web"}, registry.Key{Namespace: "apps", Name: "api"}
 	start := time.Unix(10_000, 0)
 	f.clock.Now = start
-	if err := f.baseline(ctx); err != nil {
+	if _, err := f.baseline(ctx); err != nil {
 		t.Fatal(err)
 	}
 	b.ownOp(aws.String("op-old"), older)
@@ -108,7 +108,7 @@ func TestPagesPastTheBudgetCatchUpOnlyWithoutRecords(t *testing.T) {
 		f := newWatcher(b, registry.SinkFuncs{}).feed.(*operationsFeed)
 		start := time.Unix(10_000, 0)
 		f.clock.Now = start
-		if err := f.baseline(ctx); err != nil {
+		if _, err := f.baseline(ctx); err != nil {
 			t.Fatal(err)
 		}
 		f.recordsOn = records // as after the records' first read
@@ -119,5 +119,53 @@ func TestPagesPastTheBudgetCatchUpOnlyWithoutRecords(t *testing.T) {
 		if f.clock.CatchUpWanted == records {
 			t.Errorf("with change records %v: a catch-up wanted %v after %d pages, want %v", records, f.clock.CatchUpWanted, f.opts.MaxPollPages, !records)
 		}
+	}
+}
+
+// A catch-up whose listing fails (ListServices throttled) hands the foreign
+// operations its baseline took as read back to the polls: a change made
+// while catch-ups fail is looked up by the next poll, not left to a
+// catch-up that may fail for minutes (TestThrottledCatchUpGoesOnPolling
+// failed so, when a retried catch-up came between an operation's end and
+// the poll that would have seen it).
+func TestFailedCatchUpHandsOperationsBack(t *testing.T) {
+	var mu sync.Mutex
+	listed := []map[string]string{{"Id": "op-0", "Status": "SUCCESS"}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		mu.Lock()
+		defer mu.Unlock()
+		_ = json.NewEncoder(w).Encode(map[string]any{"Operations": listed})
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	b := New(cloudmaptest.ClientOf(t, srv.URL, cloudmapclient.Options{}), Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard()})
+	f := newWatcher(b, registry.SinkFuncs{}).feed.(*operationsFeed)
+	start := time.Unix(10_000, 0)
+	f.clock.Now = start
+	if _, err := f.baseline(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Now = start.Add(1500 * time.Millisecond)
+	if _, err := f.operations(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	listed = append([]map[string]string{{"Id": "op-1", "Status": "SUCCESS"}}, listed...)
+	mu.Unlock()
+	// A catch-up's baseline passes op-1; its listing then fails.
+	f.clock.Now = start.Add(3 * time.Second)
+	undo, err := f.baseline(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo()
+	f.clock.Now = start.Add(4500 * time.Millisecond)
+	foreign, err := f.operations(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(foreign, []string{"op-1"}) {
+		t.Errorf("the poll after a failed catch-up found %v new, want [op-1]", foreign)
 	}
 }

@@ -2,6 +2,7 @@ package cloudmap
 
 import (
 	"context"
+	"maps"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
@@ -29,8 +30,12 @@ func newRecordsFeed(w *Watcher) *recordsFeed {
 	return &recordsFeed{Watcher: w, rev: -1, marks: map[string]feedMark{}}
 }
 
-func (f *recordsFeed) baseline(ctx context.Context) error { return f.read(ctx, true) }
-func (f *recordsFeed) poll(ctx context.Context) error     { return f.read(ctx, false) }
+func (f *recordsFeed) baseline(ctx context.Context) (func(), error) {
+	marks, rev := maps.Clone(f.marks), f.rev
+	return func() { f.marks, f.rev = marks, rev }, f.read(ctx, true)
+}
+
+func (f *recordsFeed) poll(ctx context.Context) error { return f.read(ctx, false) }
 
 // read reads the other clusters' change records when their
 // service's revision moved and marks the services they changed since the

@@ -370,7 +370,8 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		if !w.clock.Synced {
 			// The first listing reads every service: the operations (or
 			// change records) before it are covered, not new.
-			if err := w.feed.baseline(ctx); err != nil {
+			// Only listings run before it: nothing to hand back to polls.
+			if _, err := w.feed.baseline(ctx); err != nil {
 				return err
 			}
 		}
@@ -389,13 +390,16 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		// the revisions; polls go on from there, and the operations up to
 		// start are marked seen, so that the next poll does not count them
 		// as new (and want another catch-up).
-		if err := w.feed.baseline(ctx); err != nil {
+		undo, err := w.feed.baseline(ctx)
+		if err != nil {
 			return err
 		}
 		if err := w.list(ctx, false); err != nil {
+			undo()
 			return err
 		}
 		if err := w.sweep(ctx); err != nil {
+			undo()
 			return err
 		}
 		w.clock.LastList, w.clock.LastSweep, w.clock.LastCatchUp = start, start, start
