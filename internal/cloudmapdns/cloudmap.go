@@ -184,62 +184,54 @@ type Applied struct {
 // while it changes), a few calls at a time, waiting for the operations when
 // wait is set. It returns what succeeded.
 func (m CloudMap) Apply(ctx context.Context, serviceID string, p diff.Changes, wait bool) (Applied, error) {
-	regs := make([]string, 0, len(p.Register))
-	for id := range p.Register {
-		regs = append(regs, id)
+	regs := make([]cloudmapclient.Write, 0, len(p.Register))
+	for id, attrs := range p.Register {
+		regs = append(regs, cloudmapclient.Write{ID: id, Attributes: attrs})
+	}
+	deregs := make([]cloudmapclient.Write, len(p.Deregister))
+	for i, id := range p.Deregister {
+		deregs[i] = cloudmapclient.Write{ID: id}
 	}
 	var a Applied
 	var ops1, ops2 []string
 	var err1, err2 error
-	a.Registered, ops1, err1 = m.each(ctx, regs, wait, func(id string) (*string, error) {
-		out, err := m.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(serviceID), InstanceId: aws.String(id), Attributes: p.Register[id]})
-		if err != nil {
-			return nil, err
-		}
-		return out.OperationId, nil
-	})
-	a.Deregistered, ops2, err2 = m.each(ctx, p.Deregister, wait, func(id string) (*string, error) {
-		out, err := m.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(serviceID), InstanceId: aws.String(id)})
-		var gone *types.InstanceNotFound
-		if errors.As(err, &gone) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		return out.OperationId, nil
-	})
+	a.Registered, ops1, err1 = m.write(ctx, serviceID, regs, wait)
+	a.Deregistered, ops2, err2 = m.write(ctx, serviceID, deregs, wait)
 	a.Running = append(ops1, ops2...)
 	return a, errors.Join(err1, err2)
 }
 
-// each calls f for every id (cloudmapclient.Each), waiting for its
-// operation when wait is set, and returns the ids that worked and the
-// operations not waited for.
-func (m CloudMap) each(ctx context.Context, ids []string, wait bool, f func(string) (*string, error)) ([]string, []string, error) {
-	worked := make([]bool, len(ids))
-	ops := make([]*string, len(ids))
-	err := cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
-		op, err := f(ids[i])
-		if err == nil && wait && op != nil {
-			_, err = cloudmapclient.WaitOperation(ctx, m.c, op)
+// write sends writes, waiting for each operation when wait is set, and
+// returns the ids written (a deregistration of an instance already gone
+// too) and the operations not waited for.
+func (m CloudMap) write(ctx context.Context, serviceID string, writes []cloudmapclient.Write, wait bool) ([]string, []string, error) {
+	worked := make([]bool, len(writes))
+	ops := make([]string, len(writes))
+	err := cloudmapclient.WriteInstances(ctx, m.c, serviceID, writes, func(i int, o cloudmapclient.Outcome) error {
+		if o.Missing {
+			worked[i] = true
+			return nil
+		}
+		err := o.Err
+		if err == nil && wait {
+			_, err = cloudmapclient.WaitOperation(ctx, m.c, aws.String(o.Op))
 		}
 		if err != nil {
-			return fmt.Errorf("instance %s: %w", ids[i], err)
+			return fmt.Errorf("instance %s: %w", writes[i].ID, err)
 		}
 		worked[i] = true
 		if !wait {
-			ops[i] = op
+			ops[i] = o.Op
 		}
 		return nil
 	})
 	var ok, running []string
-	for i, id := range ids {
+	for i, w := range writes {
 		if worked[i] {
-			ok = append(ok, id)
+			ok = append(ok, w.ID)
 		}
-		if ops[i] != nil {
-			running = append(running, *ops[i])
+		if ops[i] != "" {
+			running = append(running, ops[i])
 		}
 	}
 	return ok, running, err

@@ -331,33 +331,32 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		ids = append(ids, id)
 	}
 	written := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	writes := make([]cloudmapclient.Write, len(ids))
+	for i, id := range ids {
+		attrs := maps.Clone(register[id])
+		attrs[recordfmt.AttrWritten] = written
+		writes[i] = cloudmapclient.Write{ID: id, Attributes: attrs}
+	}
 	var addedMu sync.Mutex
 	var added []string
 	stamps := map[string]string{}
-	if err := cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
-		attrs := maps.Clone(register[ids[i]])
-		attrs[recordfmt.AttrWritten] = written
-		out, err := b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i]), Attributes: attrs})
-		if err != nil {
-			var limit *types.ResourceLimitExceeded
-			if errors.As(err, &limit) {
-				return &recordfmt.LimitError{Reason: "Cloud Map refused an instance: " + aws.ToString(limit.Message)}
-			}
-			if isNotFound(err) {
-				// Another cluster removed the empty service meanwhile: the
-				// retry creates it again.
-				b.forget(e.Key)
-			}
-			var busy *types.DuplicateRequest
-			if errors.As(err, &busy) {
-				// An earlier write of this record is still running: its
-				// outcome comes first, then this one is written again.
-				return ErrPending
-			}
-			return fmt.Errorf("registering %s in %s: %w", ids[i], e.Key, err)
+	if err := cloudmapclient.WriteInstances(ctx, b.c, svcID, writes, func(i int, o cloudmapclient.Outcome) error {
+		switch {
+		case o.Full != "":
+			return &recordfmt.LimitError{Reason: "Cloud Map refused an instance: " + o.Full}
+		case o.Busy:
+			// An earlier write of this record is still running: its
+			// outcome comes first, then this one is written again.
+			return ErrPending
+		case o.NoService:
+			// Another cluster removed the empty service meanwhile: the
+			// retry creates it again.
+			b.forget(e.Key)
 		}
-		b.ownOp(out.OperationId, e.Key)
-		b.wrote(e.Key, ids[i], attrs, aws.ToString(out.OperationId))
+		if o.Err != nil {
+			return fmt.Errorf("registering %s in %s: %w", ids[i], e.Key, o.Err)
+		}
+		b.sent(e.Key, writes[i], o.Op)
 		addedMu.Lock()
 		defer addedMu.Unlock()
 		stamps[ids[i]] = written
@@ -600,25 +599,25 @@ func (b *Backend) deregisterSome(ctx context.Context, svcID string, key registry
 	}
 	left, missed := make([]bool, len(ids)), make([]bool, len(ids))
 	var dups atomic.Bool
-	err = cloudmapclient.Each(ctx, len(ids), func(ctx context.Context, i int) error {
-		out, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(ids[i])})
-		var missing *types.InstanceNotFound
-		if errors.As(err, &missing) {
-			b.wrote(key, ids[i], nil, "")
+	writes := make([]cloudmapclient.Write, len(ids))
+	for i, id := range ids {
+		writes[i] = cloudmapclient.Write{ID: id}
+	}
+	err = cloudmapclient.WriteInstances(ctx, b.c, svcID, writes, func(i int, o cloudmapclient.Outcome) error {
+		switch {
+		case o.Missing:
+			b.sent(key, writes[i], "")
 			missed[i] = true
 			return nil
-		}
-		if err != nil {
+		case o.Busy:
 			left[i] = true
-			var dup *types.DuplicateRequest
-			if errors.As(err, &dup) {
-				dups.Store(true)
-				return nil // a write of this record still runs
-			}
-			return fmt.Errorf("deregistering %s from %s: %w", ids[i], key, err)
+			dups.Store(true)
+			return nil // a write of this record still runs
+		case o.Err != nil:
+			left[i] = true
+			return fmt.Errorf("deregistering %s from %s: %w", ids[i], key, o.Err)
 		}
-		b.ownOp(out.OperationId, key)
-		b.wrote(key, ids[i], nil, aws.ToString(out.OperationId))
+		b.sent(key, writes[i], o.Op)
 		return nil
 	})
 	for i, id := range ids {
@@ -811,19 +810,23 @@ type recentWrite struct {
 	at, done time.Time
 }
 
-// wrote notes a write of this cluster's record id of key, by operation op
-// (empty: none, the record was gone already).
-func (b *Backend) wrote(key registry.Key, id string, attrs recordfmt.Attrs, op string) {
+// sent notes a write of this cluster's record of key that Cloud Map took,
+// by operation op (empty: none, the record was gone already): the
+// operation is this cluster's own, and laid over reads until it ends.
+func (b *Backend) sent(key registry.Key, w cloudmapclient.Write, op string) {
+	if op != "" {
+		b.ownOp(&op, key)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.recent[key] == nil {
 		b.recent[key] = map[string]recentWrite{}
 	}
-	w := recentWrite{attrs: attrs, op: op, at: time.Now()}
+	r := recentWrite{attrs: w.Attributes, op: op, at: time.Now()}
 	if op == "" {
-		w.done = w.at
+		r.done = r.at
 	}
-	b.recent[key][id] = w
+	b.recent[key][w.ID] = r
 }
 
 // writeDone notes that the operation of a recent write of key finished.

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/registry"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 )
@@ -350,18 +350,19 @@ func (b *Backend) writeRecord(ctx context.Context, attrs map[string]string) erro
 	if err != nil {
 		return err
 	}
-	out, err := b.c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(b.o.Cluster), Attributes: attrs})
-	if isNotFound(err) {
-		b.forget(key)
-	}
-	if err == nil {
-		// Laid over reads, so that a withdrawal right after (retireRecord)
-		// sees the record its lagging read does not show yet; a write
-		// that fails later goes again (opFinished).
-		b.ownOp(out.OperationId, key)
-		b.wrote(key, b.o.Cluster, attrs, aws.ToString(out.OperationId))
-	}
-	return err
+	write := cloudmapclient.Write{ID: b.o.Cluster, Attributes: attrs}
+	return cloudmapclient.WriteInstances(ctx, b.c, svc, []cloudmapclient.Write{write}, func(_ int, o cloudmapclient.Outcome) error {
+		if o.NoService {
+			b.forget(key)
+		}
+		if o.Err == nil {
+			// Laid over reads, so that a withdrawal right after
+			// (retireRecord) sees the record its lagging read does not
+			// show yet; a write that fails later goes again (opFinished).
+			b.sent(key, write, o.Op)
+		}
+		return o.Err
+	})
 }
 
 // recordOf is the cluster a change record proves and announces changes

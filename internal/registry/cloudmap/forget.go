@@ -2,8 +2,8 @@ package cloudmap
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -143,17 +143,19 @@ func (b *Backend) forgetIn(ctx context.Context, ns, svc, svcRef string, onlyClus
 			return 0, err
 		}
 	}
-	n := 0
+	var writes []cloudmapclient.Write
 	for _, in := range out.Instances {
-		if onlyClustermap && !recordfmt.WrittenByClustermap(in.Attributes) {
-			continue
+		if !onlyClustermap || recordfmt.WrittenByClustermap(in.Attributes) {
+			writes = append(writes, cloudmapclient.Write{ID: aws.ToString(in.InstanceId)})
 		}
-		_, err := b.c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcRef), InstanceId: in.InstanceId})
-		var missing *types.InstanceNotFound
-		if err != nil && !errors.As(err, &missing) {
-			return n, fmt.Errorf("deregistering %s from %s/%s: %w", aws.ToString(in.InstanceId), ns, svc, err)
-		}
-		n++
 	}
-	return n, nil
+	var n atomic.Int64
+	err = cloudmapclient.WriteInstances(ctx, b.c, svcRef, writes, func(i int, o cloudmapclient.Outcome) error {
+		if o.Err != nil && !o.Missing {
+			return fmt.Errorf("deregistering %s from %s/%s: %w", writes[i].ID, ns, svc, o.Err)
+		}
+		n.Add(1)
+		return nil
+	})
+	return int(n.Load()), err
 }
