@@ -48,7 +48,7 @@ const (
 // member's imports and names the share again.
 func TestClusterSetAcrossAccountsAndRegions(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 3, cloudmaplocal.Options{Account: ownerAccount, Accounts: map[string]string{"AKIDMEMBER": memberAccount}})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 3}, CloudMap: cloudmaplocal.Options{Account: ownerAccount, Accounts: map[string]string{"AKIDMEMBER": memberAccount}}})
 	memberHost, westHost := w.env.Clusters[1].Config.Host, w.env.Clusters[2].Config.Host
 	var ownerCalls, memberCalls cloudmapclient.Calls
 	tune := func(o *controller.Options) {

@@ -46,7 +46,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
@@ -131,7 +130,7 @@ func modeValues(mcs, cmdns, synd, dns bool) map[string]any {
 
 func TestChart(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	ch := loadChart(t)
 	monitoring := monitoringCRDs(t)
 	for _, cl := range w.clients {

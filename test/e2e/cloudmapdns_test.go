@@ -22,9 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/test/harness"
 )
 
@@ -46,7 +46,7 @@ const driftPeriod = 2 * time.Second
 // limited to the Cloud Map namespaces the scenarios use.
 func TestCloudMapDNS(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	asSA, configs := w.chartServiceAccount(t, loadChart(t), map[string]any{"region": "us-east-1",
 		"mcs": map[string]any{"enabled": false}, "cloudmapDNS": map[string]any{"enabled": true}})
 	checkAccess(t, configs[w.env.Clusters[0].Config.Host], []access{

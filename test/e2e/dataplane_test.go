@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
@@ -44,9 +43,7 @@ const unexportBound = 20 * time.Second
 // listeners in the pods answer with their own name and addresses. Every
 // pod runs (--all-pods): none carries an annotation.
 func TestDataplane(t *testing.T) {
-	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, Dataplane: true, AllPods: true}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
-	w.connect(t)
-	t.Cleanup(w.startControllers(t, nil))
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2, Dataplane: true, AllPods: true}, Controllers: true})
 	// Beside MCS, replication of one namespace between the same clusters.
 	const ns = "dp"
 	for _, cl := range w.clients {
@@ -74,9 +71,7 @@ func TestDataplane(t *testing.T) {
 // TestDataplaneIPv6Only: IPv6-only clusters, whose pods run because they
 // are annotated (the default).
 func TestDataplaneIPv6Only(t *testing.T) {
-	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, Dataplane: true, IPFamily: devenv.IPv6}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
-	w.connect(t)
-	t.Cleanup(w.startControllers(t, nil))
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2, Dataplane: true, IPFamily: devenv.IPv6}, Controllers: true})
 	const ns, name = "dp6", "web"
 	for _, cl := range w.clients {
 		namespace(t, cl, ns)

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
 	cmdns "github.com/clustermap/clustermap/internal/dns"
 	"github.com/clustermap/clustermap/internal/imports"
@@ -35,9 +34,7 @@ func (w *world) dualStack(t *testing.T) {
 // An IPv6-only pair of clusters imports and answers AAAA only.
 func TestIPv6OnlyClusters(t *testing.T) {
 	inParallel(t)
-	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, IPFamily: devenv.IPv6}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
-	w.connect(t)
-	t.Cleanup(w.startControllers(t, nil))
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2, IPFamily: devenv.IPv6}, Controllers: true})
 	w.familyExport(t, "v6only", []corev1.IPFamily{corev1.IPv6Protocol})
 }
 

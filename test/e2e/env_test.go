@@ -62,18 +62,31 @@ type world struct {
 	hubKubeconfigs map[string]string
 }
 
-func newWorld(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
-	t.Helper()
-	w := worldWithoutControllers(t, n, cmOpts)
-	t.Cleanup(w.startControllers(t, nil))
-	return w
+// worldOptions say what a world holds: its member clusters (Clusters is
+// how many), its registry (the emulator with CloudMap's options, or a hub
+// cluster initialised for the clusterset with every member joined), and
+// whether a controller starts in every cluster at once, in MCS mode at the
+// suite's settings (startControllers), stopped at the test's end.
+type worldOptions struct {
+	devenv.Options
+	CloudMap    cloudmaplocal.Options
+	Hub         bool
+	Controllers bool
 }
 
-// worldWithoutControllers is the clusters and the emulator only.
-func worldWithoutControllers(t *testing.T, n int, cmOpts cloudmaplocal.Options) *world {
+// newWorld makes a world as o says.
+func newWorld(t *testing.T, o worldOptions) *world {
 	t.Helper()
-	w := &world{env: harness.Clusters(t, n), cm: harness.CloudMap(t, cmOpts)}
+	w := &world{env: harness.ClustersWith(t, o.Options)}
+	if o.Hub {
+		w.joinHub(t)
+	} else {
+		w.cm = harness.CloudMap(t, o.CloudMap)
+	}
 	w.connect(t)
+	if o.Controllers {
+		t.Cleanup(w.startControllers(t, nil))
+	}
 	return w
 }
 

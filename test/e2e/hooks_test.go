@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/export"
 	"github.com/clustermap/clustermap/test/harness"
@@ -36,9 +35,7 @@ import (
 // it down all the same.
 func TestChartHooks(t *testing.T) {
 	inParallel(t)
-	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 1, Dataplane: true}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
-	w.connect(t)
-	t.Cleanup(w.startControllers(t, nil))
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 1, Dataplane: true}, Controllers: true})
 	ctx := context.Background()
 	c, cl := w.env.Clusters[0], w.clients[0]
 	namespace(t, cl, "shop")

@@ -32,7 +32,7 @@ import (
 // gave it (under the hub's admission policy), and no Cloud Map at all.
 func TestMCSOverHub(t *testing.T) {
 	inParallel(t)
-	w := hubWorld(t, 3)
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 3}, Hub: true})
 	t.Cleanup(w.startControllers(t, nil))
 	t.Run("ClusterSetIP export is imported into every cluster", w.clusterSetIP)
 	// Before the scenarios that leave refused exports and conflicts, which
@@ -72,22 +72,6 @@ func (w *world) hubStatus(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// hubWorld is n member clusters and a hub cluster, initialised for the
-// members' clusterset, each member joined; no controllers yet.
-func hubWorld(t *testing.T, n int) *world {
-	t.Helper()
-	return hubWorldWith(t, devenv.Options{Clusters: n})
-}
-
-// hubWorldWith is hubWorld of member clusters made as opts say.
-func hubWorldWith(t *testing.T, opts devenv.Options) *world {
-	t.Helper()
-	w := &world{env: harness.ClustersWith(t, opts)}
-	w.connect(t)
-	w.joinHub(t)
-	return w
 }
 
 // joinHub starts a hub cluster, initialised for the members' clusterset,
@@ -130,7 +114,7 @@ func (w *world) hubClean(t *testing.T, ns, name string) {
 // routed to again once its controller is back.
 func TestHubDeadMemberDrained(t *testing.T) {
 	inParallel(t)
-	w := hubWorld(t, 2)
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}, Hub: true})
 	t.Cleanup(w.startControllersIn(t, w.env.Clusters[:1], nil))
 	stop2 := w.startControllersIn(t, w.env.Clusters[1:], nil)
 	const ns, name = "dead", "web"
@@ -192,7 +176,7 @@ func TestHubDeadMemberDrained(t *testing.T) {
 // every check passes, both families, each cluster importing both.
 func TestVerifyOverHub(t *testing.T) {
 	inParallel(t)
-	w := hubWorldWith(t, devenv.Options{Clusters: 2, Dataplane: true, AllPods: true})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2, Dataplane: true, AllPods: true}, Hub: true})
 	t.Cleanup(w.startControllers(t, nil))
 	w.verifyPasses(t)
 }

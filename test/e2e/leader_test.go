@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -24,7 +24,7 @@ import (
 // waiting it out as a stranger must: here the lease is valid for an hour,
 // so a replica under any other name would not lead within the test.
 func TestRestartedLeaderTakesItsLeaseBack(t *testing.T) {
-	w := worldWithoutControllers(t, 1, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 1}})
 	ctx := context.Background()
 	cl := w.clients[0]
 	namespace(t, cl, kube.DefaultStatusNamespace)

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/export"
@@ -45,8 +44,7 @@ var placement = []struct{ zone, zoneID, region string }{
 func TestLocalFirst(t *testing.T) {
 	// Beside other tests: it asserts where requests go, not how fast.
 	inParallel(t)
-	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: len(placement), Dataplane: true}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
-	w.connect(t)
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: len(placement), Dataplane: true}})
 	const ns = "near"
 	for i, cl := range w.clients {
 		harness.PlaceNodes(t, cl, placement[i].zone, placement[i].zoneID)

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -26,7 +26,7 @@ const importDeadline = 20 * time.Second
 // clusters; each scenario has a namespace of its own.
 func TestMCS(t *testing.T) {
 	inParallel(t)
-	w := newWorld(t, 3, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 3}, Controllers: true})
 	t.Run("ClusterSetIP export is imported into every cluster", w.clusterSetIP)
 	t.Run("headless export keeps hostnames", w.headless)
 	t.Run("scaling is reflected in every cluster", w.scaling)

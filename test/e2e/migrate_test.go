@@ -25,7 +25,6 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/export"
@@ -54,7 +53,7 @@ const legacyNS = "legacy"
 func newLegacy(t *testing.T) *legacy {
 	t.Helper()
 	ctx := context.Background()
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	l := &legacy{w: w, one: w.clients[0], two: w.clients[1]}
 	replaceCRDs(t, l.one, loadObjects(t, filepath.Join(devenv.BinDir(), "crds", "mcs-v1alpha1"), 2))
 	w.allNamespaces(t, legacyNS)

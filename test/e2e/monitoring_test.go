@@ -23,7 +23,6 @@ import (
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/supervise"
 	"github.com/clustermap/clustermap/internal/replication"
@@ -229,7 +228,7 @@ func TestDashboardLint(t *testing.T) {
 // only metrics the binaries export.
 func TestMonitoringNamesRealMetrics(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	const ns = "mon"
 	w.allNamespaces(t, ns)
 	dir := t.TempDir()

@@ -72,7 +72,7 @@ func (w *world) outage(t *testing.T) {
 // have not read yet for "exported nowhere".
 func TestRestartDuringOutageKeepsImports(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	stop := w.startControllers(t, nil)
 	const ns, name = "restart", "kept"
 	w.allNamespaces(t, ns)

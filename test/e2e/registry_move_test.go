@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hubv1alpha1 "github.com/clustermap/clustermap/api/hub/v1alpha1"
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -26,7 +25,7 @@ import (
 // cluster-1 left it, and the moved clusterset imports through the hub.
 func TestMoveFromCloudMapToHub(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	w.joinHub(t)
 	const ns, name = "move", "web"
 	w.allNamespaces(t, ns)

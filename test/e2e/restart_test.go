@@ -19,6 +19,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -29,7 +30,7 @@ import (
 // each, and picks up where it was once restarted right.
 func TestRestartReadingTheWrongPlaceKeepsImports(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{Accounts: map[string]string{"AKIDELSEWHERE": "210987654321"}})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}, CloudMap: cloudmaplocal.Options{Accounts: map[string]string{"AKIDELSEWHERE": "210987654321"}}})
 	stop := w.startControllers(t, nil)
 	defer func() { stop() }()
 	const ns = "misread"

@@ -15,8 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/imports"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap"
@@ -33,7 +33,7 @@ import (
 // condition, through the hand-over and for a TTL and two heartbeats after.
 func TestRollingUpgradeDrainsNothing(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	ctx := context.Background()
 	replica := func(id string) func(*controller.Options) {
 		return func(o *controller.Options) {

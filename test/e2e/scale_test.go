@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -27,7 +27,7 @@ import (
 // export is Ready, every cluster imports all 540 pods with both ports,
 // and Cloud Map holds a handful of instances.
 func TestThreeLargeExportsFit(t *testing.T) {
-	w := newWorld(t, 3, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 3}, Controllers: true})
 	const ns, name, pods = "scale", "big", 180
 	w.allNamespaces(t, ns)
 	metrics := corev1.ServicePort{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090, TargetPort: intstr.FromInt32(9090)}

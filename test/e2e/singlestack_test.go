@@ -18,7 +18,6 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapclient"
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/registry"
@@ -70,9 +69,7 @@ func TestSingleStackImportsDualStack(t *testing.T) {
 			if c.cluster == corev1.IPv6Protocol {
 				family = devenv.IPv6
 			}
-			w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 1, IPFamily: family}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
-			w.connect(t)
-			t.Cleanup(w.startControllers(t, nil))
+			w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 1, IPFamily: family}, Controllers: true})
 			const ns = "families"
 			w.allNamespaces(t, ns)
 			http := mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}

@@ -52,7 +52,7 @@ func statusJSON(t *testing.T, w *world) ([]clusterstatus.Cluster, error) {
 
 func TestStatus(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	// No controller yet, nor its namespace: status says exactly that.
 	clusters, err := statusJSON(t, w)
 	if err == nil || len(clusters) != 2 || !strings.Contains(strings.Join(clusters[0].Stuck, ";"), "namespace clustermap-system does not exist and no namespace holds a clustermap-status Lease") {

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/kube"
@@ -30,7 +29,7 @@ import (
 // peer as down, not gone) and syncs it once it answers.
 func TestSyndicatePeerDownAtStart(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	w.allNamespaces(t, "web")
 	dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"web"}})
 	harness.Must(t, err)

@@ -16,7 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/replication"
@@ -29,8 +28,7 @@ func TestSyndicateFamilies(t *testing.T) {
 	inParallel(t)
 	for _, fam := range []string{devenv.IPv4, devenv.IPv6} {
 		t.Run(fam, func(t *testing.T) {
-			w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, IPFamily: fam}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
-			w.connect(t)
+			w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2, IPFamily: fam}})
 			w.allNamespaces(t, "web")
 			dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"web"}})
 			harness.Must(t, err)

@@ -24,8 +24,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/replication"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -34,7 +34,7 @@ import (
 // each with the others' kubeconfigs in its peers directory.
 func TestSyndicate(t *testing.T) {
 	inParallel(t)
-	w := worldWithoutControllers(t, 3, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 3}})
 	for _, ns := range []string{"web", "mig", "ns-in", "ns-out", "private"} {
 		w.allNamespaces(t, ns)
 	}

@@ -26,7 +26,6 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/clustermap/clustermap/internal/cloudmapdns"
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/cloudmaplocal/cloudmaptest"
 	"github.com/clustermap/clustermap/internal/controller"
 	"github.com/clustermap/clustermap/internal/devenv"
@@ -59,7 +58,7 @@ func runCLI(t *testing.T, args ...string) string {
 // outside --namespaces, one another controller serves), the Cloud Map DNS
 // annotations, and another writer's Cloud Map service and instance.
 func TestUninstall(t *testing.T) {
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	w.allNamespaces(t, "shop")
 	dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"shop"}})
 	harness.Must(t, err)

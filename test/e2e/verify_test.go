@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/devenv/dataplane"
 	"github.com/clustermap/clustermap/internal/verify"
@@ -31,9 +30,7 @@ import (
 // it names the firewall. Every run deletes its namespaces.
 func TestVerify(t *testing.T) {
 	inParallel(t)
-	w := &world{env: harness.ClustersWith(t, devenv.Options{Clusters: 2, Dataplane: true, AllPods: true}), cm: harness.CloudMap(t, cloudmaplocal.Options{})}
-	w.connect(t)
-	t.Cleanup(w.startControllers(t, nil))
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2, Dataplane: true, AllPods: true}, Controllers: true})
 	fabric, err := dataplane.Load(filepath.Join(w.env.StateDir, "fabric.json"))
 	harness.Must(t, err)
 	node1, node2 := fabric.NodeNS("cluster-1"), fabric.NodeNS("cluster-2")

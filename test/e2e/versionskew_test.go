@@ -18,6 +18,7 @@ import (
 
 	"github.com/clustermap/clustermap/internal/cloudmaplocal"
 	"github.com/clustermap/clustermap/internal/controller"
+	"github.com/clustermap/clustermap/internal/devenv"
 	"github.com/clustermap/clustermap/internal/registry/cloudmap/recordfmt"
 	"github.com/clustermap/clustermap/test/harness"
 )
@@ -27,7 +28,7 @@ import (
 // exports merge into every import; the newer format is reported on the
 // import; once both run this release, both records carry its version.
 func TestVersionSkew(t *testing.T) {
-	w := worldWithoutControllers(t, 2, cloudmaplocal.Options{})
+	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	versions := map[string]int{"cluster-1": 1, "cluster-2": recordfmt.RecordVersion + 1}
 	start := func(skewed bool) func() {
 		return w.startControllers(t, func(o *controller.Options) {
