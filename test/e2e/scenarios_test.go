@@ -133,7 +133,9 @@ func (w *world) exportApp(t *testing.T, ns, name string, replicas int32) []strin
 func waitPods(t *testing.T, cl client.Client, ns, name string, n int) []string {
 	t.Helper()
 	var ips []string
-	harness.Eventually(t, 30*time.Second, fmt.Sprintf("%d ready pods of %s/%s", n, ns, name), func() error {
+	// kwok readies pods at its own pace, not clustermap's: 180 of them
+	// took over 30 s on a loaded machine (TestThreeLargeExportsFit).
+	harness.Eventually(t, 2*time.Minute, fmt.Sprintf("%d ready pods of %s/%s", n, ns, name), func() error {
 		var err error
 		if ips, err = readyPodIPs(cl, ns, name); err == nil && len(ips) != n {
 			err = fmt.Errorf("%d ready", len(ips))
