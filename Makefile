@@ -113,8 +113,9 @@ static-checks:
 test-packages:
 	CLUSTERMAP_BIN_DIR=$(BIN) go test -p 3 -tags e2e $(GOTEST_FLAGS) $$(go list -tags e2e ./test/e2e ./test/release ./... | grep -v /test/soak)
 
-## test-fast: the tests that need no cluster, root, tool or built binary
-## (about a minute cold)
+## test-fast: the tests that need no cluster, root, tool or built binary,
+## but the Cloud Map backend's scenarios against the emulator (minutes of
+## operations, read lag and TTLs; make test runs them with the e2e tag)
 test-fast:
 	go test ./...
 
