@@ -106,7 +106,8 @@ static-checks:
 ## is listed first: it is the longest package (about 18 minutes) and go
 ## test starts packages in the order given, so the others run beside it,
 ## not before it; test/release second: on a cold build cache its four
-## cross-builds of the CLI took 1,256 s when they started last. -p 3: the others take about 22 minutes one after another
+## cross-builds of the CLI took 1,256 s when they started last. -p 3: the
+## others take about 22 minutes one after another
 ## (1,361 s in a clean-clone run of 06cfae2, against test/e2e's 1,156 s),
 ## so at go test's default of one package per core they, not test/e2e,
 ## set the time; two at a time beside test/e2e, they end well before it.

@@ -9,9 +9,9 @@ import (
 // change record (recordsFeed).
 type feed interface {
 	// baseline takes every change so far as read: a listing that reads
-	// every service follows. If that listing fails (a throttled catch-up),
-	// undo hands the changes back to the polls: they must not wait for a
-	// catch-up that may fail again for minutes.
+	// every service follows. If it or that listing fails (a throttled
+	// catch-up), undo (never nil) hands the changes back to the polls:
+	// they must not wait for a catch-up that may fail again for minutes.
 	baseline(ctx context.Context) (undo func(), err error)
 	// poll marks the services changed since the last poll dirty.
 	poll(ctx context.Context) error

@@ -391,14 +391,13 @@ func (w *Watcher) do(ctx context.Context, st step) error {
 		// start are marked seen, so that the next poll does not count them
 		// as new (and want another catch-up).
 		undo, err := w.feed.baseline(ctx)
+		if err == nil {
+			err = w.list(ctx, false)
+		}
+		if err == nil {
+			err = w.sweep(ctx)
+		}
 		if err != nil {
-			return err
-		}
-		if err := w.list(ctx, false); err != nil {
-			undo()
-			return err
-		}
-		if err := w.sweep(ctx); err != nil {
 			undo()
 			return err
 		}
