@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -85,6 +86,11 @@ func (w *world) clusterSetIP(t *testing.T) {
 			if len(si.Spec.IPs) != 1 || len(si.Spec.IPFamilies) != 1 || !reflect.DeepEqual(si.Spec.IPs, derived.Spec.ClusterIPs) || derived.Spec.Selector != nil {
 				return fmt.Errorf("ips %v, ipFamilies %v, derived Service %v selector %v", si.Spec.IPs, si.Spec.IPFamilies, derived.Spec.ClusterIPs, derived.Spec.Selector)
 			}
+			// As the upstream conformance suite asks: the Service's
+			// affinity, None by default.
+			if si.Spec.SessionAffinity != corev1.ServiceAffinityNone || si.Spec.SessionAffinityConfig != nil {
+				return fmt.Errorf("session affinity %q %+v, want the Service's None", si.Spec.SessionAffinity, si.Spec.SessionAffinityConfig)
+			}
 			if !prefixContains(w.env.Clusters[i].ServiceCIDRs[0], si.Spec.IPs[0]) {
 				return fmt.Errorf("VIP %s is not from %s's own service range", si.Spec.IPs[0], id)
 			}
@@ -116,6 +122,18 @@ func (w *world) clusterSetIP(t *testing.T) {
 			if err := wantCondition(src, ns, name, c.t, c.want)(); err != nil {
 				return err
 			}
+		}
+		return nil
+	})
+	// Client IP affinity and its timeout reach every import through the
+	// registry's records.
+	updateService(t, src, ns, name, func(s *corev1.Service) {
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](600)}}
+	})
+	w.eachImport(t, ns, name, "client IP affinity for 600 s", func(si *mcsv1beta1.ServiceImport) error {
+		if c := si.Spec.SessionAffinityConfig; si.Spec.SessionAffinity != corev1.ServiceAffinityClientIP || c == nil || c.ClientIP == nil || ptr.Deref(c.ClientIP.TimeoutSeconds, 0) != 600 {
+			return fmt.Errorf("session affinity %q %+v", si.Spec.SessionAffinity, c)
 		}
 		return nil
 	})

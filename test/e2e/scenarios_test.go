@@ -264,12 +264,13 @@ func (w *world) differingSets(t *testing.T) {
 	const ns = "conflicts-sets"
 	w.allNamespaces(t, ns)
 	c1, c2 := w.clients[0], w.clients[1]
-	metrics := corev1.ServicePort{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090, TargetPort: intstr.FromInt32(9090)}
+	// SCTP, as the upstream conformance suite's union of ports has it.
+	metrics := corev1.ServicePort{Name: "metrics", Protocol: corev1.ProtocolSCTP, Port: 9090, TargetPort: intstr.FromInt32(9090)}
 	exportInTurn(t, ns, "ports", "True/PortConflict",
 		func() { app(t, c1, ns, "ports", 1, false, httpPort(80, 8080)) }, c1,
 		func() { app(t, c2, ns, "ports", 1, false, httpPort(80, 8080), metrics) }, c2)
 	w.eachImport(t, ns, "ports", "the union of the ports", func(si *mcsv1beta1.ServiceImport) error {
-		if len(si.Spec.Ports) != 2 || si.Spec.Ports[0].Port != 80 || si.Spec.Ports[1].Port != 9090 {
+		if len(si.Spec.Ports) != 2 || si.Spec.Ports[0].Port != 80 || si.Spec.Ports[1].Port != 9090 || si.Spec.Ports[1].Protocol != corev1.ProtocolSCTP {
 			return fmt.Errorf("ports %+v", si.Spec.Ports)
 		}
 		return nil
