@@ -58,6 +58,7 @@ func runCLI(t *testing.T, args ...string) string {
 // outside --namespaces, one another controller serves), the Cloud Map DNS
 // annotations, and another writer's Cloud Map service and instance.
 func TestUninstall(t *testing.T) {
+	inParallel(t)
 	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	w.allNamespaces(t, "shop")
 	dirs, err := w.env.PeerDirs(context.Background(), t.TempDir(), replication.PeerAccess{Namespaces: []string{"shop"}})

@@ -28,6 +28,7 @@ import (
 // exports merge into every import; the newer format is reported on the
 // import; once both run this release, both records carry its version.
 func TestVersionSkew(t *testing.T) {
+	inParallel(t)
 	w := newWorld(t, worldOptions{Options: devenv.Options{Clusters: 2}})
 	versions := map[string]int{"cluster-1": 1, "cluster-2": recordfmt.RecordVersion + 1}
 	start := func(skewed bool) func() {
