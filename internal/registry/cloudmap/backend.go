@@ -326,16 +326,12 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 		delete(register, rec)
 		later = true
 	}
-	ids := make([]string, 0, len(register))
-	for id := range register {
-		ids = append(ids, id)
-	}
 	written := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	writes := make([]cloudmapclient.Write, len(ids))
-	for i, id := range ids {
-		attrs := maps.Clone(register[id])
+	writes := make([]cloudmapclient.Write, 0, len(register))
+	for id, attrs := range register {
+		attrs = maps.Clone(attrs)
 		attrs[recordfmt.AttrWritten] = written
-		writes[i] = cloudmapclient.Write{ID: id, Attributes: attrs}
+		writes = append(writes, cloudmapclient.Write{ID: id, Attributes: attrs})
 	}
 	var addedMu sync.Mutex
 	var added []string
@@ -354,14 +350,14 @@ func (b *Backend) publish(ctx context.Context, e registry.Export) error {
 			b.forget(e.Key)
 		}
 		if o.Err != nil {
-			return fmt.Errorf("registering %s in %s: %w", ids[i], e.Key, o.Err)
+			return fmt.Errorf("registering %s in %s: %w", writes[i].ID, e.Key, o.Err)
 		}
 		b.sent(e.Key, writes[i], o.Op)
 		addedMu.Lock()
 		defer addedMu.Unlock()
-		stamps[ids[i]] = written
-		if _, had := current[ids[i]]; !had {
-			added = append(added, ids[i])
+		stamps[writes[i].ID] = written
+		if _, had := current[writes[i].ID]; !had {
+			added = append(added, writes[i].ID)
 		}
 		return nil
 	}); err != nil {
