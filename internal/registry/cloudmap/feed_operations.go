@@ -91,7 +91,8 @@ func (f *operationsFeed) baseline(ctx context.Context) (func(), error) {
 // poll reads the instance operations that succeeded since the
 // last successful poll and marks their services for reading. Operations
 // this cluster started name their service; foreign ones are looked up one
-// by one within the lookup budget; past it, they ask for a catch-up.
+// by one within the lookup budget; past it, they ask for a catch-up, and
+// the newest are looked up with what the budget has left.
 func (f *operationsFeed) poll(ctx context.Context) error {
 	foreign, err := f.operations(ctx, false)
 	if err != nil {
@@ -114,8 +115,16 @@ func (f *operationsFeed) poll(ctx context.Context) error {
 		f.recordsOn = false
 	}
 	if len(foreign) > 0 && !f.lookups.AllowN(now, len(foreign)) {
+		// Past the budget: a catch-up finds them all. Meanwhile the
+		// newest (the listing's order) are looked up with what the budget
+		// has left, so that a change made while catch-ups fail (throttled)
+		// is still heard by the polls.
 		f.clock.CatchUpWanted = true
-		return nil
+		left := min(int(f.lookups.TokensAt(now)), len(foreign))
+		if left <= 0 || !f.lookups.AllowN(now, left) {
+			return nil
+		}
+		foreign = foreign[:left]
 	}
 	for i, id := range foreign {
 		key, err := f.operationKey(ctx, id)

@@ -46,10 +46,8 @@ func TestPollAfterAGapReadsWhatEndedInIt(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := context.Background()
-	c := cloudmaptest.ClientOf(t, srv.URL, cloudmapclient.Options{})
 	var again []registry.Key
-	b := New(c, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard(), Observer: registry.ObserverFuncs{OnWriteFailed: func(k registry.Key) { again = append(again, k) }}})
-	f := newWatcher(b, registry.SinkFuncs{}).feed.(*operationsFeed)
+	b, f := scriptedFeed(t, srv.URL, Options{Observer: registry.ObserverFuncs{OnWriteFailed: func(k registry.Key) { again = append(again, k) }}})
 	poll := func(at time.Time, ops ...map[string]string) {
 		t.Helper()
 		mu.Lock()
@@ -61,11 +59,7 @@ func TestPollAfterAGapReadsWhatEndedInIt(t *testing.T) {
 		}
 	}
 	older, newer := registry.Key{Namespace: "apps", Name: "web"}, registry.Key{Namespace: "apps", Name: "api"}
-	start := time.Unix(10_000, 0)
-	f.clock.Now = start
-	if _, err := f.baseline(ctx); err != nil {
-		t.Fatal(err)
-	}
+	start := f.clock.Now
 	b.ownOp(aws.String("op-old"), older)
 	b.ownOp(aws.String("op-new"), newer)
 	// The newer write ends first; the older one still runs.
@@ -102,15 +96,9 @@ func TestPagesPastTheBudgetCatchUpOnlyWithoutRecords(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := context.Background()
-	c := cloudmaptest.ClientOf(t, srv.URL, cloudmapclient.Options{})
 	for _, records := range []bool{false, true} {
-		b := New(c, Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard()})
-		f := newWatcher(b, registry.SinkFuncs{}).feed.(*operationsFeed)
-		start := time.Unix(10_000, 0)
-		f.clock.Now = start
-		if _, err := f.baseline(ctx); err != nil {
-			t.Fatal(err)
-		}
+		_, f := scriptedFeed(t, srv.URL, Options{})
+		start := f.clock.Now
 		f.recordsOn = records // as after the records' first read
 		f.clock.Now = start.Add(1500 * time.Millisecond)
 		if _, err := f.operations(ctx, false); err != nil {
@@ -139,13 +127,8 @@ func TestFailedCatchUpHandsOperationsBack(t *testing.T) {
 	}))
 	defer srv.Close()
 	ctx := context.Background()
-	b := New(cloudmaptest.ClientOf(t, srv.URL, cloudmapclient.Options{}), Options{Cluster: "c1", ClusterSet: "set", Log: logr.Discard()})
-	f := newWatcher(b, registry.SinkFuncs{}).feed.(*operationsFeed)
-	start := time.Unix(10_000, 0)
-	f.clock.Now = start
-	if _, err := f.baseline(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, f := scriptedFeed(t, srv.URL, Options{})
+	start := f.clock.Now
 	f.clock.Now = start.Add(1500 * time.Millisecond)
 	if _, err := f.operations(ctx, false); err != nil {
 		t.Fatal(err)
@@ -168,4 +151,70 @@ func TestFailedCatchUpHandsOperationsBack(t *testing.T) {
 	if !slices.Equal(foreign, []string{"op-1"}) {
 		t.Errorf("the poll after a failed catch-up found %v new, want [op-1]", foreign)
 	}
+}
+
+// A poll that finds more foreign operations than the lookup budget allows
+// wants a catch-up, and still looks up the newest with what the budget
+// has left: while catch-ups fail (ListServices throttled), every poll's
+// operations were left to them, and a change made meanwhile waited for
+// one to succeed (TestThrottledCatchUpGoesOnPolling failed so in a
+// clean-clone run: not heard in 30 s).
+func TestPollPastTheBudgetLooksUpTheNewest(t *testing.T) {
+	const n = 30
+	var ops []map[string]string
+	for i := n - 1; i >= 0; i-- { // newest first
+		ops = append(ops, map[string]string{"Id": fmt.Sprintf("op-%d", i), "Status": "SUCCESS"})
+	}
+	var listed atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		switch r.Header.Get("X-Amz-Target") {
+		case "Route53AutoNaming_v20170314.ListOperations":
+			if !listed.Swap(true) {
+				_ = json.NewEncoder(w).Encode(map[string]any{"Operations": []map[string]string{}}) // the baseline
+				return
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"Operations": ops})
+		case "Route53AutoNaming_v20170314.GetOperation":
+			var in struct{ OperationId string }
+			_ = json.NewDecoder(r.Body).Decode(&in)
+			_ = json.NewEncoder(w).Encode(map[string]any{"Operation": map[string]any{"Id": in.OperationId, "Status": "SUCCESS",
+				"Targets": map[string]string{"SERVICE": "srv-" + in.OperationId[len("op-"):]}}})
+		default:
+			http.Error(w, "not scripted", http.StatusBadRequest)
+		}
+	}))
+	defer srv.Close()
+	b, f := scriptedFeed(t, srv.URL, Options{})
+	key := func(i int) registry.Key { return registry.Key{Namespace: "apps", Name: fmt.Sprintf("svc-%d", i)} }
+	for i := range n {
+		b.remember(key(i), fmt.Sprintf("srv-%d", i))
+	}
+	f.clock.Now = f.clock.Now.Add(1500 * time.Millisecond)
+	if err := f.poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !f.clock.CatchUpWanted {
+		t.Error("30 foreign operations past a budget of 20: no catch-up wanted")
+	}
+	for i := range n {
+		_, marked := f.dirty[key(i)]
+		if want := i >= n-f.opts.MaxGetOperations; marked != want {
+			t.Errorf("%s (operation %d of %d, newest last) marked for reading: %v, want %v", key(i), i, n, marked, want)
+		}
+	}
+}
+
+// scriptedFeed is a watcher's operations feed over a scripted Cloud Map at
+// url, past its first baseline (at 10,000 s after the epoch).
+func scriptedFeed(t *testing.T, url string, o Options) (*Backend, *operationsFeed) {
+	t.Helper()
+	o.Cluster, o.ClusterSet, o.Log = "c1", "set", logr.Discard()
+	b := New(cloudmaptest.ClientOf(t, url, cloudmapclient.Options{}), o)
+	f := newWatcher(b, registry.SinkFuncs{}).feed.(*operationsFeed)
+	f.clock.Now = time.Unix(10_000, 0)
+	if _, err := f.baseline(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return b, f
 }
