@@ -698,16 +698,17 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 	}
 	if n := aws.ToInt32(svc.Service.InstanceCount); n > 0 {
 		// Other clusters' records remain (then the service stays), or our
-		// deregistrations are still running (then come back).
-		all, err := b.c.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
-			NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
-			QueryParameters: map[string]string{recordfmt.AttrClusterID: b.o.Cluster, recordfmt.AttrClusterSetID: b.o.ClusterSet}, MaxResults: aws.Int32(1),
-			OwnerAccount: b.tenancy.ownerAccount(),
-		})
-		if err == nil && len(all.Instances) > 0 {
+		// deregistrations are still running (then come back), or they
+		// have just finished (then the service goes).
+		ours, others, err := b.listRecords(ctx, svcID)
+		switch {
+		case err != nil:
+			return err
+		case ours:
 			return ErrPending
+		case others:
+			return nil
 		}
-		return err
 	}
 	b.mu.Lock()
 	mine := b.created[svcID]
@@ -728,6 +729,32 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 	}
 	b.forget(key)
 	return b.deleteNamespace(ctx, key, aws.ToString(svc.Service.NamespaceId))
+}
+
+// listRecords tells whether a service holds records of this cluster's
+// and of others. Asked of the control plane (ListInstances), as
+// InstanceCount is: a data-plane read lags, and may not show yet a record
+// whose registration finished a moment ago while its deregistration still
+// runs (a withdrawal right after an export left its service behind so).
+// Across accounts, a record another account wrote under this cluster's
+// name counts as another's.
+func (b *Backend) listRecords(ctx context.Context, svcID string) (ours, others bool, err error) {
+	p := sd.NewListInstancesPaginator(b.c, &sd.ListInstancesInput{ServiceId: aws.String(svcID), MaxResults: aws.Int32(100)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return false, false, err
+		}
+		for _, in := range page.Instances {
+			mine := in.Attributes[recordfmt.AttrClusterID] == b.o.Cluster && in.Attributes[recordfmt.AttrClusterSetID] == b.o.ClusterSet &&
+				(!b.tenancy.bindsWriters() || b.o.Account == "" || aws.ToString(in.CreatedByAccount) == b.o.Account)
+			if mine {
+				return true, others, nil
+			}
+			others = true
+		}
+	}
+	return false, others, nil
 }
 
 // deleteNamespace deletes a namespace clustermap created once it holds no

@@ -192,9 +192,13 @@ func TestRecordGoesWithTheLastExport(t *testing.T) {
 	// (DiscoverInstances) may show a moment before the record was written.
 	records := func() int { return instancesOf(ctx, setup, registry.Key{Name: cloudmap.ChangesService}) }
 	waitUntil(t, "east's record", func() bool { return records() == 1 })
+	// A withdrawal waits for up to three operations in a row (a write
+	// still running, the deregistration, the namespace's deletion: 4 s
+	// each at most in the profile), the last one twice over (the
+	// service's, then the change record's).
 	withdraw := func(k registry.Key) {
 		t.Helper()
-		waitUntil(t, "withdrawn "+k.String(), func() bool { return east.b.Withdraw(ctx, k) == nil })
+		waitWithin(t, time.Minute, "withdrawn "+k.String(), func() bool { return east.b.Withdraw(ctx, k) == nil })
 	}
 	withdraw(web)
 	if records() != 1 {

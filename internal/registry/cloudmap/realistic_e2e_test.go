@@ -543,3 +543,48 @@ func ipsOf(ctx context.Context, c *sd.Client, key registry.Key) string {
 	}
 	return strings.Join(ips, " ")
 }
+
+// A withdrawal right after an export: a record's registration finished a
+// moment before its deregistration was accepted, and a data-plane read
+// does not show it yet while the deregistration runs. The withdrawal is
+// done only once the service and its namespace are gone. Reads lag five
+// minutes here, not the profile's 2 s (Cloud Map promises no bound), so
+// that most reads show the service before its records were written: at
+// 2 s the race is rarer, not gone (TestRecordGoesWithTheLastExport lost
+// it in a clean-clone run).
+func TestWithdrawalRightAfterTheExportLeavesNothing(t *testing.T) {
+	t.Parallel()
+	p := *noLateFailures()
+	p.ReadLag = 5 * time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: &p})
+	east := newCluster(t, ctx, srv, "AKIDEAST", "", "", "east")
+	key := registry.Key{Namespace: "brief", Name: "web"}
+	if err := east.b.Publish(ctx, export("east", key, "10.1.0.1")); err != nil && !errors.Is(err, registry.ErrPending) {
+		t.Fatal(err)
+	}
+	// As the export reconciler does: again a second later while pending.
+	start := time.Now()
+	for err := east.b.Withdraw(ctx, key); err != nil; err = east.b.Withdraw(ctx, key) {
+		if !errors.Is(err, registry.ErrPending) || time.Since(start) > time.Minute {
+			t.Fatalf("the withdrawal: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	setup := srv.Client(t, srv.Shipped())
+	nss, err := setup.ListNamespaces(ctx, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{{Name: types.NamespaceFilterNameName, Values: []string{key.Namespace}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range nss.Namespaces {
+		svcs, err := setup.ListServices(ctx, &sd.ListServicesInput{Filters: []types.ServiceFilter{{Name: types.ServiceFilterNameNamespaceId, Values: []string{aws.ToString(ns.Id)}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range svcs.Services {
+			t.Errorf("withdrawn, yet service %s is left with %d instances", aws.ToString(s.Name), aws.ToInt32(s.InstanceCount))
+		}
+		t.Errorf("withdrawn, yet namespace %s is left", aws.ToString(ns.Name))
+	}
+}
