@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/clustermap/clustermap/internal/registry"
@@ -60,17 +59,11 @@ func (b *Backend) creators(ctx context.Context, key registry.Key) (map[string]st
 		return nil, fmt.Errorf("service %s not found to list who created its instances: read again", key)
 	}
 	out := map[string]string{}
-	p := sd.NewListInstancesPaginator(b.c, &sd.ListInstancesInput{ServiceId: aws.String(ref), MaxResults: aws.Int32(100)})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, in := range page.Instances {
-			out[aws.ToString(in.Id)] = aws.ToString(in.CreatedByAccount)
-		}
-	}
-	return out, nil
+	err = b.eachInstance(ctx, ref, func(in types.InstanceSummary) bool {
+		out[aws.ToString(in.Id)] = aws.ToString(in.CreatedByAccount)
+		return true
+	})
+	return out, err
 }
 
 // refuseForeign keeps, across accounts, the instances created by the

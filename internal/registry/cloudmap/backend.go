@@ -739,22 +739,13 @@ func (b *Backend) cleanup(ctx context.Context, key registry.Key, svcID string) e
 // Across accounts, a record another account wrote under this cluster's
 // name counts as another's.
 func (b *Backend) listRecords(ctx context.Context, svcID string) (ours, others bool, err error) {
-	p := sd.NewListInstancesPaginator(b.c, &sd.ListInstancesInput{ServiceId: aws.String(svcID), MaxResults: aws.Int32(100)})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return false, false, err
-		}
-		for _, in := range page.Instances {
-			mine := in.Attributes[recordfmt.AttrClusterID] == b.o.Cluster && in.Attributes[recordfmt.AttrClusterSetID] == b.o.ClusterSet &&
-				(!b.tenancy.bindsWriters() || b.o.Account == "" || aws.ToString(in.CreatedByAccount) == b.o.Account)
-			if mine {
-				return true, others, nil
-			}
-			others = true
-		}
-	}
-	return false, others, nil
+	err = b.eachInstance(ctx, svcID, func(in types.InstanceSummary) bool {
+		ours = in.Attributes[recordfmt.AttrClusterID] == b.o.Cluster && in.Attributes[recordfmt.AttrClusterSetID] == b.o.ClusterSet &&
+			(!b.tenancy.bindsWriters() || b.o.Account == "" || aws.ToString(in.CreatedByAccount) == b.o.Account)
+		others = others || !ours
+		return !ours
+	})
+	return ours, others, err
 }
 
 // deleteNamespace deletes a namespace clustermap created once it holds no

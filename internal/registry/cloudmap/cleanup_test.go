@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 
@@ -73,11 +74,7 @@ func TestCleanupDecidesOnTheListing(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			deleted := false
-			for _, c := range calls {
-				deleted = deleted || c == "DeleteService"
-			}
-			if deleted != tc.deleteSvc {
+			if deleted := slices.Contains(calls, "DeleteService"); deleted != tc.deleteSvc {
 				t.Errorf("the service deleted: %v, want %v (calls %v)", deleted, tc.deleteSvc, calls)
 			}
 		})

@@ -51,3 +51,21 @@ func (b *Backend) eachService(ctx context.Context, namespace func(name, ref stri
 	}
 	return nil
 }
+
+// eachInstance lists a service's instances (ListInstances, the control
+// plane: it does not lag as DiscoverInstances does) until f says stop.
+func (b *Backend) eachInstance(ctx context.Context, ref string, f func(in types.InstanceSummary) (more bool)) error {
+	p := sd.NewListInstancesPaginator(b.c, &sd.ListInstancesInput{ServiceId: aws.String(ref), MaxResults: aws.Int32(100)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, in := range page.Instances {
+			if !f(in) {
+				return nil
+			}
+		}
+	}
+	return nil
+}

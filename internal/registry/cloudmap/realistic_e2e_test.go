@@ -121,6 +121,19 @@ func publish(ctx context.Context, r registry.Registry, e registry.Export) error 
 	}
 }
 
+// withdrawn withdraws as the export reconciler does while the withdrawal
+// is pending: again a second later, until it is done, for up to within.
+func withdrawn(t *testing.T, r registry.Registry, key registry.Key, within time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for err := r.Withdraw(context.Background(), key); err != nil; err = r.Withdraw(context.Background(), key) {
+		if !errors.Is(err, registry.ErrPending) || time.Since(start) > within {
+			t.Fatalf("withdrawing %s: %v", key, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // The data plane trails a write by up to 4 s, longer than the 1.5 s poll:
 // a read right after the change feed shows an operation is often stale.
 // Each change still arrives, because a changed service is read until a
@@ -284,13 +297,7 @@ func TestFailedNamespaceDeletionIsMadeAgain(t *testing.T) {
 		t.Fatal("the namespace was deleted although every operation fails")
 	}
 	w.srv.SetFaults(cloudmaplocal.Faults{})
-	start := time.Now()
-	for err := w.exporter.Withdraw(ctx, key); err != nil; err = w.exporter.Withdraw(ctx, key) {
-		if !errors.Is(err, registry.ErrPending) || time.Since(start) > 30*time.Second {
-			t.Fatalf("the withdrawal after the fault: %v", err)
-		}
-		time.Sleep(time.Second)
-	}
+	withdrawn(t, w.exporter, key, 30*time.Second)
 	if nsLeft() {
 		t.Fatal("the withdrawal finished and its emptied namespace is still there")
 	}
@@ -564,14 +571,7 @@ func TestWithdrawalRightAfterTheExportLeavesNothing(t *testing.T) {
 	if err := east.b.Publish(ctx, export("east", key, "10.1.0.1")); err != nil && !errors.Is(err, registry.ErrPending) {
 		t.Fatal(err)
 	}
-	// As the export reconciler does: again a second later while pending.
-	start := time.Now()
-	for err := east.b.Withdraw(ctx, key); err != nil; err = east.b.Withdraw(ctx, key) {
-		if !errors.Is(err, registry.ErrPending) || time.Since(start) > time.Minute {
-			t.Fatalf("the withdrawal: %v", err)
-		}
-		time.Sleep(time.Second)
-	}
+	withdrawn(t, east.b, key, time.Minute)
 	setup := srv.Client(t, srv.Shipped())
 	nss, err := setup.ListNamespaces(ctx, &sd.ListNamespacesInput{Filters: []types.NamespaceFilter{{Name: types.NamespaceFilterNameName, Values: []string{key.Namespace}}}})
 	if err != nil {
