@@ -51,8 +51,11 @@ type settings struct {
 	emulatorDown, throttle, memberDown time.Duration
 	wrongRegion, regionDown            time.Duration
 	hubDown, revoked                   time.Duration // the hub unreachable; a member's hub credentials revoked
-	converge                           time.Duration // the promise
-	churnEvery, exportEvery            time.Duration // a Deployment scaled; a Service published or withdrawn
+	// converge is the promise the full campaign checks; the short one, run
+	// by make test on machines of any speed, reports the time and checks
+	// only that every count reaches 0 (a timed assertion there flakes).
+	converge                time.Duration
+	churnEvery, exportEvery time.Duration // a Deployment scaled; a Service published or withdrawn
 }
 
 var (
@@ -60,7 +63,7 @@ var (
 		emulatorDown: 20 * time.Second, throttle: 20 * time.Second, memberDown: 20 * time.Second,
 		wrongRegion: 15 * time.Second, regionDown: 15 * time.Second,
 		hubDown: 40 * time.Second, revoked: 40 * time.Second,
-		converge: 30 * time.Second, churnEvery: 700 * time.Millisecond, exportEvery: 2 * time.Second}
+		churnEvery: 700 * time.Millisecond, exportEvery: 2 * time.Second}
 	full = settings{clusters: 3, mcs: 30, syn: 10, dns: 10, kills: 20,
 		emulatorDown: 5 * time.Minute, throttle: 2 * time.Minute, memberDown: 2 * time.Minute,
 		wrongRegion: 2 * time.Minute, regionDown: 2 * time.Minute,
@@ -141,7 +144,7 @@ func campaignSettings() settings {
 
 // campaign populates the fleet and awaits it, runs faults (lasting about
 // faultsFor) under churn and random controller kills, then awaits
-// convergence: every count at zero within the promise.
+// convergence: every count at zero (within the promise, if it has one).
 func (f *fleet) campaign(t *testing.T, faultsFor time.Duration, faults func()) {
 	s := f.s
 	ctx := context.Background()
@@ -162,6 +165,7 @@ func (f *fleet) campaign(t *testing.T, faultsFor time.Duration, faults func()) {
 
 	// Convergence: every count at zero.
 	var final counts
+	var lastBehind error // what had not converged at the last check before it did
 	converged := time.Duration(-1)
 	lastReport := time.Now()
 	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
@@ -169,6 +173,7 @@ func (f *fleet) campaign(t *testing.T, faultsFor time.Duration, faults func()) {
 			converged = time.Since(lastFault)
 			break
 		}
+		lastBehind = final.err()
 		if time.Since(lastReport) >= 5*time.Second {
 			lastReport = time.Now()
 			t.Logf("converging, %.0fs after the last fault: %v", time.Since(lastFault).Seconds(), final.err())
@@ -191,17 +196,24 @@ func (f *fleet) campaign(t *testing.T, faultsFor time.Duration, faults func()) {
 	}
 	if converged >= 0 {
 		t.Logf("time to converge after the last fault:             %.1fs", converged.Seconds())
+		if lastBehind != nil {
+			t.Logf("  the last to converge: %v", lastBehind)
+		}
 	} else {
 		t.Logf("time to converge after the last fault:             not within 5m")
 	}
-	if err := final.err(); err != nil || converged < 0 || converged > s.converge {
+	if err := final.err(); err != nil || converged < 0 || (s.converge > 0 && converged > s.converge) {
 		for _, ps := range f.ctrls {
 			for _, p := range ps {
 				t.Logf("--- %s (started %d times), last lines:\n%s", p.Name, p.Starts(), tail(p, 15))
 			}
 		}
 		f.explain(t, err)
-		t.Fatalf("the fleet did not converge within %v after the last fault (took %v): %v", s.converge, converged, err)
+		why := fmt.Sprint(err)
+		if err == nil {
+			why = fmt.Sprintf("longer than the promise, %v", s.converge)
+		}
+		t.Fatalf("the fleet did not converge after the last fault (took %v): %s", converged, why)
 	}
 }
 
