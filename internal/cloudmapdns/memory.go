@@ -28,9 +28,14 @@ type entry struct {
 	running []string
 	checkAt time.Time
 	failed  error // the last late failure, until the writes made again succeed
-	// rereadAt is when a read made as a new leader is made again: the
-	// previous leader's writes have ended by then.
+	// rereadAt is when a read made as a new leader, or after a write whose
+	// call failed (it may have been made all the same), is made again:
+	// that write has ended by then.
 	rereadAt time.Time
+	unsureAt time.Time // the last write whose call failed
+	// readMidWrite: the last read was taken while writes in running ran;
+	// it is made again once they have ended.
+	readMidWrite bool
 }
 
 // remembered is where memory says the Service is registered.

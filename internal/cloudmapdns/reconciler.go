@@ -266,6 +266,9 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 	if len(e.running) > 0 && !time.Now().Before(e.checkAt) {
 		running, failed := cm.Ended(ctx, e.running)
 		e.running, e.checkAt = running, time.Now().Add(time.Second)
+		if len(running) == 0 && e.readMidWrite {
+			refresh, e.readMidWrite = true, false
+		}
 		if failed != nil {
 			// Memory counted those writes: what Cloud Map holds is read
 			// again, and what lacks is written again.
@@ -290,11 +293,17 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 			return reconcile.Result{}, err
 		}
 		e.current = cur
-		// A registration the previous leader started may still run, and
-		// the listing shows only finished operations: read again once
-		// such an operation must have ended, or its instance, if its
-		// endpoint went meanwhile, stays until the drift check.
-		if wait := cloudmapclient.OperationRun - time.Since(r.leading); wait > 0 {
+		// The listing shows only finished operations: it misses a write
+		// still running (ours, the previous leader's, or one whose call
+		// failed but was made), whose instance, if its endpoint went
+		// meanwhile, would stay until the next drift check. Read again
+		// once such writes have ended.
+		e.readMidWrite = len(e.running) > 0
+		since := r.leading
+		if e.unsureAt.After(since) {
+			since = e.unsureAt
+		}
+		if wait := cloudmapclient.OperationRun - time.Since(since); wait > 0 {
 			e.rereadAt = time.Now().Add(wait)
 		}
 	}
@@ -327,6 +336,7 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 	}
 	if err != nil {
 		r.markStale(e)
+		e.unsureAt = time.Now()
 		r.report(ctx, svc, metav1.ConditionFalse, ReasonCloudMapError, fmt.Sprintf("updating %s: %v", e.target, err))
 		return reconcile.Result{}, err
 	}

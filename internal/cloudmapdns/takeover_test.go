@@ -1,7 +1,14 @@
 package cloudmapdns
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,7 +142,6 @@ func oldLeaderRegisters(t *testing.T, cl client.Client, c *sd.Client, req reconc
 // minute (the full fault campaign found two such, 60 s after its last
 // fault).
 func TestTakeOverRereadsWhatTheOldLeaderWrote(t *testing.T) {
-	ctx := context.Background()
 	profile := cloudmaptest.FixedOperations(3 * time.Second)
 	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: profile}, "takeover.local")
 	cl, svc := webService("takeover.local")
@@ -144,6 +150,114 @@ func TestTakeOverRereadsWhatTheOldLeaderWrote(t *testing.T) {
 
 	// The pod goes, the new leader looks at once, and then as its
 	// requeues ask (no drift check: this test calls Reconcile itself).
+	endpointGoes(t, cl)
+	c := newClient()
+	untilSettled(t, newTestReconciler(cl, c), req)
+	time.Sleep(profile.OperationTime.Max + time.Second) // its deregistration's operation
+	noInstanceLeft(t, c, serviceID)
+}
+
+// A leader's own re-read (a drift check) right after it wrote misses that
+// write while its operation runs; if the endpoint goes before the leader
+// learns of the instance again, it must still take it out. Before, it
+// stayed until the next drift check, a minute (the short fault campaign
+// in CI once converged in 49 s, the last item a stale record).
+func TestRereadRightAfterOurWriteIsMadeAgain(t *testing.T) {
+	ctx := context.Background()
+	profile := cloudmaptest.FixedOperations(3 * time.Second)
+	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: profile}, "reread.local")
+	cl, svc := webService("reread.local")
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
+	c := newClient()
+	r := leaderForAWhile(cl, c)
+	for {
+		res, err := r.Reconcile(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := r.entries[req.NamespacedName]; e != nil && len(e.running) > 0 {
+			break // registered; its operation runs
+		}
+		if res.IsZero() {
+			t.Fatal("nothing registered")
+		}
+		time.Sleep(res.RequeueAfter)
+	}
+	e := r.entries[req.NamespacedName]
+
+	// A drift check now reads the service while the registration runs;
+	// then the pod goes.
+	r.markStale(e)
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	endpointGoes(t, cl)
+	untilSettled(t, r, req)
+	time.Sleep(profile.OperationTime.Max + time.Second) // its deregistration's operation
+	noInstanceLeft(t, c, e.service)
+}
+
+// A registration whose call failed may have been made all the same (the
+// answer lost on the way back), and a re-read while its operation runs
+// misses it: it too must be read again once that operation has ended, or
+// its instance stays if the endpoint goes meanwhile.
+func TestWriteWithALostAnswerIsReadAgain(t *testing.T) {
+	ctx := context.Background()
+	profile := cloudmaptest.FixedOperations(3 * time.Second)
+	em := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: profile})
+	// Between the controller and Cloud Map: the first registration of the
+	// endpoint is made, and its answer replaced by an error.
+	var lost atomic.Bool
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		body, _ := io.ReadAll(q.Body)
+		q.Body = io.NopCloser(bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		em.Handler().ServeHTTP(rec, q)
+		if strings.HasSuffix(q.Header.Get("X-Amz-Target"), ".RegisterInstance") && bytes.Contains(body, []byte("10.0.0.7")) && lost.CompareAndSwap(false, true) {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"__type":"InvalidInput","message":"the answer was lost (test)"}`))
+			return
+		}
+		maps.Copy(w.Header(), rec.Header())
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	}))
+	t.Cleanup(proxy.Close)
+	c := cloudmaptest.ClientOf(t, proxy.URL, cloudmapclient.Options{})
+	cloudmaptest.DNSNamespace(t, c, "lost.local", "vpc-1")
+	cl, svc := webService("lost.local")
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
+	r := leaderForAWhile(cl, c)
+	for !lost.Load() {
+		res, err := r.Reconcile(ctx, req)
+		if err == nil && res.IsZero() {
+			t.Fatal("settled without registering the endpoint")
+		}
+		time.Sleep(res.RequeueAfter)
+	}
+	// Read again at once, as after an error, then the pod goes.
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	endpointGoes(t, cl)
+	untilSettled(t, r, req)
+	time.Sleep(profile.OperationTime.Max + time.Second)
+	noInstanceLeft(t, c, r.entries[req.NamespacedName].service)
+}
+
+// leaderForAWhile is a reconciler that has led for a minute: what a new
+// leader reads again is not what the test is about.
+func leaderForAWhile(cl client.Client, c *sd.Client) *Reconciler {
+	r := newTestReconciler(cl, c)
+	r.leadOnce.Do(func() { r.leading = time.Now().Add(-time.Minute) })
+	return r
+}
+
+// endpointGoes takes the ready endpoint of webService's Service away.
+func endpointGoes(t *testing.T, cl client.Client) {
+	t.Helper()
+	ctx := context.Background()
 	slice := &discoveryv1.EndpointSlice{}
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: "default", Name: "web-1"}, slice); err != nil {
 		t.Fatal(err)
@@ -152,28 +266,35 @@ func TestTakeOverRereadsWhatTheOldLeaderWrote(t *testing.T) {
 	if err := cl.Update(ctx, slice); err != nil {
 		t.Fatal(err)
 	}
-	c := newClient()
-	next := newTestReconciler(cl, c)
+}
+
+// untilSettled reconciles req as its requeues ask until none is asked.
+func untilSettled(t *testing.T, r *Reconciler, req reconcile.Request) {
+	t.Helper()
 	deadline := time.Now().Add(cloudmapclient.OperationRun + 10*time.Second)
 	for {
-		res, err := next.Reconcile(ctx, req)
+		res, err := r.Reconcile(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.IsZero() {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the new leader still asks to look again: %+v", res)
+			t.Fatalf("still asks to look again: %+v", res)
 		}
 		time.Sleep(res.RequeueAfter)
 	}
-	time.Sleep(profile.OperationTime.Max + time.Second) // its deregistration's operation
-	out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: aws.String(serviceID)})
+}
+
+// noInstanceLeft fails unless the Cloud Map service holds no instance.
+func noInstanceLeft(t *testing.T, c *sd.Client, serviceID string) {
+	t.Helper()
+	out, err := c.ListInstances(context.Background(), &sd.ListInstancesInput{ServiceId: aws.String(serviceID)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(out.Instances) > 0 {
-		t.Errorf("the old leader's instance %s of a gone endpoint is still registered", aws.ToString(out.Instances[0].Id))
+		t.Errorf("the instance %s of a gone endpoint is still registered", aws.ToString(out.Instances[0].Id))
 	}
 }
