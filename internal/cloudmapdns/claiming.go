@@ -18,8 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
-	"github.com/clustermap/clustermap/internal/cloudmapclient"
 )
 
 // claim makes sure the Service holds its target's claim, re-reading it
@@ -207,10 +205,11 @@ func (r *Reconciler) withdraw(ctx context.Context, svc *corev1.Service, had Targ
 		if err != nil {
 			return err
 		}
-		// A registration the previous leader started may still run, and
-		// the listing shows only finished operations: the withdrawal is
+		// A registration the previous leader started, or one of ours whose
+		// call failed (it may have been made), may still run, and the
+		// listing shows only finished operations: the withdrawal is
 		// complete only once such an operation must have ended.
-		if wait := cloudmapclient.OperationRun - time.Since(r.leading); wait > 0 {
+		if wait := time.Until(r.unseenUntil(e)); wait > 0 {
 			return settling{wait}
 		}
 		log.FromContext(ctx).Info("withdrawn from Cloud Map", "service", key.String(), "target", had.String(), "instances", len(cur), "deregistered", len(done.Deregistered))

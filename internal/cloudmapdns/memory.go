@@ -8,6 +8,8 @@ import (
 	"time"
 
 	ktypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/clustermap/clustermap/internal/cloudmapclient"
 )
 
 type cachedNamespace struct {
@@ -56,6 +58,18 @@ func (r *Reconciler) forget(key ktypes.NamespacedName) {
 	for _, w := range r.waiting {
 		delete(w, key)
 	}
+}
+
+// unseenUntil is when every write a listing of e's service may not show
+// yet has ended: the previous leader's, and ours whose call failed (it may
+// have been made all the same). Writes of ours that were answered are in
+// e.running until seen ended.
+func (r *Reconciler) unseenUntil(e *entry) time.Time {
+	since := r.leading
+	if e != nil && e.unsureAt.After(since) {
+		since = e.unsureAt
+	}
+	return since.Add(cloudmapclient.OperationRun)
 }
 
 func (r *Reconciler) markStale(e *entry) {

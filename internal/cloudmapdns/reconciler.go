@@ -27,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/clustermap/clustermap/internal/cloudmapclient"
 	"github.com/clustermap/clustermap/internal/kube"
 	"github.com/clustermap/clustermap/internal/withdraw"
 )
@@ -299,12 +298,8 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 		// meanwhile, would stay until the next drift check. Read again
 		// once such writes have ended.
 		e.readMidWrite = len(e.running) > 0
-		since := r.leading
-		if e.unsureAt.After(since) {
-			since = e.unsureAt
-		}
-		if wait := cloudmapclient.OperationRun - time.Since(since); wait > 0 {
-			e.rereadAt = time.Now().Add(wait)
+		if until := r.unseenUntil(e); time.Now().Before(until) {
+			e.rereadAt = until
 		}
 	}
 	eps := &discoveryv1.EndpointSliceList{}

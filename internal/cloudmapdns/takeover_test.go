@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -78,13 +79,7 @@ func TestWithdrawalAfterTakeOverWaitsForRunningRegistrations(t *testing.T) {
 
 	// Once every operation has ended, nothing of the Service is left.
 	time.Sleep(profile.OperationTime.Max + time.Second)
-	out, err := c.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: aws.String(serviceID)})
-	if err != nil && !IsServiceGone(err) {
-		t.Fatal(err)
-	}
-	if err == nil && len(out.Instances) > 0 {
-		t.Fatalf("the deleted Service's instance %s is still registered", aws.ToString(out.Instances[0].Id))
-	}
+	noInstanceLeft(t, c, serviceID)
 }
 
 // newTestReconciler is a Reconciler as SetupWithManager leaves it, for
@@ -202,12 +197,75 @@ func TestRereadRightAfterOurWriteIsMadeAgain(t *testing.T) {
 // misses it: it too must be read again once that operation has ended, or
 // its instance stays if the endpoint goes meanwhile.
 func TestWriteWithALostAnswerIsReadAgain(t *testing.T) {
+	c, lost := lossyEmulator(t, "lost.local")
+	cl, svc := webService("lost.local")
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
+	r := leaderForAWhile(cl, c)
+	untilLost(t, r, req, lost)
+	// Read again at once, as after an error, then the pod goes.
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	endpointGoes(t, cl)
+	untilSettled(t, r, req)
+	time.Sleep(fixedOperation + time.Second)
+	noInstanceLeft(t, c, r.entries[req.NamespacedName].service)
+}
+
+// The Service is deleted right after a registration whose answer was
+// lost, into a Cloud Map service clustermap did not create (it stays):
+// the withdrawal must wait until that registration has ended, or its
+// instance stays for good (no drift check looks at a forgotten Service).
+func TestWithdrawalAfterALostAnswerWaitsForIt(t *testing.T) {
 	ctx := context.Background()
-	profile := cloudmaptest.FixedOperations(3 * time.Second)
-	em := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: profile})
-	// Between the controller and Cloud Map: the first registration of the
-	// endpoint is made, and its answer replaced by an error.
-	var lost atomic.Bool
+	c, lost := lossyEmulator(t, "lost.local")
+	nsID, err := CloudMap{c}.FindNamespace(ctx, "lost.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	existing, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("web"), NamespaceId: aws.String(nsID.ID),
+		DnsConfig: &types.DnsConfig{DnsRecords: []types.DnsRecord{{Type: types.RecordTypeA, TTL: aws.Int64(10)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, svc := webService("lost.local")
+	key := client.ObjectKeyFromObject(svc)
+	req := reconcile.Request{NamespacedName: key}
+	r := leaderForAWhile(cl, c)
+	untilLost(t, r, req, lost)
+	if err := cl.Get(ctx, key, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Delete(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(cloudmapclient.OperationRun + 10*time.Second)
+	for !apierrors.IsNotFound(cl.Get(ctx, key, &corev1.Service{})) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Service still holds its finalizer")
+		}
+		res, err := r.Reconcile(ctx, req)
+		switch {
+		case err != nil:
+			time.Sleep(200 * time.Millisecond)
+		case res.RequeueAfter > 0:
+			time.Sleep(res.RequeueAfter)
+		}
+	}
+	time.Sleep(fixedOperation + time.Second)
+	noInstanceLeft(t, c, aws.ToString(existing.Service.Id))
+}
+
+// fixedOperation is how long the lossy emulator's operations run.
+const fixedOperation = 3 * time.Second
+
+// lossyEmulator is an emulator whose operations take fixedOperation, with
+// one private DNS namespace, reached through a proxy that makes the
+// first registration of webService's endpoint and answers it with an
+// error, as when the answer is lost; lost is set then.
+func lossyEmulator(t *testing.T, namespace string) (*sd.Client, *atomic.Bool) {
+	em := cloudmaptest.Start(t, cloudmaplocal.Options{Profile: cloudmaptest.FixedOperations(fixedOperation)})
+	lost := &atomic.Bool{}
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
 		body, _ := io.ReadAll(q.Body)
 		q.Body = io.NopCloser(bytes.NewReader(body))
@@ -225,25 +283,20 @@ func TestWriteWithALostAnswerIsReadAgain(t *testing.T) {
 	}))
 	t.Cleanup(proxy.Close)
 	c := cloudmaptest.ClientOf(t, proxy.URL, cloudmapclient.Options{})
-	cloudmaptest.DNSNamespace(t, c, "lost.local", "vpc-1")
-	cl, svc := webService("lost.local")
-	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
-	r := leaderForAWhile(cl, c)
+	cloudmaptest.DNSNamespace(t, c, namespace, "vpc-1")
+	return c, lost
+}
+
+// untilLost reconciles req until the registration's answer is lost.
+func untilLost(t *testing.T, r *Reconciler, req reconcile.Request, lost *atomic.Bool) {
+	t.Helper()
 	for !lost.Load() {
-		res, err := r.Reconcile(ctx, req)
+		res, err := r.Reconcile(context.Background(), req)
 		if err == nil && res.IsZero() {
 			t.Fatal("settled without registering the endpoint")
 		}
 		time.Sleep(res.RequeueAfter)
 	}
-	// Read again at once, as after an error, then the pod goes.
-	if _, err := r.Reconcile(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	endpointGoes(t, cl)
-	untilSettled(t, r, req)
-	time.Sleep(profile.OperationTime.Max + time.Second)
-	noInstanceLeft(t, c, r.entries[req.NamespacedName].service)
 }
 
 // leaderForAWhile is a reconciler that has led for a minute: what a new
@@ -291,10 +344,13 @@ func untilSettled(t *testing.T, r *Reconciler, req reconcile.Request) {
 func noInstanceLeft(t *testing.T, c *sd.Client, serviceID string) {
 	t.Helper()
 	out, err := c.ListInstances(context.Background(), &sd.ListInstancesInput{ServiceId: aws.String(serviceID)})
+	if IsServiceGone(err) {
+		return
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(out.Instances) > 0 {
-		t.Errorf("the instance %s of a gone endpoint is still registered", aws.ToString(out.Instances[0].Id))
+		t.Errorf("the instance %s is still registered", aws.ToString(out.Instances[0].Id))
 	}
 }
