@@ -39,10 +39,7 @@ import (
 // good (the fault campaign caught it after a controller kill).
 func TestWithdrawalAfterTakeOverWaitsForRunningRegistrations(t *testing.T) {
 	ctx := context.Background()
-	// Operations take 3 s (inside the aws profile's 0.5-4 s) so that the
-	// new leader's first look falls inside the old leader's registration.
-	profile := cloudmaptest.FixedOperations(3 * time.Second)
-	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: profile}, "takeover.local")
+	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: cloudmaptest.FixedOperations(fixedOperation)}, "takeover.local")
 
 	cl, svc := webService("takeover.local")
 	key := client.ObjectKeyFromObject(svc)
@@ -57,28 +54,10 @@ func TestWithdrawalAfterTakeOverWaitsForRunningRegistrations(t *testing.T) {
 
 	// The new leader withdraws it, as its reconciles ask.
 	c := newClient()
-	next := newTestReconciler(cl, c)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if time.Now().After(deadline) {
-			t.Fatal("the Service still holds its finalizer 30 s after its deletion")
-		}
-		res, err := next.Reconcile(ctx, req)
-		if apierrors.IsNotFound(cl.Get(ctx, key, &corev1.Service{})) {
-			break
-		}
-		switch {
-		case err != nil:
-			time.Sleep(200 * time.Millisecond)
-		case res.RequeueAfter > 0:
-			time.Sleep(res.RequeueAfter)
-		default:
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	untilWithdrawn(t, newTestReconciler(cl, c), cl, req, 30*time.Second)
 
 	// Once every operation has ended, nothing of the Service is left.
-	time.Sleep(profile.OperationTime.Max + time.Second)
+	time.Sleep(fixedOperation + time.Second)
 	noInstanceLeft(t, c, serviceID)
 }
 
@@ -114,17 +93,23 @@ func webService(ns string) (client.Client, *corev1.Service) {
 // the Cloud Map service it registered in.
 func oldLeaderRegisters(t *testing.T, cl client.Client, c *sd.Client, req reconcile.Request) string {
 	t.Helper()
-	old := newTestReconciler(cl, c)
+	return registers(t, newTestReconciler(cl, c), req).service
+}
+
+// registers reconciles req with r until it has sent its registrations
+// (their operations still run), and returns what r remembers of them.
+func registers(t *testing.T, r *Reconciler, req reconcile.Request) *entry {
+	t.Helper()
 	for {
-		res, err := old.Reconcile(context.Background(), req)
+		res, err := r.Reconcile(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := old.entries[req.NamespacedName]; e != nil && len(e.running) > 0 {
-			return e.service
+		if e := r.entries[req.NamespacedName]; e != nil && len(e.running) > 0 {
+			return e
 		}
 		if res.IsZero() {
-			t.Fatal("the old leader registered nothing")
+			t.Fatal("nothing registered")
 		}
 		time.Sleep(res.RequeueAfter)
 	}
@@ -137,8 +122,7 @@ func oldLeaderRegisters(t *testing.T, cl client.Client, c *sd.Client, req reconc
 // minute (the full fault campaign found two such, 60 s after its last
 // fault).
 func TestTakeOverRereadsWhatTheOldLeaderWrote(t *testing.T) {
-	profile := cloudmaptest.FixedOperations(3 * time.Second)
-	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: profile}, "takeover.local")
+	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: cloudmaptest.FixedOperations(fixedOperation)}, "takeover.local")
 	cl, svc := webService("takeover.local")
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
 	serviceID := oldLeaderRegisters(t, cl, newClient(), req)
@@ -148,7 +132,7 @@ func TestTakeOverRereadsWhatTheOldLeaderWrote(t *testing.T) {
 	endpointGoes(t, cl)
 	c := newClient()
 	untilSettled(t, newTestReconciler(cl, c), req)
-	time.Sleep(profile.OperationTime.Max + time.Second) // its deregistration's operation
+	time.Sleep(fixedOperation + time.Second) // its deregistration's operation
 	noInstanceLeft(t, c, serviceID)
 }
 
@@ -158,37 +142,22 @@ func TestTakeOverRereadsWhatTheOldLeaderWrote(t *testing.T) {
 // stayed until the next drift check, a minute (the short fault campaign
 // in CI once converged in 49 s, the last item a stale record).
 func TestRereadRightAfterOurWriteIsMadeAgain(t *testing.T) {
-	ctx := context.Background()
-	profile := cloudmaptest.FixedOperations(3 * time.Second)
-	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: profile}, "reread.local")
+	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: cloudmaptest.FixedOperations(fixedOperation)}, "reread.local")
 	cl, svc := webService("reread.local")
 	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
 	c := newClient()
 	r := leaderForAWhile(cl, c)
-	for {
-		res, err := r.Reconcile(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e := r.entries[req.NamespacedName]; e != nil && len(e.running) > 0 {
-			break // registered; its operation runs
-		}
-		if res.IsZero() {
-			t.Fatal("nothing registered")
-		}
-		time.Sleep(res.RequeueAfter)
-	}
-	e := r.entries[req.NamespacedName]
+	e := registers(t, r, req)
 
 	// A drift check now reads the service while the registration runs;
 	// then the pod goes.
 	r.markStale(e)
-	if _, err := r.Reconcile(ctx, req); err != nil {
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
 	endpointGoes(t, cl)
 	untilSettled(t, r, req)
-	time.Sleep(profile.OperationTime.Max + time.Second) // its deregistration's operation
+	time.Sleep(fixedOperation + time.Second) // its deregistration's operation
 	noInstanceLeft(t, c, e.service)
 }
 
@@ -239,24 +208,14 @@ func TestWithdrawalAfterALostAnswerWaitsForIt(t *testing.T) {
 	if err := cl.Delete(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(cloudmapclient.OperationRun + 10*time.Second)
-	for !apierrors.IsNotFound(cl.Get(ctx, key, &corev1.Service{})) {
-		if time.Now().After(deadline) {
-			t.Fatal("the Service still holds its finalizer")
-		}
-		res, err := r.Reconcile(ctx, req)
-		switch {
-		case err != nil:
-			time.Sleep(200 * time.Millisecond)
-		case res.RequeueAfter > 0:
-			time.Sleep(res.RequeueAfter)
-		}
-	}
+	untilWithdrawn(t, r, cl, req, cloudmapclient.OperationRun+10*time.Second)
 	time.Sleep(fixedOperation + time.Second)
 	noInstanceLeft(t, c, aws.ToString(existing.Service.Id))
 }
 
-// fixedOperation is how long the lossy emulator's operations run.
+// fixedOperation is how long these tests' operations run: inside the aws
+// profile's 0.5-4 s, and long enough that a look right after a write
+// falls inside its operation.
 const fixedOperation = 3 * time.Second
 
 // lossyEmulator is an emulator whose operations take fixedOperation, with
@@ -337,6 +296,31 @@ func untilSettled(t *testing.T, r *Reconciler, req reconcile.Request) {
 			t.Fatalf("still asks to look again: %+v", res)
 		}
 		time.Sleep(res.RequeueAfter)
+	}
+}
+
+// untilWithdrawn reconciles the deleted Service of req with r, as its
+// reconciles ask, until it is gone (its finalizer let go), for up to
+// within.
+func untilWithdrawn(t *testing.T, r *Reconciler, cl client.Client, req reconcile.Request, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for deadline := time.Now().Add(within); ; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the Service still holds its finalizer %v after its deletion", within)
+		}
+		res, err := r.Reconcile(ctx, req)
+		if apierrors.IsNotFound(cl.Get(ctx, req.NamespacedName, &corev1.Service{})) {
+			return
+		}
+		switch {
+		case err != nil:
+			time.Sleep(200 * time.Millisecond)
+		case res.RequeueAfter > 0:
+			time.Sleep(res.RequeueAfter)
+		default:
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 

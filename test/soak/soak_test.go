@@ -169,14 +169,16 @@ func (f *fleet) campaign(t *testing.T, faultsFor time.Duration, faults func()) {
 	converged := time.Duration(-1)
 	lastReport := time.Now()
 	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
-		if final = f.check(ctx); final.err() == nil {
+		final = f.check(ctx)
+		behind := final.err()
+		if behind == nil {
 			converged = time.Since(lastFault)
 			break
 		}
-		lastBehind = final.err()
+		lastBehind = behind
 		if time.Since(lastReport) >= 5*time.Second {
 			lastReport = time.Now()
-			t.Logf("converging, %.0fs after the last fault: %v", time.Since(lastFault).Seconds(), final.err())
+			t.Logf("converging, %.0fs after the last fault: %v", time.Since(lastFault).Seconds(), behind)
 		}
 	}
 	callsAfter := f.calls(t)
