@@ -168,11 +168,12 @@ type Change struct {
 }
 
 // Changes says what a sync that registered reg and deregistered dereg
-// did. remembered, on a drift check, is what memory held before Cloud Map
-// was read again (nil otherwise): a registration memory held is a repair
-// (its instance was gone), a deregistration memory did not hold removes a
-// stale instance; the rest follow the endpoints, as in any sync (a drift
-// check may run as pods come and go).
+// did. remembered, when the sync read Cloud Map again (a drift check, or
+// a read once writes ended), is what memory held before the read (nil
+// otherwise): a registration memory held is a repair (its instance was
+// gone), a deregistration memory did not hold removes a stale instance;
+// the rest follow the endpoints, as in any sync (a read may come as pods
+// come and go).
 func Changes(target Target, remembered, before, desired map[string]Attrs, reg, dereg []string) []Change {
 	var out []Change
 	add := func(ids []string, attrs map[string]Attrs, action, reason, format string) {

@@ -252,13 +252,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, owners []string) (reconcile.Result, error) {
 	cm := CloudMap{r.CloudMap}
 	r.mu.Lock()
-	var remembered map[string]Attrs // on a drift check: memory before the read
-	if e.stale && e.current != nil {
-		remembered = e.current
-	}
 	refresh := e.stale
 	e.stale = false
 	r.mu.Unlock()
+	var remembered map[string]Attrs // when Cloud Map is read: memory before the read
 	if !e.rereadAt.IsZero() && !time.Now().Before(e.rereadAt) {
 		refresh, e.rereadAt = true, time.Time{}
 	}
@@ -278,6 +275,12 @@ func (r *Reconciler) sync(ctx context.Context, svc *corev1.Service, e *entry, ow
 		}
 	}
 	if refresh {
+		// Whichever read finds it (a drift check, or a read again once
+		// writes ended), an instance memory did not hold is stale, one it
+		// held and Cloud Map lacks is restored.
+		r.mu.Lock()
+		remembered = e.current
+		r.mu.Unlock()
 		cur, err := cm.Instances(ctx, e.service)
 		if r.OnRead != nil {
 			r.OnRead(err)

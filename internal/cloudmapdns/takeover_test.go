@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -159,6 +160,44 @@ func TestRereadRightAfterOurWriteIsMadeAgain(t *testing.T) {
 	untilSettled(t, r, req)
 	time.Sleep(fixedOperation + time.Second) // its deregistration's operation
 	noInstanceLeft(t, c, e.service)
+}
+
+// An instance of this Service's owner that no endpoint backs, registered
+// behind the leader's back while its own write ran, is found by the read
+// taken once that write ended, not by a drift check: it is still said to
+// be a stale instance removed (StaleRemoved), not an endpoint's
+// deregistration. Before, the e2e drift test met a plain Deregistered
+// Event for it (a clean-clone run of 244efe6).
+func TestStaleInstanceFoundByAReadAgainIsSaidStale(t *testing.T) {
+	ctx := context.Background()
+	newClient, _ := emulatorWith(t, cloudmaplocal.Options{Profile: cloudmaptest.FixedOperations(fixedOperation)}, "stale.local")
+	cl, svc := webService("stale.local")
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
+	c := newClient()
+	r := leaderForAWhile(cl, c)
+	e := registers(t, r, req)
+	owner := Owner(r.Cluster, svc)
+	stale := Attrs{AttrIPv4: "10.0.0.99", AttrCluster: r.Cluster, AttrNamespace: svc.Namespace, AttrService: svc.Name, AttrOwner: owner, AttrPort: "8080"}
+	if _, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(e.service),
+		InstanceId: aws.String(InstanceID(owner, "10.0.0.99")), Attributes: stale}); err != nil {
+		t.Fatal(err)
+	}
+	// A drift check reads while both writes run (neither shows), then the
+	// read once the leader's own has ended finds the stale one.
+	r.markStale(e)
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	untilSettled(t, r, req)
+	var events []string
+	for len(r.Recorder.(*record.FakeRecorder).Events) > 0 {
+		events = append(events, <-r.Recorder.(*record.FakeRecorder).Events)
+	}
+	if !slices.ContainsFunc(events, func(ev string) bool {
+		return strings.HasPrefix(ev, "Normal "+ReasonStaleRemoved+" ") && strings.Contains(ev, "10.0.0.99")
+	}) {
+		t.Errorf("no %s Event for 10.0.0.99 among %q", ReasonStaleRemoved, events)
+	}
 }
 
 // A registration whose call failed may have been made all the same (the
