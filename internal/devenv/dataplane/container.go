@@ -245,10 +245,16 @@ func Ports(c *corev1.Container) (tcp, udp []int32) {
 }
 
 // ServerPorts are the ports a container's pod server answers on: its own,
-// or 80/TCP when no container of the pod declares any.
+// or 80/TCP when no container of the pod declares any, for the first
+// container with no command only: the pod's containers share its network,
+// and a second server on 80 would fail, leaving the pod never Ready (the
+// upstream conformance suite's pods are two such containers).
 func ServerPorts(p *corev1.Pod, c *corev1.Container) (tcp, udp []int32) {
 	tcp, udp = Ports(c)
-	if len(tcp)+len(udp) == 0 && !slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool { return len(c.Ports) > 0 }) {
+	if len(tcp)+len(udp) > 0 || slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool { return len(c.Ports) > 0 }) {
+		return tcp, udp
+	}
+	if i := slices.IndexFunc(p.Spec.Containers, func(c corev1.Container) bool { return len(c.Command) == 0 }); i >= 0 && p.Spec.Containers[i].Name == c.Name {
 		tcp = []int32{80}
 	}
 	return tcp, udp

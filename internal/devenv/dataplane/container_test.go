@@ -68,6 +68,15 @@ func TestProcessOfNoCommandIsThePodServer(t *testing.T) {
 	if proc, _ := ProcessOf(p, c, Bins{Self: "/x"}, "cluster-1", "/pods/web-0/home"); !slices.Equal(proc.TCP, []int32{80}) {
 		t.Errorf("tcp %v, want 80", proc.TCP)
 	}
+	// A second such container shares the pod's network: its server answers
+	// on no port, or it would fail to bind 80.
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "second"})
+	if proc, _ := ProcessOf(p, &p.Spec.Containers[1], Bins{Self: "/x"}, "cluster-1", "/pods/web-0/home"); !proc.Server || len(proc.TCP) != 0 {
+		t.Errorf("second container: server %t, tcp %v, want a server on no port", proc.Server, proc.TCP)
+	}
+	if proc, _ := ProcessOf(p, &p.Spec.Containers[0], Bins{Self: "/x"}, "cluster-1", "/pods/web-0/home"); !slices.Equal(proc.TCP, []int32{80}) {
+		t.Errorf("first container: tcp %v, want 80", proc.TCP)
+	}
 }
 
 func TestProcessOfUnreadableEnvSaysWhich(t *testing.T) {
