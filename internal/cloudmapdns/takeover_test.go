@@ -189,9 +189,10 @@ func TestStaleInstanceFoundByAReadAgainIsSaidStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	untilSettled(t, r, req)
+	recorded := r.Recorder.(*record.FakeRecorder).Events
 	var events []string
-	for len(r.Recorder.(*record.FakeRecorder).Events) > 0 {
-		events = append(events, <-r.Recorder.(*record.FakeRecorder).Events)
+	for len(recorded) > 0 {
+		events = append(events, <-recorded)
 	}
 	if !slices.ContainsFunc(events, func(ev string) bool {
 		return strings.HasPrefix(ev, "Normal "+ReasonStaleRemoved+" ") && strings.Contains(ev, "10.0.0.99")
